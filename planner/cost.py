@@ -1,0 +1,257 @@
+"""The cost model of one plan, composed from the formulas — written once, for every backend.
+
+`plan_costs(x, c)` takes the plan's numbers `x` (floats for one plan, float64 arrays for the
+search, sympy symbols for `explain`) and its discrete choices `c`, and returns every quantity the
+planner reports, by name. estimate.py, search.py and explain.py are thin adapters over it, so the
+three can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from types import SimpleNamespace
+
+from .formulas import _ops
+from .formulas import activations as A
+from .formulas import comm as C
+from .formulas import flops as F
+from .formulas import memory as M
+from .formulas import params as P
+from .formulas import pipeline as PL
+from .formulas import timing as T
+from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .schema import HardwareProfile, ModelSpec, PlanConfig
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+MASTER_BYTES = 4  # fp32 master weights
+MOMENT_BYTES = 8  # Adam m and v in fp32
+ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
+WEIGHT_BYTES = 2  # 16-bit weights; under fp8, Transformer Engine keeps them in 16-bit and casts
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The discrete half of a plan: each picks which expressions are built."""
+
+    zero_stage: ZeroStage
+    recompute: Recompute
+    schedule: Schedule
+    sequence_parallel: bool
+    attention: Attention
+
+    @classmethod
+    def of(cls, config: PlanConfig) -> Choices:
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+
+
+def model_numbers(model: ModelSpec) -> dict:
+    """A model's numbers under the names plan_costs reads."""
+    return dict(
+        n_layers=model.n_layers, hidden=model.hidden, n_heads=model.n_heads,
+        n_kv_heads=model.kv_heads, head_dim=model.dim_head, ffn=model.ffn, vocab=model.vocab,
+        n_mlp=model.n_mlp_matrices, bias=int(model.bias), norm_width=model.norm_width,
+        learned_positions=model.learned_positions, positions=model.positions,
+        tied=int(model.tied_embeddings), dropout=int(model.dropout),
+        rotary=1 - model.learned_positions, n_experts=model.n_experts, top_k=model.top_k,
+        router_experts=model.router_experts,
+    )
+
+
+def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
+    """A profile's numbers in base units, for one precision."""
+    return dict(
+        peak_flops=hw.peak_flops_per_s(precision), gemm_eff=hw.gemm_efficiency(precision),
+        hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm, domain=hw.gpus_per_domain,
+        fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
+        net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
+        reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
+        capacity=hw.capacity_bytes,
+    )
+
+
+def config_numbers(config: PlanConfig) -> dict:
+    """A plan's numeric degrees and sizes."""
+    return dict(
+        dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
+        n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
+        w_bytes=WEIGHT_BYTES, g_bytes=BYTES[config.grad_dtype], act_bytes=ACT_BYTES,
+        overlap=int(config.overlap_grad_reduce),
+    )
+
+
+def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> SimpleNamespace:
+    """Everything plan_costs needs for one plan, as plain floats."""
+    return SimpleNamespace(**model_numbers(model), **hardware_numbers(hw, config.precision),
+                           **config_numbers(config))
+
+
+def plan_costs(x, c: Choices) -> dict:
+    """Every reported quantity of a plan. `x` holds numbers (any backend), `c` the choices."""
+    L, h, s, b, t, p, cp, v, m = (x.n_layers, x.hidden, x.seq_len, x.mbs, x.tp, x.pp, x.cp, x.vpp,
+                                  x.n_micro)
+    d_shard = x.dp * cp  # ZeRO and the gradient reduction span data × context parallel ranks
+    single_stage = _ops.le(p, 1)
+    layers = L / p
+
+    # ---- parameters -------------------------------------------------------------------------
+    layer_sharded = P.layer_sharded_params(h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp,
+                                           x.bias, x.n_experts, x.router_experts)
+    layer_replicated = P.layer_replicated_params(h, x.bias, x.norm_width, x.n_experts)
+    vocab_padded = P.padded_vocab(x.vocab, t)
+    positions = P.position_embedding_params(x.positions, h, x.learned_positions)
+    n_params = P.model_params(L, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, x.bias,
+                              x.norm_width, x.vocab, x.positions, x.learned_positions, x.tied,
+                              x.n_experts, x.router_experts)
+
+    def stage(first):
+        return P.stage_params_per_gpu(L, p, t, layer_sharded, layer_replicated, vocab_padded, h,
+                                      positions, x.norm_width, x.tied, first, single_stage)
+
+    params_first, params_last = stage(1), stage(0)
+
+    # ---- memory ----------------------------------------------------------------------------
+    z = int(c.zero_stage)
+
+    def states(psi):
+        return (M.weight_bytes(psi, x.w_bytes, d_shard, z),
+                M.gradient_bytes(psi, x.g_bytes, d_shard, z),
+                M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z))
+
+    layer_act = A.layer_activation_bytes(s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn,
+                                         x.n_mlp, x.dropout, t, cp, c.sequence_parallel,
+                                         c.recompute, c.attention, x.act_bytes)
+    inflight_first = PL.in_flight_first_stage(p, m, v, c.schedule)
+    inflight_last = PL.in_flight_last_stage(p, m, v, c.schedule)
+    embed_act = A.embedding_activation_bytes(s, b, h, x.dropout, t, cp, c.sequence_parallel)
+    logits_act = A.logits_activation_bytes(s, b, vocab_padded, t, cp)
+    act_first = inflight_first * (layers * layer_act + embed_act) + single_stage * logits_act
+    act_last = inflight_last * layers * layer_act + logits_act
+
+    prefetch = (M.zero3_prefetch_bytes(layer_sharded, layer_replicated, t, x.w_bytes)
+                if c.zero_stage is ZeroStage.PARAMETERS else 0)
+
+    def total(psi, act):
+        w, g, o = states(psi)
+        dynamic = w + g + o + act + prefetch
+        return w, g, o, act, M.runtime_overhead_bytes(x.reserved, x.frag, dynamic) + prefetch
+
+    first = total(params_first, act_first)
+    last = total(params_last, act_last)
+    first_total, last_total = sum(first), sum(last)
+    is_first = _ops.le(last_total, first_total)  # the most loaded stage
+    worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
+    total_bytes = _ops.select(is_first, first_total, last_total)
+    stage_params = _ops.select(is_first, params_first, params_last)
+
+    # ---- communication volume per GPU per step ---------------------------------------------
+    tp_layer = C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes)
+    fwd_passes = 2 if c.recompute is Recompute.FULL else 1
+    tp_bytes = C.tp_step_bytes(layers, m, tp_layer, fwd_passes)
+    boundary = C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes)
+    pp_bytes = C.pp_step_bytes(p, m, v, boundary)
+    cp_layer = C.cp_layer_bytes(s, b, h, x.n_heads, x.n_kv_heads, t, cp, x.act_bytes)
+    cp_bytes = layers * m * cp_layer
+    dp_bytes = C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m, z)
+
+    bubble = PL.bubble_fraction(p, m, v)
+
+    # ---- FLOPs ------------------------------------------------------------------------------
+    attn_w = P.attention_weight_params(h, x.n_heads, x.n_kv_heads, x.head_dim)
+    mlp_w = P.mlp_weight_params(h, x.ffn, x.n_mlp)
+    active = F.matmul_weight_params_active(attn_w, mlp_w, x.top_k, h * x.router_experts)
+    mm_seq = F.layer_matmul_flops(s, 1, active)  # per sequence, forward
+    att_seq = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim)
+    head_seq = F.head_flops(s, 1, x.vocab, h)
+    model_flops = F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq)
+    shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
+    hardware_flops = model_flops + F.recompute_flops(x.gbs, L, mm_seq, att_seq,
+                                                     *shares[c.recompute])
+
+    # ---- time: one micro-batch on the slowest (last) stage, per GPU -------------------------
+    causal = 0.5 if c.attention is Attention.FLASH else 1
+    materialised = 1 if c.attention is Attention.CLASSIC else 0
+    sp_divisor = t if c.sequence_parallel else 1
+    mm_s = T.compute_time_s(F.layer_matmul_flops(s, b, active) / (t * cp), x.peak_flops, x.gemm_eff)
+    att_s = T.compute_time_s(F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal) / (t * cp),
+                             x.peak_flops, x.gemm_eff)
+    elem_s = T.memory_bound_time_s(
+        T.layer_elementwise_bytes(s, b, h, x.ffn * x.top_k, x.n_mlp, x.n_heads, x.n_kv_heads,
+                                  x.head_dim, x.dropout, x.rotary, t, cp, sp_divisor, x.act_bytes),
+        x.hbm_bw, x.hbm_eff)
+    core_s = T.memory_bound_time_s(
+        T.attention_core_bytes(s, b, x.n_heads, t, cp, x.dropout, materialised, x.act_bytes),
+        x.hbm_bw, x.hbm_eff)
+    fwd_s = mm_s + att_s + elem_s + core_s
+    bwd_s = 2 * fwd_s  # input and weight gradients: twice the forward's work
+    recompute_s = {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
+                   Recompute.FULL: fwd_s}[c.recompute]
+
+    tp_bw = C.group_bandwidth(t, x.domain, x.fast_bw, x.net_bw)
+    tp_lat = C.group_latency(t, x.domain, x.fast_lat, x.net_lat)
+    tp_dir_s = C.collective_time_s(tp_layer, tp_bw, 4 * (t - 1), tp_lat)
+    # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
+    # GEMMs (Megatron's asynchronous TP all-reduce), which are as long as the forward matmuls
+    tp_layer_exposed = fwd_passes * tp_dir_s + T.exposed_time_s(tp_dir_s, mm_s)
+
+    cp_bw = C.group_bandwidth(t * cp, x.domain, x.fast_bw, x.net_bw)
+    cp_lat = C.group_latency(t * cp, x.domain, x.fast_lat, x.net_lat)
+    cp_layer_s = C.collective_time_s(cp_layer, cp_bw, 3 * (cp - 1), cp_lat)
+    cp_layer_exposed = T.exposed_time_s(cp_layer_s, 3 * att_s)  # ring attention overlaps the core
+
+    head_s = (3 * T.compute_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp), x.peak_flops,
+                                   x.gemm_eff)
+              + T.memory_bound_time_s(3 * logits_act, x.hbm_bw, x.hbm_eff))
+
+    pp_bw = C.group_bandwidth(2 * t * cp * x.dp, x.domain, x.fast_bw, x.net_bw)
+    pp_lat = C.group_latency(2 * t * cp * x.dp, x.domain, x.fast_lat, x.net_lat)
+    pp_mb_bytes = C.pp_step_bytes(p, 1, v, boundary)
+    pp_mb_s = C.collective_time_s(pp_mb_bytes, pp_bw, 2 * (v * p - 1) / p, pp_lat)
+
+    compute_mb_s = layers * (fwd_s + bwd_s + recompute_s) + head_s
+    tp_mb_s = layers * tp_layer_exposed
+    cp_mb_s = layers * cp_layer_exposed
+
+    dp_bw = C.group_bandwidth(t * cp * x.dp, x.domain, x.fast_bw, x.net_bw)
+    dp_lat = C.group_latency(t * cp * x.dp, x.domain, x.fast_lat, x.net_lat)
+    if c.zero_stage is ZeroStage.PARAMETERS:
+        # weights gathered before each micro-batch's forward and backward, prefetched under the
+        # previous layer's compute; gradients reduce-scattered once at the end of the step
+        gather_s = C.collective_time_s(C.ring_gather_bytes(d_shard, 2 * x.w_bytes * stage_params),
+                                       dp_bw, 2 * (d_shard - 1), dp_lat)
+        zero3_mb_s = T.exposed_time_s(gather_s, compute_mb_s)
+        tail_bytes = C.ring_gather_bytes(d_shard, x.g_bytes * stage_params)
+    else:
+        zero3_mb_s = 0
+        tail_bytes = dp_bytes
+    dp_tail_s = C.collective_time_s(tail_bytes, dp_bw, 2 * (d_shard - 1), dp_lat)
+    # with overlap the reduction runs under the last micro-batch's backward pass
+    dp_tail_exposed = T.exposed_time_s(dp_tail_s, x.overlap * layers * (bwd_s + recompute_s))
+
+    opt_shard = d_shard if z >= 1 else 1
+    optimizer_s = T.memory_bound_time_s(T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes,
+                                                               opt_shard), x.hbm_bw, x.hbm_eff)
+
+    stage_mb_s = compute_mb_s + tp_mb_s + cp_mb_s + pp_mb_s + zero3_mb_s
+    slots = PL.pipeline_slots(p, m, v)
+    step_s = T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s)
+    n_gpus = x.dp * t * p * cp
+
+    return dict(
+        n_params=n_params, vocab_padded=vocab_padded,
+        params_first_stage=params_first, params_last_stage=params_last, stage_params=stage_params,
+        is_first_stage=is_first,
+        weights_bytes=worst[0], gradients_bytes=worst[1], optimizer_bytes=worst[2],
+        activations_bytes=worst[3], overhead_bytes=worst[4], total_bytes=total_bytes,
+        capacity_bytes=x.capacity, layer_activation_bytes=layer_act,
+        inflight_first=inflight_first, inflight_last=inflight_last,
+        dp_bytes=dp_bytes, tp_bytes=tp_bytes, pp_bytes=pp_bytes, cp_bytes=cp_bytes,
+        bubble_fraction=bubble,
+        model_flops=model_flops, hardware_flops=hardware_flops,
+        compute_s=m * compute_mb_s, tp_exposed_s=m * tp_mb_s, cp_exposed_s=m * cp_mb_s,
+        pp_exposed_s=m * pp_mb_s, dp_exposed_s=m * zero3_mb_s + dp_tail_exposed,
+        bubble_s=stage_mb_s * (p - 1) / v, optimizer_s=optimizer_s, step_s=step_s,
+        stage_microbatch_s=stage_mb_s, forward_layer_s=fwd_s,
+        tokens_per_s=T.tokens_per_s(x.gbs, s, step_s),
+        mfu=T.mfu(model_flops, step_s, n_gpus, x.peak_flops),
+        hfu=T.mfu(hardware_flops, step_s, n_gpus, x.peak_flops),
+    )

@@ -1,0 +1,70 @@
+"""A tiny namespace that lets one formula run on floats, numpy arrays and sympy symbols.
+
+Formulas never branch on values. Where a quantity needs a minimum, a maximum, a ceiling or a
+choice between two links, it calls one of these, and the call is routed to the backend of its
+arguments: Python's own functions for floats, numpy for arrays, sympy for symbols. sympy is only
+imported when a symbol is actually seen, so the vectorised search never pays for it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _is_symbolic(*xs) -> bool:
+    return any(type(x).__module__.startswith("sympy") for x in xs)
+
+
+def _is_array(*xs) -> bool:
+    return any(isinstance(x, np.ndarray) for x in xs)
+
+
+def minimum(a, b):
+    """min(a, b) on any backend."""
+    if _is_symbolic(a, b):
+        import sympy
+
+        return sympy.Min(a, b)
+    if _is_array(a, b):
+        return np.minimum(a, b)
+    return min(a, b)
+
+
+def maximum(a, b):
+    """max(a, b) on any backend."""
+    if _is_symbolic(a, b):
+        import sympy
+
+        return sympy.Max(a, b)
+    if _is_array(a, b):
+        return np.maximum(a, b)
+    return max(a, b)
+
+
+def ceil(x):
+    """⌈x⌉ on any backend."""
+    if _is_symbolic(x):
+        import sympy
+
+        return sympy.ceiling(x)
+    if _is_array(x):
+        return np.ceil(x)
+    return float(math.ceil(x))
+
+
+def le(a, b):
+    """The indicator 1[a ≤ b] as a number (1.0 or 0.0) on any backend."""
+    if _is_symbolic(a, b):
+        import sympy
+
+        return sympy.Piecewise((1, sympy.Le(a, b)), (0, True))
+    if _is_array(a, b):
+        return (np.asarray(a) <= np.asarray(b)).astype(np.float64)
+    return 1.0 if a <= b else 0.0
+
+
+def select(indicator, if_one, if_zero):
+    """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1."""
+    return indicator * if_one + (1 - indicator) * if_zero

@@ -1,0 +1,67 @@
+"""Floating-point operations, from the shapes (a multiply-add is 2 FLOPs).
+
+Per layer and micro-batch the forward pass runs each weight matrix once over b·s tokens,
+2·b·s·(matmul weights), plus the two attention matmuls QKᵀ and P·V, 2·2·b·s²·a·d_h; the LM head
+adds 2·b·s·V·h. The backward pass costs twice the forward (gradients of inputs and of weights).
+For GPT (12h² matmul weights, a·d_h = h) three passes give Korthikanti 2022's model FLOPs
+72·B·L·s·h²·(1 + s/6h + V/12hL), and with full recompute's extra forward Narayanan 2021 eq. 3,
+96·B·s·L·h²·(1 + s/6h + V/16Lh).
+
+Convention: *model* FLOPs count the attention matmuls over the whole s×s square (the Megatron /
+PaLM convention for MFU), so MFU figures compare with the papers'. The time model uses the FLOPs
+actually executed: a causal fused (flash) kernel skips the masked half, the classic
+implementation computes the whole square.
+"""
+
+from __future__ import annotations
+
+
+def matmul_weight_params_active(attention_weights, mlp_weights_per_expert, top_k, router):
+    """Weights each token meets in one layer: attention, top-k experts' MLPs (1 for dense), router."""
+    return attention_weights + top_k * mlp_weights_per_expert + router
+
+
+def layer_matmul_flops(seq_len, mbs, active_weights):
+    """Forward matmul FLOPs of one layer for one micro-batch: 2·b·s·(weights met per token).
+    GPT: 2·b·s·12h² = 24bsh²."""
+    return 2 * mbs * seq_len * active_weights
+
+
+def layer_attention_flops(seq_len, mbs, n_heads, head_dim, causal_fraction=1):
+    """Forward QKᵀ and P·V for one micro-batch: 4·b·s²·a·d_h · causal_fraction
+    (1 for the whole square; 1/2 when a causal kernel skips the masked half). GPT: 4bs²h."""
+    return 4 * mbs * seq_len**2 * n_heads * head_dim * causal_fraction
+
+
+def head_flops(seq_len, mbs, vocab, hidden):
+    """Forward LM head (logits) for one micro-batch: 2·b·s·V·h."""
+    return 2 * mbs * seq_len * vocab * hidden
+
+
+def model_flops(gbs, seq_len, n_layers, layer_matmul_per_seq, layer_attention_per_seq,
+                head_per_seq):
+    """Model FLOPs per step (no recompute): 3·B·(L·(layer matmuls + attention) + head),
+    with the per-sequence (b = 1) forward figures."""
+    return 3 * gbs * (n_layers * (layer_matmul_per_seq + layer_attention_per_seq) + head_per_seq)
+
+
+def recompute_flops(gbs, n_layers, layer_matmul_per_seq, layer_attention_per_seq,
+                    matmul_share, attention_share):
+    """Extra forward work recomputation adds per step: B·L·(share·matmuls + share·attention).
+    full: both shares 1 (the whole layer forward again); selective: attention only (QKᵀ, P·V)."""
+    return gbs * n_layers * (matmul_share * layer_matmul_per_seq
+                             + attention_share * layer_attention_per_seq)
+
+
+def narayanan_flops(gbs, seq_len, n_layers, hidden, vocab):
+    """Narayanan et al. 2021 eq. 3, FLOPs per iteration with full recompute for the GPT shape:
+    96·B·s·l·h²·(1 + s/6h + V/16lh)."""
+    return 96 * gbs * seq_len * n_layers * hidden**2 * (
+        1 + seq_len / (6 * hidden) + vocab / (16 * n_layers * hidden))
+
+
+def korthikanti_model_flops(gbs, seq_len, n_layers, hidden, vocab):
+    """Korthikanti et al. 2022 §6, model FLOPs per iteration for the GPT shape:
+    72·B·L·s·h²·(1 + s/6h + V/12hL)."""
+    return 72 * gbs * n_layers * seq_len * hidden**2 * (
+        1 + seq_len / (6 * hidden) + vocab / (12 * hidden * n_layers))

@@ -1,0 +1,124 @@
+"""Parameter counts from a transformer's shape.
+
+Notation (Narayanan et al. 2021; Korthikanti et al. 2022): h hidden size, a attention heads,
+k key/value heads (GQA; k = a is multi-head attention), d_h head dimension (h/a unless the model
+says otherwise), f feed-forward size, n_mlp the MLP's weight matrices (2 for GELU, 3 for SwiGLU),
+V vocabulary, s sequence length, L layers, E experts.
+
+Sharding by tensor parallelism (Shoeybi et al. 2019, Megatron-LM): Q/K/V and the first MLP matrices
+are column-parallel (weights and biases split over t), the attention output and the last MLP
+matrix are row-parallel (weights split, their biases replicated), norms are replicated.
+"""
+
+from __future__ import annotations
+
+from . import _ops
+
+
+def attention_weight_params(hidden, n_heads, n_kv_heads, head_dim):
+    """Q and O are h × a·d_h; K and V are h × k·d_h:  h·d_h·(2a + 2k).
+
+    With k = a and d_h = h/a this is the classic 4h² (Narayanan 2021 eq. 2's 4h² term)."""
+    return hidden * head_dim * (2 * n_heads + 2 * n_kv_heads)
+
+
+def mlp_weight_params(hidden, ffn, n_mlp_matrices, n_experts=1):
+    """n_mlp · h · f per expert: 2hf for GELU (8h² at f = 4h), 3hf for SwiGLU."""
+    return n_experts * n_mlp_matrices * hidden * ffn
+
+
+def router_params(hidden, n_experts):
+    """The MoE router h × E (zero for a dense model, E = 1 counts nothing: E·h·[E > 1] is
+    applied by the caller through n_router_experts)."""
+    return hidden * n_experts
+
+
+def column_bias_params(hidden, n_heads, n_kv_heads, head_dim, ffn, n_mlp_matrices, bias, n_experts=1):
+    """Biases of the column-parallel linears (split by t): QKV d_h·(a + 2k) and the MLP's first
+    matrices (n_mlp − 1)·f per expert. `bias` is 1 for GPT-style models, 0 for Llama-style."""
+    return bias * (head_dim * (n_heads + 2 * n_kv_heads) + n_experts * (n_mlp_matrices - 1) * ffn)
+
+
+def row_bias_params(hidden, bias, n_experts=1):
+    """Biases of the row-parallel linears (replicated over t): attention output h, MLP output h."""
+    return bias * (hidden + n_experts * hidden)
+
+
+def norm_params(hidden, norm_width):
+    """Two norms per layer; `norm_width` = 2 for LayerNorm (γ, β), 1 for RMSNorm (γ)."""
+    return 2 * norm_width * hidden
+
+
+def layer_sharded_params(hidden, n_heads, n_kv_heads, head_dim, ffn, n_mlp_matrices, bias,
+                         n_experts=1, n_router_experts=0):
+    """Per-layer parameters that tensor parallelism splits t ways (the router is replicated in
+    Megatron-Core, but it is E·h, negligible; it is counted here with the sharded weights only to
+    keep one sum)."""
+    return (attention_weight_params(hidden, n_heads, n_kv_heads, head_dim)
+            + mlp_weight_params(hidden, ffn, n_mlp_matrices, n_experts)
+            + column_bias_params(hidden, n_heads, n_kv_heads, head_dim, ffn, n_mlp_matrices, bias,
+                                 n_experts)
+            + router_params(hidden, n_router_experts))
+
+
+def layer_replicated_params(hidden, bias, norm_width, n_experts=1):
+    """Per-layer parameters every tensor-parallel rank holds whole: norms and row-parallel biases."""
+    return norm_params(hidden, norm_width) + row_bias_params(hidden, bias, n_experts)
+
+
+def layer_params(hidden, n_heads, n_kv_heads, head_dim, ffn, n_mlp_matrices, bias, norm_width,
+                 n_experts=1, n_router_experts=0):
+    """All parameters of one transformer layer. GPT (a = k, d_h = h/a, f = 4h, GELU, biases,
+    LayerNorm): 12h² + 13h, Narayanan 2021 eq. 2."""
+    return (layer_sharded_params(hidden, n_heads, n_kv_heads, head_dim, ffn, n_mlp_matrices, bias,
+                                 n_experts, n_router_experts)
+            + layer_replicated_params(hidden, bias, norm_width, n_experts))
+
+
+def embedding_params(vocab, hidden):
+    """Token embedding V × h (the LM head has the same shape)."""
+    return vocab * hidden
+
+
+def position_embedding_params(max_positions, hidden, learned_positions):
+    """Learned absolute positions s × h (GPT); 0 for rotary embeddings (Llama)."""
+    return learned_positions * max_positions * hidden
+
+
+def model_params(n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, n_mlp_matrices, bias,
+                 norm_width, vocab, max_positions, learned_positions, tied_embeddings,
+                 n_experts=1, n_router_experts=0):
+    """Ψ = L·(layer) + V·h·(2 − tied) + positions + final norm.
+
+    GPT-3 175B (L=96, h=12288, V=51,200, s=2048): 12Lh²(1 + 13/12h + (V+s)/12Lh) + 2h ≈ 174.6·10⁹,
+    Narayanan 2021 eq. 2 (which leaves out the final norm's 2h)."""
+    return (n_layers * layer_params(hidden, n_heads, n_kv_heads, head_dim, ffn, n_mlp_matrices,
+                                    bias, norm_width, n_experts, n_router_experts)
+            + (2 - tied_embeddings) * embedding_params(vocab, hidden)
+            + position_embedding_params(max_positions, hidden, learned_positions)
+            + norm_width * hidden)
+
+
+def padded_vocab(vocab, tp, multiple=128):
+    """Megatron pads V up to a multiple of 128·t so each rank's slice is GEMM-friendly:
+    V_pad = ⌈V / (128·t)⌉ · 128·t  (megatron/training/tokenizer `_vocab_size_with_padding`)."""
+    return _ops.ceil(vocab / (multiple * tp)) * multiple * tp
+
+
+def stage_params_per_gpu(n_layers, pp, tp, layer_sharded, layer_replicated, vocab_padded, hidden,
+                         position_params, norm_width, tied_embeddings, first_stage, single_stage):
+    """Parameters held by one GPU of the first (first_stage = 1) or last (0) pipeline stage.
+
+    (L/p)·(sharded/t + replicated)  — the stage's layers
+    + first stage: V_pad·h/t embedding + positions (replicated over t)
+    + last stage: V_pad·h/t LM head (also when tied and p > 1: Megatron keeps a copy of the
+      embedding on the last stage to compute the head, and all-reduces its gradient), final norm.
+    With p = 1 (single_stage = 1) one GPU holds both ends, and a tied head adds nothing.
+    """
+    layers = n_layers / pp * (layer_sharded / tp + layer_replicated)
+    embedding = vocab_padded * hidden / tp
+    first = embedding + position_params
+    head_copies = _ops.select(single_stage, 1 - tied_embeddings, 1)
+    last = head_copies * embedding + norm_width * hidden
+    ends = _ops.select(single_stage, first + last, _ops.select(first_stage, first, last))
+    return layers + ends

@@ -1,0 +1,73 @@
+"""Time: compute at an achievable fraction of peak, memory-bound work at an achievable fraction of
+HBM bandwidth, and the communication that compute does not hide.
+
+All times are per GPU; the pipeline's step is governed by its slowest stage (the last, which also
+runs the LM head and the loss).
+"""
+
+from __future__ import annotations
+
+from . import _ops
+
+
+def compute_time_s(flops, peak_flops_per_s, efficiency):
+    """flops / (peak · η), η the fraction of dense peak that training GEMMs reach (profile)."""
+    return flops / (peak_flops_per_s * efficiency)
+
+
+def memory_bound_time_s(bytes_moved, hbm_bytes_per_s, efficiency):
+    """bytes / (HBM bandwidth · η_hbm): norms, residual adds, activations, softmax, optimizer."""
+    return bytes_moved / (hbm_bytes_per_s * efficiency)
+
+
+def layer_elementwise_bytes(seq_len, mbs, hidden, ffn, n_mlp_matrices, n_heads, n_kv_heads,
+                            head_dim, dropout, rotary, tp, cp, sp_divisor, act_bytes=2):
+    """HBM traffic of one layer's forward pass outside the GEMMs, per GPU and micro-batch:
+
+    replicated over TP (split by t only with sequence parallelism, sp_divisor = t):
+        two norms (read + write: 2·act each), two residual adds with bias and dropout
+        (read two, write one: 3·act each, + the 1-byte mask): sbh·(10·act + 2·dropout)
+    split by TP:
+        the MLP activation (GELU reads f, writes f; SwiGLU reads 2f, writes f): n_mlp·act·sbf
+        rotary embedding on Q and K (read + write): rotary·2·act·sb·d_h·(a + k)
+    everything over c (context parallel)."""
+    s = seq_len / cp
+    replicated = s * mbs * hidden * (10 * act_bytes + 2 * dropout)
+    sharded = (n_mlp_matrices * act_bytes * s * mbs * ffn
+               + rotary * 2 * act_bytes * s * mbs * head_dim * (n_heads + n_kv_heads))
+    return replicated / sp_divisor + sharded / tp
+
+
+def attention_core_bytes(seq_len, mbs, n_heads, tp, cp, dropout, materialised, act_bytes=2):
+    """HBM traffic of a classic (materialised, = 1) attention core per GPU and micro-batch: the
+    softmax reads and writes the a·(s/c)·s·b scores (2·act), dropout reads them, writes them and
+    a 1-byte mask (2·act + 1). A fused kernel (materialised = 0) keeps them on chip."""
+    return (materialised * n_heads * seq_len / cp * seq_len * mbs / tp
+            * (2 * act_bytes + dropout * (2 * act_bytes + 1)))
+
+
+def optimizer_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard_optimizer):
+    """Adam's step streams, per parameter it owns: the gradient in, master, m and v in and out
+    (2·4 B each), the new 16-bit weight out:  (g + 24 + w)·Ψ/d_opt."""
+    return (bytes_per_grad + 24 + bytes_per_weight) * params / dp_shard_optimizer
+
+
+def exposed_time_s(comm_s, overlappable_compute_s):
+    """Communication that runs beside compute shows only where it is longer: max(0, comm − compute)."""
+    return _ops.maximum(0, comm_s - overlappable_compute_s)
+
+
+def step_time_s(stage_microbatch_s, slots, dp_exposed_s, optimizer_s):
+    """Step = one stage's time for a whole micro-batch × the schedule's slots (m + (p − 1)/v)
+    + the data-parallel tail compute cannot hide + the optimizer step."""
+    return stage_microbatch_s * slots + dp_exposed_s + optimizer_s
+
+
+def mfu(model_flops_per_step, step_s, n_gpus, peak_flops_per_s):
+    """Model FLOPs utilisation: model FLOPs / (step time · GPUs · peak)."""
+    return model_flops_per_step / (step_s * n_gpus * peak_flops_per_s)
+
+
+def tokens_per_s(gbs, seq_len, step_s):
+    """B·s / step time."""
+    return gbs * seq_len / step_s

@@ -1,0 +1,211 @@
+"""Typed, validated inputs: a model's shape, a hardware profile, a parallel plan.
+
+Data files use human units in their key names (`hbm_gib`, `nvlink_busbw_gb_per_s`); the
+properties here convert them once to base units (bytes, seconds, FLOP/s).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+from .formulas import params as P
+from .formulas.choices import (
+    MLP_MATRICES,
+    Attention,
+    MlpKind,
+    Precision,
+    Recompute,
+    Schedule,
+    ZeroStage,
+)
+from .units import GB, GIB, TFLOPS, US
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+
+
+class ModelSpec(_Strict):
+    """A decoder-only transformer's shape."""
+
+    name: str
+    description: str = ""
+    source: str = Field("", description="Where the shape comes from (paper, model card, config).")
+    n_layers: PositiveInt
+    hidden: PositiveInt
+    n_heads: PositiveInt
+    n_kv_heads: PositiveInt | None = Field(None, description="GQA key/value heads; default n_heads.")
+    head_dim: PositiveInt | None = Field(None, description="Default hidden / n_heads.")
+    ffn: PositiveInt = Field(description="Feed-forward (intermediate) size; per expert for MoE.")
+    vocab: PositiveInt
+    seq_len: PositiveInt = Field(description="Default training sequence length.")
+    max_positions: PositiveInt | None = Field(None, description="Learned position table size.")
+    mlp: MlpKind = MlpKind.SWIGLU
+    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    bias: bool = Field(False, description="Linear layers carry biases (GPT) or not (Llama).")
+    position_embedding: Literal["learned", "rotary"] = "rotary"
+    tied_embeddings: bool = False
+    dropout: bool = Field(False, description="Dropout layers present (GPT-3 era) or not.")
+    n_experts: PositiveInt = 1
+    top_k: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim is None and self.hidden % self.n_heads:
+            raise ValueError(
+                f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads}), "
+                "or head_dim must be given")
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k ({self.top_k}) cannot exceed n_experts ({self.n_experts})")
+        return self
+
+    # Derived numbers, each in one place.
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden // self.n_heads
+
+    @property
+    def n_mlp_matrices(self) -> int:
+        return MLP_MATRICES[self.mlp]
+
+    @property
+    def norm_width(self) -> int:
+        return 2 if self.norm == "layernorm" else 1
+
+    @property
+    def learned_positions(self) -> int:
+        return 1 if self.position_embedding == "learned" else 0
+
+    @property
+    def positions(self) -> int:
+        return self.max_positions or self.seq_len
+
+    @property
+    def router_experts(self) -> int:
+        return self.n_experts if self.n_experts > 1 else 0
+
+    @property
+    def n_params(self) -> float:
+        """Total parameters Ψ (unpadded vocabulary)."""
+        return P.model_params(
+            self.n_layers, self.hidden, self.n_heads, self.kv_heads, self.dim_head, self.ffn,
+            self.n_mlp_matrices, int(self.bias), self.norm_width, self.vocab, self.positions,
+            self.learned_positions, int(self.tied_embeddings), self.n_experts, self.router_experts)
+
+
+# --------------------------------------------------------------------------------------------
+# Hardware
+
+
+class PerPrecision(_Strict):
+    bf16: PositiveFloat
+    fp16: PositiveFloat
+    fp8: PositiveFloat | None = None
+
+    def of(self, precision: Precision) -> float | None:
+        return getattr(self, precision.value)
+
+
+class Link(_Strict):
+    """One kind of link, per GPU."""
+
+    gb_per_s: PositiveFloat = Field(description="Nominal per-GPU bandwidth, one direction (GB/s).")
+    busbw_gb_per_s: PositiveFloat = Field(
+        description="Achievable NCCL all-reduce bus bandwidth per GPU on this link (GB/s).")
+    latency_us: PositiveFloat = Field(description="Per-step latency of a ring collective (µs).")
+
+    @property
+    def busbw_bytes_per_s(self) -> float:
+        return self.busbw_gb_per_s * GB
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * US
+
+
+class Efficiency(_Strict):
+    """Achievable fractions of the peaks, each with its source in the profile file."""
+
+    gemm: PerPrecision = Field(description="Fraction of dense peak training GEMMs reach.")
+    hbm: float = Field(gt=0, le=1, description="Fraction of HBM bandwidth memory-bound kernels reach.")
+
+
+class Runtime(_Strict):
+    reserved_gib: float = Field(ge=0, description="CUDA context, workspaces, NCCL buffers (GiB).")
+    fragmentation_fraction: float = Field(ge=0, lt=1,
+                                          description="Allocator fragmentation, share of tensors.")
+
+
+class HardwareProfile(_Strict):
+    """A GPU and the cluster it sits in."""
+
+    name: str
+    description: str = ""
+    gpu: str
+    hbm_gib: PositiveFloat = Field(description="Memory a training process can use (GiB).")
+    hbm_tb_per_s: PositiveFloat
+    peak_tflops: PerPrecision = Field(description="Dense (no sparsity) peak per precision.")
+    gpus_per_domain: PositiveInt = Field(description="GPUs that share the fast (NVLink) domain.")
+    fast: Link
+    network: Link
+    efficiency: Efficiency
+    runtime: Runtime
+    tdp_w: PositiveFloat | None = None
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.hbm_gib * GIB
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_tb_per_s * 1e12
+
+    def peak_flops_per_s(self, precision: Precision) -> float | None:
+        value = self.peak_tflops.of(precision)
+        return None if value is None else value * TFLOPS
+
+    def gemm_efficiency(self, precision: Precision) -> float | None:
+        return self.efficiency.gemm.of(precision)
+
+
+# --------------------------------------------------------------------------------------------
+# Plan
+
+
+class PlanConfig(_Strict):
+    """One layout of a training step over the cluster. gbs = mbs · n_micro · dp."""
+
+    dp: PositiveInt
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    cp: PositiveInt = 1
+    vpp: PositiveInt = 1
+    mbs: PositiveInt = 1
+    n_micro: PositiveInt = 1
+    gbs: PositiveInt
+    seq_len: PositiveInt
+    zero_stage: ZeroStage = ZeroStage.OPTIMIZER
+    recompute: Recompute = Recompute.SELECTIVE
+    sequence_parallel: bool = True
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    precision: Precision = Precision.BF16
+    grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    attention: Attention = Attention.FLASH
+    overlap_grad_reduce: bool = True
+
+    @property
+    def n_gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
