@@ -1,0 +1,34 @@
+"""plan3d: closed-form cost models and a search for 3D-parallel LLM training.
+
+The library the CLI is built on::
+
+    from planner import load_model, load_hardware, explain, estimate, search
+    from planner.schema import PlanConfig
+
+    model, hw = load_model("70b"), load_hardware("h100-nvlink")
+    plan = explain(model, hw, PlanConfig(dp=16, tp=8, pp=4, mbs=1, n_micro=64, gbs=1024,
+                                         seq_len=8192))
+    plan.memory.total_bytes, plan.time.step_s, [t.formula for t in plan.terms]
+"""
+
+__version__ = "0.1.0"
+
+from .catalog import load_hardware, load_model  # noqa: E402
+from .estimate import estimate  # noqa: E402
+
+
+def explain(model, hw, config):
+    """One plan with every term's formula (imports sympy on first use)."""
+    from .explain import explain as _explain
+
+    return _explain(model, hw, config)
+
+
+def search(model, hw, request, **kwargs):
+    """Rank the plans that fit (see planner.search.search)."""
+    from .search import search as _search
+
+    return _search(model, hw, request, **kwargs)
+
+
+__all__ = ["load_model", "load_hardware", "estimate", "explain", "search", "__version__"]

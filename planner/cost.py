@@ -64,6 +64,7 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm, domain=hw.gpus_per_domain,
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
+        kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
         reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
         capacity=hw.capacity_bytes,
     )
@@ -85,137 +86,149 @@ def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Simple
                            **config_numbers(config))
 
 
-def plan_costs(x, c: Choices) -> dict:
-    """Every reported quantity of a plan. `x` holds numbers (any backend), `c` the choices."""
+def _same(name, value):
+    return value
+
+
+def plan_costs(x, c: Choices, note=_same) -> dict:
+    """Every reported quantity of a plan. `x` holds numbers (any backend), `c` the choices.
+
+    `note(name, value)` is called on each named intermediate (see TERMS) and its return value is
+    used downstream: the identity for numbers; `explain` records the expression and hands back a
+    symbol, so that every term's formula is shown in terms of the terms before it."""
     L, h, s, b, t, p, cp, v, m = (x.n_layers, x.hidden, x.seq_len, x.mbs, x.tp, x.pp, x.cp, x.vpp,
                                   x.n_micro)
     d_shard = x.dp * cp  # ZeRO and the gradient reduction span data × context parallel ranks
     single_stage = _ops.le(p, 1)
-    layers = L / p
+    layers = note("stage_layers", P.layers_per_stage(L, p, v))
+    z = int(c.zero_stage)
 
     # ---- parameters -------------------------------------------------------------------------
+    n_params = note("n_params", P.model_params(
+        L, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, x.bias, x.norm_width, x.vocab,
+        x.positions, x.learned_positions, x.tied, x.n_experts, x.router_experts))
     layer_sharded = P.layer_sharded_params(h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp,
                                            x.bias, x.n_experts, x.router_experts)
     layer_replicated = P.layer_replicated_params(h, x.bias, x.norm_width, x.n_experts)
-    vocab_padded = P.padded_vocab(x.vocab, t)
+    vocab_padded = note("vocab_padded", P.padded_vocab(x.vocab, t))
     positions = P.position_embedding_params(x.positions, h, x.learned_positions)
-    n_params = P.model_params(L, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, x.bias,
-                              x.norm_width, x.vocab, x.positions, x.learned_positions, x.tied,
-                              x.n_experts, x.router_experts)
 
     def stage(first):
-        return P.stage_params_per_gpu(L, p, t, layer_sharded, layer_replicated, vocab_padded, h,
+        return P.stage_params_per_gpu(layers, t, layer_sharded, layer_replicated, vocab_padded, h,
                                       positions, x.norm_width, x.tied, first, single_stage)
 
-    params_first, params_last = stage(1), stage(0)
+    params_first = note("params_first_stage", stage(1))
+    params_last = note("params_last_stage", stage(0))
 
-    # ---- memory ----------------------------------------------------------------------------
-    z = int(c.zero_stage)
-
-    def states(psi):
-        return (M.weight_bytes(psi, x.w_bytes, d_shard, z),
-                M.gradient_bytes(psi, x.g_bytes, d_shard, z),
-                M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z))
-
-    layer_act = A.layer_activation_bytes(s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn,
-                                         x.n_mlp, x.dropout, t, cp, c.sequence_parallel,
-                                         c.recompute, c.attention, x.act_bytes)
-    inflight_first = PL.in_flight_first_stage(p, m, v, c.schedule)
-    inflight_last = PL.in_flight_last_stage(p, m, v, c.schedule)
+    # ---- activations ------------------------------------------------------------------------
+    layer_act = note("layer_activation_bytes", A.layer_activation_bytes(
+        s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, x.dropout, t, cp,
+        c.sequence_parallel, c.recompute, c.attention, x.act_bytes))
+    inflight_first = note("inflight_first", PL.in_flight_first_stage(p, m, v, c.schedule))
+    inflight_last = note("inflight_last", PL.in_flight_last_stage(p, m, v, c.schedule))
     embed_act = A.embedding_activation_bytes(s, b, h, x.dropout, t, cp, c.sequence_parallel)
-    logits_act = A.logits_activation_bytes(s, b, vocab_padded, t, cp)
+    logits_act = note("logits_bytes", A.logits_activation_bytes(s, b, vocab_padded, t, cp))
     act_first = inflight_first * (layers * layer_act + embed_act) + single_stage * logits_act
     act_last = inflight_last * layers * layer_act + logits_act
 
+    # ---- memory of the most loaded stage -----------------------------------------------------
     prefetch = (M.zero3_prefetch_bytes(layer_sharded, layer_replicated, t, x.w_bytes)
                 if c.zero_stage is ZeroStage.PARAMETERS else 0)
 
-    def total(psi, act):
-        w, g, o = states(psi)
-        dynamic = w + g + o + act + prefetch
-        return w, g, o, act, M.runtime_overhead_bytes(x.reserved, x.frag, dynamic) + prefetch
+    def memory(psi, act):
+        w = M.weight_bytes(psi, x.w_bytes, d_shard, z)
+        g = M.gradient_bytes(psi, x.g_bytes, d_shard, z)
+        o = M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z)
+        overhead = M.runtime_overhead_bytes(x.reserved, x.frag, w + g + o + act + prefetch)
+        return w, g, o, act, overhead + prefetch
 
-    first = total(params_first, act_first)
-    last = total(params_last, act_last)
-    first_total, last_total = sum(first), sum(last)
-    is_first = _ops.le(last_total, first_total)  # the most loaded stage
+    first, last = memory(params_first, act_first), memory(params_last, act_last)
+    is_first = _ops.le(sum(last), sum(first))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
-    total_bytes = _ops.select(is_first, first_total, last_total)
-    stage_params = _ops.select(is_first, params_first, params_last)
+    stage_params = note("stage_params", _ops.select(is_first, params_first, params_last))
+    weights = note("weights_bytes", worst[0])
+    grads = note("gradients_bytes", worst[1])
+    optimizer = note("optimizer_bytes", worst[2])
+    activations = note("activations_bytes", worst[3])
+    overhead = note("overhead_bytes", worst[4])
+    total_bytes = note("total_bytes", weights + grads + optimizer + activations + overhead)
 
-    # ---- communication volume per GPU per step ---------------------------------------------
-    tp_layer = C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes)
+    # ---- communication volume per GPU per step, and the bubble --------------------------------
+    tp_layer = note("tp_layer_bytes", C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes))
     fwd_passes = 2 if c.recompute is Recompute.FULL else 1
-    tp_bytes = C.tp_step_bytes(layers, m, tp_layer, fwd_passes)
-    boundary = C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes)
-    pp_bytes = C.pp_step_bytes(p, m, v, boundary)
+    tp_bytes = note("tp_bytes", C.tp_step_bytes(layers, m, tp_layer, fwd_passes))
+    boundary = note("pp_boundary_bytes", C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes))
+    pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v, boundary))
     cp_layer = C.cp_layer_bytes(s, b, h, x.n_heads, x.n_kv_heads, t, cp, x.act_bytes)
-    cp_bytes = layers * m * cp_layer
-    dp_bytes = C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m, z)
+    cp_bytes = note("cp_bytes", layers * m * cp_layer)
+    dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
+                                                    z))
+    bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v))
 
-    bubble = PL.bubble_fraction(p, m, v)
-
-    # ---- FLOPs ------------------------------------------------------------------------------
+    # ---- FLOPs per step ---------------------------------------------------------------------
     attn_w = P.attention_weight_params(h, x.n_heads, x.n_kv_heads, x.head_dim)
     mlp_w = P.mlp_weight_params(h, x.ffn, x.n_mlp)
     active = F.matmul_weight_params_active(attn_w, mlp_w, x.top_k, h * x.router_experts)
-    mm_seq = F.layer_matmul_flops(s, 1, active)  # per sequence, forward
+    mm_seq = F.layer_matmul_flops(s, 1, active)  # forward, per sequence
     att_seq = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim)
     head_seq = F.head_flops(s, 1, x.vocab, h)
-    model_flops = F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq)
+    model_flops = note("model_flops", F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq))
     shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
-    hardware_flops = model_flops + F.recompute_flops(x.gbs, L, mm_seq, att_seq,
-                                                     *shares[c.recompute])
+    hardware_flops = note("hardware_flops", model_flops + F.recompute_flops(
+        x.gbs, L, mm_seq, att_seq, *shares[c.recompute]))
 
-    # ---- time: one micro-batch on the slowest (last) stage, per GPU -------------------------
+    # ---- time: one micro-batch on the slowest (last) stage, per GPU ----------------------------
     causal = 0.5 if c.attention is Attention.FLASH else 1
     materialised = 1 if c.attention is Attention.CLASSIC else 0
     sp_divisor = t if c.sequence_parallel else 1
-    mm_s = T.compute_time_s(F.layer_matmul_flops(s, b, active) / (t * cp), x.peak_flops, x.gemm_eff)
-    att_s = T.compute_time_s(F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal) / (t * cp),
-                             x.peak_flops, x.gemm_eff)
-    elem_s = T.memory_bound_time_s(
-        T.layer_elementwise_bytes(s, b, h, x.ffn * x.top_k, x.n_mlp, x.n_heads, x.n_kv_heads,
-                                  x.head_dim, x.dropout, x.rotary, t, cp, sp_divisor, x.act_bytes),
-        x.hbm_bw, x.hbm_eff)
-    core_s = T.memory_bound_time_s(
-        T.attention_core_bytes(s, b, x.n_heads, t, cp, x.dropout, materialised, x.act_bytes),
-        x.hbm_bw, x.hbm_eff)
-    fwd_s = mm_s + att_s + elem_s + core_s
-    bwd_s = 2 * fwd_s  # input and weight gradients: twice the forward's work
-    recompute_s = {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
-                   Recompute.FULL: fwd_s}[c.recompute]
+    mm_s = note("matmul_s", T.compute_time_s(F.layer_matmul_flops(s, b, active) / (t * cp),
+                                             x.peak_flops, x.gemm_eff))
+    att_s = note("attention_s", T.compute_time_s(
+        F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal) / (t * cp),
+        x.peak_flops, x.gemm_eff))
+    elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
+        s, b, h, x.ffn * x.top_k, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
+        x.rotary, t, cp, sp_divisor, x.act_bytes), x.hbm_bw, x.hbm_eff))
+    core_s = note("attention_core_s", T.memory_bound_time_s(T.attention_core_bytes(
+        s, b, x.n_heads, t, cp, x.dropout, materialised, x.act_bytes), x.hbm_bw, x.hbm_eff))
+    launch_s = T.kernel_overhead_s(T.KERNELS_PER_LAYER_FORWARD, x.kernel_s)
+    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s)
+    bwd_s = note("backward_layer_s", 2 * fwd_s)  # input and weight gradients: twice the forward
+    recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
+                                             Recompute.FULL: fwd_s}[c.recompute])
 
     tp_bw = C.group_bandwidth(t, x.domain, x.fast_bw, x.net_bw)
     tp_lat = C.group_latency(t, x.domain, x.fast_lat, x.net_lat)
-    tp_dir_s = C.collective_time_s(tp_layer, tp_bw, 4 * (t - 1), tp_lat)
+    tp_dir_s = note("tp_layer_s", C.collective_time_s(tp_layer, tp_bw, 4 * (t - 1), tp_lat))
     # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
-    # GEMMs (Megatron's asynchronous TP all-reduce), which are as long as the forward matmuls
+    # GEMMs (Megatron's asynchronous TP all-reduce), which take as long as the forward matmuls
     tp_layer_exposed = fwd_passes * tp_dir_s + T.exposed_time_s(tp_dir_s, mm_s)
 
     cp_bw = C.group_bandwidth(t * cp, x.domain, x.fast_bw, x.net_bw)
     cp_lat = C.group_latency(t * cp, x.domain, x.fast_lat, x.net_lat)
     cp_layer_s = C.collective_time_s(cp_layer, cp_bw, 3 * (cp - 1), cp_lat)
-    cp_layer_exposed = T.exposed_time_s(cp_layer_s, 3 * att_s)  # ring attention overlaps the core
+    cp_layer_exposed = T.exposed_time_s(cp_layer_s, 3 * att_s)  # ring attention hides under the core
 
-    head_s = (3 * T.compute_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp), x.peak_flops,
-                                   x.gemm_eff)
-              + T.memory_bound_time_s(3 * logits_act, x.hbm_bw, x.hbm_eff))
+    head_s = note("head_s", 3 * T.compute_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp),
+                                                 x.peak_flops, x.gemm_eff)
+                  + T.memory_bound_time_s(3 * logits_act, x.hbm_bw, x.hbm_eff))
 
-    pp_bw = C.group_bandwidth(2 * t * cp * x.dp, x.domain, x.fast_bw, x.net_bw)
-    pp_lat = C.group_latency(2 * t * cp * x.dp, x.domain, x.fast_lat, x.net_lat)
-    pp_mb_bytes = C.pp_step_bytes(p, 1, v, boundary)
-    pp_mb_s = C.collective_time_s(pp_mb_bytes, pp_bw, 2 * (v * p - 1) / p, pp_lat)
+    pp_span = 2 * t * cp * x.dp  # adjacent stages are t·c·d ranks apart (order tp-cp-dp-pp)
+    pp_bw = C.group_bandwidth(pp_span, x.domain, x.fast_bw, x.net_bw)
+    pp_lat = C.group_latency(pp_span, x.domain, x.fast_lat, x.net_lat)
+    pp_mb_s = C.collective_time_s(C.pp_step_bytes(p, 1, v, boundary), pp_bw, 2 * (v * p - 1) / p,
+                                  pp_lat)
 
-    compute_mb_s = layers * (fwd_s + bwd_s + recompute_s) + head_s
+    compute_mb_s = note("compute_microbatch_s", layers * (fwd_s + bwd_s + recompute_s) + head_s)
     tp_mb_s = layers * tp_layer_exposed
     cp_mb_s = layers * cp_layer_exposed
 
-    dp_bw = C.group_bandwidth(t * cp * x.dp, x.domain, x.fast_bw, x.net_bw)
-    dp_lat = C.group_latency(t * cp * x.dp, x.domain, x.fast_lat, x.net_lat)
+    dp_span = t * cp * x.dp
+    dp_bw = C.group_bandwidth(dp_span, x.domain, x.fast_bw, x.net_bw)
+    dp_lat = C.group_latency(dp_span, x.domain, x.fast_lat, x.net_lat)
     if c.zero_stage is ZeroStage.PARAMETERS:
-        # weights gathered before each micro-batch's forward and backward, prefetched under the
-        # previous layer's compute; gradients reduce-scattered once at the end of the step
+        # weights gathered for each micro-batch's forward and backward, prefetched under compute;
+        # gradients reduce-scattered once at the end of the step
         gather_s = C.collective_time_s(C.ring_gather_bytes(d_shard, 2 * x.w_bytes * stage_params),
                                        dp_bw, 2 * (d_shard - 1), dp_lat)
         zero3_mb_s = T.exposed_time_s(gather_s, compute_mb_s)
@@ -223,35 +236,39 @@ def plan_costs(x, c: Choices) -> dict:
     else:
         zero3_mb_s = 0
         tail_bytes = dp_bytes
-    dp_tail_s = C.collective_time_s(tail_bytes, dp_bw, 2 * (d_shard - 1), dp_lat)
+    dp_tail_s = note("dp_tail_s", C.collective_time_s(tail_bytes, dp_bw, 2 * (d_shard - 1), dp_lat))
     # with overlap the reduction runs under the last micro-batch's backward pass
     dp_tail_exposed = T.exposed_time_s(dp_tail_s, x.overlap * layers * (bwd_s + recompute_s))
 
     opt_shard = d_shard if z >= 1 else 1
-    optimizer_s = T.memory_bound_time_s(T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes,
-                                                               opt_shard), x.hbm_bw, x.hbm_eff)
+    optimizer_s = note("optimizer_s", T.memory_bound_time_s(
+        T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard), x.hbm_bw, x.hbm_eff))
 
-    stage_mb_s = compute_mb_s + tp_mb_s + cp_mb_s + pp_mb_s + zero3_mb_s
+    stage_mb_s = note("stage_microbatch_s", compute_mb_s + tp_mb_s + cp_mb_s + pp_mb_s + zero3_mb_s)
     slots = PL.pipeline_slots(p, m, v)
-    step_s = T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s)
+    step_s = note("step_s", T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s))
     n_gpus = x.dp * t * p * cp
 
+    tp_exposed = note("tp_exposed_s", m * tp_mb_s)
+    cp_exposed = note("cp_exposed_s", m * cp_mb_s)
+    pp_exposed = note("pp_exposed_s", m * pp_mb_s)
+    dp_exposed = note("dp_exposed_s", m * zero3_mb_s + dp_tail_exposed)
     return dict(
-        n_params=n_params, vocab_padded=vocab_padded,
+        n_params=n_params, vocab_padded=vocab_padded, stage_layers=layers,
         params_first_stage=params_first, params_last_stage=params_last, stage_params=stage_params,
         is_first_stage=is_first,
-        weights_bytes=worst[0], gradients_bytes=worst[1], optimizer_bytes=worst[2],
-        activations_bytes=worst[3], overhead_bytes=worst[4], total_bytes=total_bytes,
+        weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optimizer,
+        activations_bytes=activations, overhead_bytes=overhead, total_bytes=total_bytes,
         capacity_bytes=x.capacity, layer_activation_bytes=layer_act,
         inflight_first=inflight_first, inflight_last=inflight_last,
         dp_bytes=dp_bytes, tp_bytes=tp_bytes, pp_bytes=pp_bytes, cp_bytes=cp_bytes,
-        bubble_fraction=bubble,
-        model_flops=model_flops, hardware_flops=hardware_flops,
-        compute_s=m * compute_mb_s, tp_exposed_s=m * tp_mb_s, cp_exposed_s=m * cp_mb_s,
-        pp_exposed_s=m * pp_mb_s, dp_exposed_s=m * zero3_mb_s + dp_tail_exposed,
-        bubble_s=stage_mb_s * (p - 1) / v, optimizer_s=optimizer_s, step_s=step_s,
-        stage_microbatch_s=stage_mb_s, forward_layer_s=fwd_s,
-        tokens_per_s=T.tokens_per_s(x.gbs, s, step_s),
-        mfu=T.mfu(model_flops, step_s, n_gpus, x.peak_flops),
+        bubble_fraction=bubble, model_flops=model_flops, hardware_flops=hardware_flops,
+        compute_s=note("compute_s", m * compute_mb_s), tp_exposed_s=tp_exposed,
+        cp_exposed_s=cp_exposed, pp_exposed_s=pp_exposed, dp_exposed_s=dp_exposed,
+        exposed_comm_s=tp_exposed + cp_exposed + pp_exposed + dp_exposed,
+        bubble_s=note("bubble_s", stage_mb_s * (p - 1) / v), optimizer_s=optimizer_s,
+        step_s=step_s, stage_microbatch_s=stage_mb_s, forward_layer_s=fwd_s,
+        tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, s, step_s)),
+        mfu=note("mfu", T.mfu(model_flops, step_s, n_gpus, x.peak_flops)),
         hfu=T.mfu(hardware_flops, step_s, n_gpus, x.peak_flops),
     )

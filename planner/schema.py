@@ -141,6 +141,9 @@ class Efficiency(_Strict):
 
     gemm: PerPrecision = Field(description="Fraction of dense peak training GEMMs reach.")
     hbm: float = Field(gt=0, le=1, description="Fraction of HBM bandwidth memory-bound kernels reach.")
+    kernel_overhead_us: float = Field(
+        4.0, ge=0, description="Fixed cost per kernel (launch + tail wave), µs; CUDA launch "
+        "latency is ~3–5 µs without CUDA graphs (NVIDIA CUDA best-practices guide).")
 
 
 class Runtime(_Strict):

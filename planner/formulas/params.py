@@ -105,17 +105,24 @@ def padded_vocab(vocab, tp, multiple=128):
     return _ops.ceil(vocab / (multiple * tp)) * multiple * tp
 
 
-def stage_params_per_gpu(n_layers, pp, tp, layer_sharded, layer_replicated, vocab_padded, hidden,
+def layers_per_stage(n_layers, pp, vpp=1):
+    """Layers on the most loaded pipeline stage: v·⌈L/(p·v)⌉, = L/p when p·v divides L.
+    When it does not, stages are uneven (Megatron's --decoder-first/last-pipeline-num-layers) and
+    the planner sizes memory and time for the fullest stage."""
+    return _ops.ceil(n_layers / (pp * vpp)) * vpp
+
+
+def stage_params_per_gpu(stage_layers, tp, layer_sharded, layer_replicated, vocab_padded, hidden,
                          position_params, norm_width, tied_embeddings, first_stage, single_stage):
     """Parameters held by one GPU of the first (first_stage = 1) or last (0) pipeline stage.
 
-    (L/p)·(sharded/t + replicated)  — the stage's layers
+    L_s·(sharded/t + replicated)  — the stage's L_s layers (L/p when even)
     + first stage: V_pad·h/t embedding + positions (replicated over t)
     + last stage: V_pad·h/t LM head (also when tied and p > 1: Megatron keeps a copy of the
       embedding on the last stage to compute the head, and all-reduces its gradient), final norm.
     With p = 1 (single_stage = 1) one GPU holds both ends, and a tied head adds nothing.
     """
-    layers = n_layers / pp * (layer_sharded / tp + layer_replicated)
+    layers = stage_layers * (layer_sharded / tp + layer_replicated)
     embedding = vocab_padded * hidden / tp
     first = embedding + position_params
     head_copies = _ops.select(single_stage, 1 - tied_embeddings, 1)

@@ -46,6 +46,18 @@ def attention_core_bytes(seq_len, mbs, n_heads, tp, cp, dropout, materialised, a
             * (2 * act_bytes + dropout * (2 * act_bytes + 1)))
 
 
+KERNELS_PER_LAYER_FORWARD = 12
+"""Kernels one layer's forward launches in a fused Megatron/TE layer: QKV, attention, output
+projection, MLP's two (or three, fused to two) GEMMs, activation, two norms, two fused
+bias-dropout-adds, rotary, and a cast — about 12; the backward launches about twice as many."""
+
+
+def kernel_overhead_s(n_kernels, overhead_s):
+    """A fixed cost per kernel (launch latency and the partial last wave): n · t_k. It is what
+    makes a micro-batch sliced thinner (more TP, more CP, smaller b) less efficient per token."""
+    return n_kernels * overhead_s
+
+
 def optimizer_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard_optimizer):
     """Adam's step streams, per parameter it owns: the gradient in, master, m and v in and out
     (2·4 B each), the new 16-bit weight out:  (g + 24 + w)·Ψ/d_opt."""

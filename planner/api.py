@@ -1,0 +1,73 @@
+"""The functions the CLI calls, one per command: names in, typed results out."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from .catalog import MODEL_ALIASES, hardware_presets, load_hardware, load_model, model_presets
+from .errors import PlanError
+from .estimate import estimate
+from .request import PlanRequest, explain_configs
+from .results import Plan
+from .schema import HardwareProfile
+from .search import SearchResult, search
+
+
+def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
+    """explain: one plan; with --zero/--recompute auto, the fastest setting that fits (or, if none
+    fits, the one that needs least memory)."""
+    from .explain import explain
+
+    model, hw = load_model(model_name), load_hardware(hw_name)
+    configs = explain_configs(model, hw, req)
+    if len(configs) > 1:
+        plans = [estimate(model, hw, c) for c in configs]
+        fitting = [p for p in plans if p.memory.fits]
+        chosen = (min(fitting, key=lambda p: p.time.step_s) if fitting
+                  else min(plans, key=lambda p: p.memory.total_bytes))
+        config = chosen.config
+    else:
+        config = configs[0]
+    return explain(model, hw, config)
+
+
+def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) -> SearchResult:
+    """search: the ranked plans that fit."""
+    return search(load_model(model_name), load_hardware(hw_name), req, **kwargs)
+
+
+class ModelListing(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    aliases: list[str]
+    n_params: float
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    mlp: str
+    n_experts: int
+    source: str
+
+
+def list_models() -> list[ModelListing]:
+    out = []
+    for name in model_presets():
+        m = load_model(name)
+        out.append(ModelListing(
+            name=name, aliases=[a for a, target in MODEL_ALIASES.items() if target == name],
+            n_params=m.n_params, n_layers=m.n_layers, hidden=m.hidden, n_heads=m.n_heads,
+            n_kv_heads=m.kv_heads, ffn=m.ffn, vocab=m.vocab, seq_len=m.seq_len,
+            mlp=m.mlp.value, n_experts=m.n_experts, source=m.source))
+    return out
+
+
+def list_hardware() -> list[HardwareProfile]:
+    return [load_hardware(name) for name in hardware_presets()]
+
+
+__all__ = ["explain_request", "search_request", "list_models", "list_hardware", "PlanError"]

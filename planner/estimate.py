@@ -1,0 +1,113 @@
+"""One plan, evaluated on floats: the scalar adapter over cost.plan_costs."""
+
+from __future__ import annotations
+
+from .cost import Choices, numbers, plan_costs
+from .errors import PlanError
+from .results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
+from .schema import HardwareProfile, ModelSpec, PlanConfig
+
+BUBBLE_WARN = 0.25  # a bubble above a quarter of the step is worth a look
+BUBBLE_PITFALL = 0.5  # the study card's pitfall: the bubble eats half the step
+
+
+def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> None:
+    """The divisibility and support rules real frameworks enforce; one clear error each."""
+    c = config
+    if c.gbs != c.mbs * c.n_micro * c.dp:
+        raise PlanError(f"global batch {c.gbs} must equal mbs·n_micro·dp = "
+                        f"{c.mbs}·{c.n_micro}·{c.dp} = {c.mbs * c.n_micro * c.dp}")
+    if model.n_heads % c.tp or model.kv_heads % c.tp:
+        raise PlanError(f"tp={c.tp} must divide the attention heads ({model.n_heads}) and the "
+                        f"KV heads ({model.kv_heads}) of {model.name}")
+    if model.ffn % c.tp:
+        raise PlanError(f"tp={c.tp} must divide the FFN size ({model.ffn}) of {model.name}")
+    if model.n_layers < c.pp * c.vpp:
+        raise PlanError(f"pp·vpp = {c.pp}·{c.vpp} exceeds the {model.n_layers} layers of "
+                        f"{model.name}: every pipeline chunk needs at least one layer")
+    if c.seq_len % (2 * c.cp) and c.cp > 1:
+        raise PlanError(f"seq_len {c.seq_len} must be divisible by 2·cp = {2 * c.cp} "
+                        "(load-balanced context parallelism splits it in 2·cp chunks)")
+    if c.vpp > 1 and c.schedule.value != "interleaved":
+        raise PlanError(f"vpp={c.vpp} needs --schedule interleaved")
+    if c.schedule.value == "interleaved":
+        if c.pp < 2:
+            raise PlanError("the interleaved schedule needs pp ≥ 2")
+        if c.n_micro % c.pp:
+            raise PlanError(f"the interleaved schedule needs n_micro to be a multiple of pp "
+                            f"({c.n_micro} micro-batches, pp={c.pp}); Megatron groups "
+                            "micro-batches pp at a time")
+    if c.sequence_parallel and c.tp == 1:
+        raise PlanError("sequence parallelism needs tp > 1 (use --no-sp with tp = 1)")
+    if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
+        raise PlanError(f"{hw.name} has no {c.precision.value} figures "
+                        f"(its profile lists no peak or efficiency for it)")
+
+
+def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
+                  n_layers: int) -> list[PlanWarning]:
+    """The field's known pitfalls, said plainly."""
+    c, out = config, []
+    if c.tp > hw.gpus_per_domain:
+        out.append(PlanWarning(
+            code="tp-across-domain",
+            message=f"tp={c.tp} spans more than one {hw.gpus_per_domain}-GPU NVLink domain: its "
+                    "per-layer all-reduces cross the network; keep TP inside the node"))
+    elif c.tp * c.cp > hw.gpus_per_domain and c.cp > 1:
+        out.append(PlanWarning(
+            code="cp-across-domain",
+            message=f"tp·cp = {c.tp * c.cp} exceeds the {hw.gpus_per_domain}-GPU domain: the "
+                    "context-parallel ring crosses the network"))
+    bubble = float(costs["bubble_fraction"])
+    if bubble >= BUBBLE_PITFALL:
+        out.append(PlanWarning(
+            code="bubble-half",
+            message=f"the pipeline bubble is {bubble:.0%} of the step: raise n_micro (smaller mbs "
+                    "or larger gbs), use the interleaved schedule, or lower pp"))
+    elif bubble > BUBBLE_WARN:
+        out.append(PlanWarning(
+            code="bubble-high",
+            message=f"the pipeline bubble is {bubble:.0%} of the step (above {BUBBLE_WARN:.0%})"))
+    if config.pp > 1 and costs["stage_layers"] * config.pp != float(n_layers):
+        out.append(PlanWarning(
+            code="uneven-stages",
+            message=f"{n_layers} layers do not split evenly over pp·vpp = "
+                    f"{c.pp}·{c.vpp}: the fullest stage holds {costs['stage_layers']:g} layers "
+                    "and sets the pace (Megatron: --decoder-first/last-pipeline-num-layers)"))
+    if c.pp > 1 and c.n_micro < c.pp:
+        out.append(PlanWarning(
+            code="m-less-than-p",
+            message=f"n_micro={c.n_micro} < pp={c.pp}: the pipeline never fills"))
+    if costs["total_bytes"] > costs["capacity_bytes"]:
+        out.append(PlanWarning(
+            code="does-not-fit",
+            message=f"needs {costs['total_bytes'] / 2**30:.1f} GiB per GPU of "
+                    f"{costs['capacity_bytes'] / 2**30:.1f} GiB"))
+    return out
+
+
+def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
+                    costs: dict) -> Plan:
+    """The typed result from the cost dictionary of one plan (floats)."""
+    f = {k: float(v) for k, v in costs.items()}
+    memory = Memory(
+        weights_bytes=f["weights_bytes"], gradients_bytes=f["gradients_bytes"],
+        optimizer_bytes=f["optimizer_bytes"], activations_bytes=f["activations_bytes"],
+        overhead_bytes=f["overhead_bytes"], total_bytes=f["total_bytes"],
+        capacity_bytes=f["capacity_bytes"], fits=f["total_bytes"] <= f["capacity_bytes"],
+        stage="first" if f["is_first_stage"] >= 0.5 else "last", params_per_gpu=f["stage_params"])
+    time = Time(**{k: f[k] for k in Time.model_fields})
+    return Plan(
+        config=config, model=ModelSummary(name=model.name, n_params=f["n_params"],
+                                          source=model.source),
+        hardware=hw.name, memory=memory,
+        comm=Comm(**{k: f[k] for k in Comm.model_fields}),
+        bubble_fraction=f["bubble_fraction"], time=time,
+        warnings=plan_warnings(hw, config, f, model.n_layers))
+
+
+def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
+    """Evaluate one plan: memory, communication, bubble, time, warnings."""
+    check_config(model, hw, config)
+    costs = plan_costs(numbers(model, hw, config), Choices.of(config))
+    return plan_from_costs(model, hw, config, costs)

@@ -1,0 +1,205 @@
+"""All terminal output: the only module that imports rich. Library results in, text out."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .results import Plan
+from .units import GB, GIB
+
+MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                "overhead_bytes")
+TIME_PARTS = ("compute_s", "tp_exposed_s", "cp_exposed_s", "pp_exposed_s", "dp_exposed_s",
+              "bubble_s", "optimizer_s")
+
+
+def console(stderr: bool = False) -> Console:
+    """A console that writes plain text (no colour codes, a fixed width) when not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(file=stream, stderr=stderr)
+    width = int(os.environ.get("COLUMNS", "160"))
+    return Console(file=stream, stderr=stderr, width=width, color_system=None,
+                   force_terminal=False, no_color=True, soft_wrap=False)
+
+
+def print_json(data) -> None:
+    """Clean JSON on stdout, whatever the terminal."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def error(message: str) -> None:
+    """One line on stderr."""
+    sys.stderr.write(f"plan3d: error: {message}\n")
+
+
+def notice(message: str) -> None:
+    sys.stderr.write(f"plan3d: {message}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Units: memory in GiB (2³⁰ B), traffic in GB (10⁹ B), time in s or ms — said in every header.
+
+
+def gib(x: float) -> str:
+    return f"{x / GIB:,.2f}"
+
+
+def gb(x: float) -> str:
+    return f"{x / GB:,.2f}"
+
+
+def seconds(x: float) -> str:
+    if x == 0:
+        return "0"
+    if abs(x) < 1:
+        return f"{x * 1e3:,.2f} ms"
+    return f"{x:,.3f} s"
+
+
+def value_text(value: float, unit: str) -> str:
+    if unit == "bytes":
+        return f"{value / GIB:,.3f} GiB" if value >= GIB / 10 else f"{value / 2**20:,.2f} MiB"
+    if unit == "s":
+        return seconds(value)
+    if unit == "fraction":
+        return f"{value:.2%}"
+    if unit == "params":
+        return f"{value / 1e9:,.3f} B"
+    if unit == "FLOPs":
+        return f"{value:.4g}"
+    if unit == "tokens/s":
+        return f"{value:,.0f}"
+    return f"{value:,.6g}"
+
+
+def config_line(plan: Plan) -> str:
+    c = plan.config
+    parts = [f"dp={c.dp}", f"tp={c.tp}", f"pp={c.pp}", f"cp={c.cp}"]
+    if c.vpp > 1:
+        parts.append(f"vpp={c.vpp}")
+    parts += [f"mbs={c.mbs}", f"n_micro={c.n_micro}", f"gbs={c.gbs}", f"seq={c.seq_len}",
+              f"zero={int(c.zero_stage)}", f"recompute={c.recompute.value}",
+              f"sp={'on' if c.sequence_parallel else 'off'}", f"schedule={c.schedule.value}",
+              f"{c.precision.value}", f"grads={c.grad_dtype}", f"attention={c.attention.value}"]
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+
+
+def render_explain(plan: Plan, out: Console) -> None:
+    """The breakdown a person can check by hand."""
+    c = plan.config
+    out.print(Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} B params) on "
+                   f"{c.n_gpus} × {plan.hardware}", style="bold"))
+    out.print(config_line(plan))
+    values = {t.key: t.value for t in plan.terms}
+    groups = [("model", "Model"), ("memory", "Memory per GPU (most loaded: "
+                                            f"{plan.memory.stage} pipeline stage)"),
+              ("pipeline", "Pipeline"), ("comm", "Communication per GPU per step"),
+              ("time", "Time per step")]
+    total_mem, step = plan.memory.total_bytes, plan.time.step_s
+    for group, title in groups:
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False)
+        table.add_column("term", no_wrap=True)
+        table.add_column("formula", overflow="fold", max_width=70)
+        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
+        table.add_column("why", overflow="fold", max_width=44)
+        for t in plan.terms:
+            if t.group != group:
+                continue
+            share = ""
+            if t.key in MEMORY_PARTS:
+                share = f"{t.value / total_mem:.1%}"
+            elif t.key in TIME_PARTS:
+                share = f"{t.value / step:.1%}"
+            table.add_row(t.symbol, t.formula, value_text(t.value, t.unit), share, t.why)
+        out.print(table)
+    m = plan.memory
+    verdict = "fits" if m.fits else "DOES NOT FIT"
+    style = "green" if m.fits else "bold red"
+    out.print(Text(f"Memory: {gib(m.total_bytes)} GiB of {gib(m.capacity_bytes)} GiB "
+                   f"({m.total_bytes / m.capacity_bytes:.0%}) — {verdict}", style=style))
+    tm = plan.time
+    out.print(f"Step {seconds(tm.step_s)}: compute {tm.compute_s / step:.0%}, bubble "
+              f"{tm.bubble_s / step:.0%}, exposed communication {tm.exposed_comm_s / step:.0%}, "
+              f"optimizer {tm.optimizer_s / step:.0%} · {tm.tokens_per_s:,.0f} tokens/s · "
+              f"MFU {tm.mfu:.1%} (HFU {tm.hfu:.1%})")
+    if "inflight_first" in values:
+        out.print(f"In flight on the first stage: {values['inflight_first']:g} micro-batches "
+                  f"(schedule {c.schedule.value}).")
+    render_warnings(plan, out)
+
+
+def render_warnings(plan: Plan, out: Console) -> None:
+    for w in plan.warnings:
+        out.print(Text(f"warning [{w.code}]: {w.message}", style="yellow"))
+
+
+# ---------------------------------------------------------------------------------------------
+# search
+
+
+def render_search(result, out: Console) -> None:
+    """The ranked table, the reason for the winner, the warnings of the plans shown."""
+    table = Table(box=box.SIMPLE_HEAD, title=f"{len(result.plans)} of {result.feasible:,} plans "
+                  f"that fit ({result.considered:,} considered)", title_justify="left")
+    for col in ("#", "dp", "tp", "pp", "cp", "vpp", "mbs", "M", "ZeRO", "recompute", "SP",
+                "mem GiB", "bubble", "comm", "step s", "tokens/s", "MFU"):
+        table.add_column(col, justify="right" if col not in ("recompute",) else "left",
+                         no_wrap=True)
+    for i, p in enumerate(result.plans, 1):
+        c, m, t = p.config, p.memory, p.time
+        warn = "!" if any(w.code != "uneven-stages" for w in p.warnings) else ""
+        table.add_row(
+            f"{i}{warn}", str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.vpp), str(c.mbs),
+            str(c.n_micro), str(int(c.zero_stage)), c.recompute.value,
+            "on" if c.sequence_parallel else "off",
+            f"{m.total_bytes / GIB:,.1f}/{m.capacity_bytes / GIB:,.0f}",
+            f"{p.bubble_fraction:.1%}", f"{t.exposed_comm_s / t.step_s:.1%}",
+            f"{t.step_s:,.3f}", f"{t.tokens_per_s:,.0f}", f"{t.mfu:.1%}")
+    out.print(table)
+    if result.reason:
+        out.print(result.reason)
+    seen = set()
+    for i, p in enumerate(result.plans, 1):
+        for w in p.warnings:
+            if (w.code, w.message) in seen:
+                continue
+            seen.add((w.code, w.message))
+            out.print(Text(f"warning (plan {i}) [{w.code}]: {w.message}", style="yellow"))
+
+
+def render_models(listing, out: Console) -> None:
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("name", "aliases", "params", "L", "h", "a", "kv", "ffn", "V", "seq", "mlp"):
+        table.add_column(col, no_wrap=True)
+    for m in listing:
+        table.add_row(m.name, ",".join(m.aliases), f"{m.n_params / 1e9:,.1f}B", str(m.n_layers),
+                      str(m.hidden), str(m.n_heads), str(m.n_kv_heads), str(m.ffn), str(m.vocab),
+                      str(m.seq_len), m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else ""))
+    out.print(table)
+
+
+def render_hardware(listing, out: Console) -> None:
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("name", "GPU", "HBM GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
+                "domain", "fast GB/s", "net GB/s"):
+        table.add_column(col, no_wrap=True)
+    for h in listing:
+        fp8 = h.peak_tflops.fp8
+        table.add_row(h.name, h.gpu, f"{h.hbm_gib:g}", f"{h.hbm_tb_per_s:g}",
+                      f"{h.peak_tflops.bf16:g}", "-" if fp8 is None else f"{fp8:g}",
+                      str(h.gpus_per_domain), f"{h.fast.busbw_gb_per_s:g}",
+                      f"{h.network.busbw_gb_per_s:g}")
+    out.print(table)

@@ -1,0 +1,98 @@
+"""From what a user asks (a model, a GPU count, some fixed or narrowed dimensions) to plans.
+
+`PlanRequest` is the validated form of the flags `explain` and `search` share; every dimension is
+a list of allowed values (one value fixes it, None leaves it open)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from .errors import PlanError
+from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .schema import HardwareProfile, ModelSpec, PlanConfig
+
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+"""Default global batch in tokens: 4 Mi tokens (Llama 2 trained at 4M tokens per step; Llama 3
+405B started at 4M). gbs = tokens / seq_len, at least one sequence."""
+
+DEFAULT_MBS = (1, 2, 4, 8)
+MAX_GPUS = 2**20  # a million GPUs: beyond any cluster built
+
+
+class PlanRequest(BaseModel):
+    """The dimensions of a plan; None = open (search) or default (explain)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpus: PositiveInt = Field(le=MAX_GPUS)
+    dp: list[PositiveInt] | None = None
+    tp: list[PositiveInt] | None = None
+    pp: list[PositiveInt] | None = None
+    cp: list[PositiveInt] | None = None
+    vpp: list[PositiveInt] | None = None
+    mbs: list[PositiveInt] | None = None
+    gbs: PositiveInt | None = None
+    tokens_per_step: PositiveInt | None = None
+    seq_len: PositiveInt | None = None
+    zero: list[ZeroStage] | None = None
+    recompute: list[Recompute] | None = None
+    sp: list[bool] | None = None
+    schedule: list[Schedule] | None = None
+    precision: Precision = Precision.BF16
+    grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    attention: Attention = Attention.FLASH
+    overlap_grad_reduce: bool = True
+    allow_tp_across_nodes: bool = False
+
+    def seq(self, model: ModelSpec) -> int:
+        return self.seq_len or model.seq_len
+
+    def global_batch(self, model: ModelSpec) -> int:
+        """--gbs, else --tokens-per-step / seq_len, else the default 4 Mi tokens."""
+        if self.gbs is not None:
+            return self.gbs
+        tokens = self.tokens_per_step or DEFAULT_TOKENS_PER_STEP
+        return max(1, tokens // self.seq(model))
+
+
+def _one(values, name: str, default):
+    if values is None:
+        return default
+    if len(values) != 1:
+        raise PlanError(f"--{name} takes one value for explain (got {len(values)}); "
+                        "give lists to search")
+    return values[0]
+
+
+def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> list[PlanConfig]:
+    """The plan(s) explain evaluates: one, or several when --zero/--recompute are `auto`
+    (req.zero / req.recompute None means auto only when the caller says so: see cli)."""
+    tp = _one(req.tp, "tp", 1)
+    pp = _one(req.pp, "pp", 1)
+    cp = _one(req.cp, "cp", 1)
+    vpp = _one(req.vpp, "vpp", 1)
+    mbs = _one(req.mbs, "mbs", 1)
+    inner = tp * pp * cp
+    if req.gpus % inner:
+        raise PlanError(f"tp·pp·cp = {tp}·{pp}·{cp} = {inner} must divide --gpus {req.gpus}")
+    dp = _one(req.dp, "dp", req.gpus // inner)
+    if dp * inner != req.gpus:
+        raise PlanError(f"dp·tp·pp·cp = {dp}·{tp}·{pp}·{cp} = {dp * inner} must equal "
+                        f"--gpus {req.gpus}")
+    gbs = req.global_batch(model)
+    if gbs % (dp * mbs):
+        raise PlanError(f"global batch {gbs} must be divisible by dp·mbs = {dp}·{mbs} = "
+                        f"{dp * mbs} (choose --gbs as a multiple of {dp * mbs})")
+    default_schedule = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
+    schedule = _one(req.schedule, "schedule", default_schedule)
+    sp = _one(req.sp, "sp", tp > 1)
+    zeros = req.zero if req.zero is not None else list(ZeroStage)
+    recomputes = req.recompute if req.recompute is not None else list(Recompute)
+    return [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
+                       gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
+                       sequence_parallel=sp, schedule=schedule, precision=req.precision,
+                       grad_dtype=req.grad_dtype, attention=req.attention,
+                       overlap_grad_reduce=req.overlap_grad_reduce)
+            for z in zeros for r in recomputes]

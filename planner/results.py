@@ -1,0 +1,91 @@
+"""Typed outputs. Their field names are a stable interface: scripts and CI jobs read them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .schema import PlanConfig
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class PlanWarning(_Out):
+    code: str
+    message: str
+
+
+class ModelSummary(_Out):
+    name: str
+    n_params: float
+    source: str = ""
+
+
+class Memory(_Out):
+    """Per GPU, for the most loaded GPU (`stage`), in bytes."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    overhead_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    fits: bool
+    stage: Literal["first", "last"]
+    params_per_gpu: float
+
+
+class Comm(_Out):
+    """Bytes one GPU sends per step, by kind of parallelism."""
+
+    dp_bytes: float
+    tp_bytes: float
+    pp_bytes: float
+    cp_bytes: float
+
+
+class Time(_Out):
+    """Where the step's time goes (seconds), and what it buys."""
+
+    step_s: float
+    compute_s: float
+    bubble_s: float
+    exposed_comm_s: float
+    tp_exposed_s: float
+    pp_exposed_s: float
+    cp_exposed_s: float
+    dp_exposed_s: float
+    optimizer_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    model_flops: float
+    hardware_flops: float
+
+
+class Term(_Out):
+    """One line of explain: a quantity, its formula in the papers' notation, its value."""
+
+    key: str
+    symbol: str
+    group: str
+    unit: str
+    formula: str
+    value: float
+    why: str
+
+
+class Plan(_Out):
+    config: PlanConfig
+    model: ModelSummary
+    hardware: str
+    memory: Memory
+    comm: Comm
+    bubble_fraction: float
+    time: Time
+    warnings: list[PlanWarning] = []
+    terms: list[Term] = []

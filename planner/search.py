@@ -1,0 +1,235 @@
+"""Many plans at once: the candidate space as float64 arrays through the same plan_costs.
+
+The discrete choices (ZeRO stage, recompute, sequence parallelism, schedule) pick which
+expressions are built, so the space is split into one group per combination of them and each
+group is evaluated as arrays. Result objects are built only for the plans shown, through the
+scalar estimate — the same formulas, so search and explain agree."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from .cost import ACT_BYTES, BYTES, WEIGHT_BYTES, Choices, hardware_numbers, model_numbers, plan_costs
+from .errors import NoFeasiblePlan, PlanError
+from .estimate import estimate
+from .formulas.choices import Recompute, Schedule, ZeroStage
+from .request import DEFAULT_MBS, PlanRequest
+from .results import Plan
+from .schema import HardwareProfile, ModelSpec, PlanConfig
+
+SORT_KEYS = ("time", "memory", "mfu")
+MAX_OPEN_VPP = 8
+MAX_OPEN_CP = 16
+DEFAULT_HEADROOM = 0.0
+
+
+class SearchResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    plans: list[Plan]
+    considered: int
+    feasible: int
+    constraints: list[str]
+    reason: str = ""
+
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+    """Divisors of n in increasing order, up to limit."""
+    top = n if limit is None else min(n, limit)
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({d for d in small + [n // d for d in small] if d <= top})
+
+
+CONSTRAINTS = [
+    "dp·tp·pp·cp = gpus",
+    "tp divides the attention heads, the KV heads and the FFN size",
+    "tp ≤ GPUs per NVLink domain unless --allow-tp-across-nodes (or --tp names it)",
+    "pp·vpp ≤ layers; uneven stages allowed for vpp = 1 (the fullest stage is sized), "
+    "vpp > 1 needs pp·vpp to divide the layers",
+    "gbs divisible by dp·mbs; n_micro = gbs/(dp·mbs)",
+    "interleaved schedule iff vpp > 1, with pp ≥ 2 and n_micro a multiple of pp",
+    "sequence parallelism only with tp > 1",
+    "cp: seq_len divisible by 2·cp",
+]
+
+
+def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> dict[str, np.ndarray]:
+    """Every admissible (tp, cp, pp, dp, mbs, vpp), as int64 columns."""
+    n, L, seq, gbs = req.gpus, model.n_layers, req.seq(model), req.global_batch(model)
+    heads_ok = [d for d in divisors(n) if model.n_heads % d == 0 and model.kv_heads % d == 0
+                and model.ffn % d == 0]
+    tp_vals = req.tp or [d for d in heads_ok
+                         if d <= hw.gpus_per_domain or req.allow_tp_across_nodes]
+    cp_vals = req.cp or [d for d in divisors(n, MAX_OPEN_CP) if d == 1 or seq % (2 * d) == 0]
+    pp_vals = req.pp or divisors(n, L)
+    mbs_vals = req.mbs or list(DEFAULT_MBS)
+    vpp_vals = req.vpp or list(range(1, MAX_OPEN_VPP + 1))
+    grid = np.array(list(itertools.product(tp_vals, cp_vals, pp_vals, mbs_vals, vpp_vals)),
+                    dtype=np.int64).reshape(-1, 5)
+    tp, cp, pp, mbs, vpp = grid.T
+    inner = tp * cp * pp
+    ok = n % inner == 0
+    dp = np.where(ok, n // np.maximum(inner, 1), 0)
+    ok &= dp >= 1
+    ok &= gbs % np.maximum(dp * mbs, 1) == 0
+    ok &= pp * vpp <= L
+    ok &= (vpp == 1) | ((pp >= 2) & (L % (pp * vpp) == 0)
+                        & ((gbs // np.maximum(dp * mbs, 1)) % pp == 0))
+    ok &= (cp == 1) | (seq % (2 * cp) == 0)
+    if req.dp:
+        ok &= np.isin(dp, req.dp)
+    cols = dict(tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vpp, dp=dp)
+    return {k: v[ok] for k, v in cols.items()}
+
+
+def _choice_groups(req: PlanRequest):
+    zeros = req.zero or list(ZeroStage)
+    recomputes = req.recompute or list(Recompute)
+    sps = req.sp if req.sp is not None else [True, False]
+    schedules = req.schedule or [Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED]
+    for z, r, sp, sched in itertools.product(zeros, recomputes, sps, schedules):
+        yield z, r, sp, sched
+
+
+def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
+    """All candidates and their costs: (columns, costs), each a dict of equal-length arrays."""
+    if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
+        raise PlanError(f"{hw.name} has no {req.precision.value} figures")
+    space = _numeric_space(model, hw, req)
+    seq, gbs = req.seq(model), req.global_batch(model)
+    base = {**model_numbers(model), **hardware_numbers(hw, req.precision),
+            "w_bytes": WEIGHT_BYTES, "g_bytes": BYTES[req.grad_dtype], "act_bytes": ACT_BYTES,
+            "overlap": int(req.overlap_grad_reduce), "gbs": gbs, "seq_len": seq}
+    cols: dict[str, list] = {k: [] for k in ("tp", "cp", "pp", "mbs", "vpp", "dp", "zero",
+                                             "recompute", "sp", "schedule")}
+    costs: dict[str, list] = {}
+    for z, r, sp, sched in _choice_groups(req):
+        mask = (space["tp"] > 1) if sp else np.ones_like(space["tp"], dtype=bool)
+        mask &= (space["vpp"] > 1) if sched is Schedule.INTERLEAVED else (space["vpp"] == 1)
+        if not mask.any():
+            continue
+        sub = {k: v[mask] for k, v in space.items()}
+        f = {k: v.astype(np.float64) for k, v in sub.items()}
+        x = SimpleNamespace(**base, **f, n_micro=gbs / (f["dp"] * f["mbs"]))
+        out = plan_costs(x, Choices(zero_stage=z, recompute=r, schedule=sched,
+                                    sequence_parallel=sp, attention=req.attention))
+        size = len(sub["tp"])
+        for k, v in sub.items():
+            cols[k].append(v)
+        cols["zero"].append(np.full(size, int(z)))
+        cols["recompute"].append(np.full(size, list(Recompute).index(r)))
+        cols["sp"].append(np.full(size, sp))
+        cols["schedule"].append(np.full(size, list(Schedule).index(sched)))
+        for k, v in out.items():
+            costs.setdefault(k, []).append(np.broadcast_to(np.asarray(v, dtype=np.float64),
+                                                           (size,)))
+    if not cols["tp"]:
+        return {}, {}
+    return ({k: np.concatenate(v) for k, v in cols.items()},
+            {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanConfig:
+    """The PlanConfig of candidate i."""
+    gbs = req.global_batch(model)
+    dp, mbs = int(cols["dp"][i]), int(cols["mbs"][i])
+    return PlanConfig(
+        dp=dp, tp=int(cols["tp"][i]), pp=int(cols["pp"][i]), cp=int(cols["cp"][i]),
+        vpp=int(cols["vpp"][i]), mbs=mbs, n_micro=gbs // (dp * mbs), gbs=gbs,
+        seq_len=req.seq(model), zero_stage=ZeroStage(int(cols["zero"][i])),
+        recompute=list(Recompute)[int(cols["recompute"][i])],
+        sequence_parallel=bool(cols["sp"][i]), schedule=list(Schedule)[int(cols["schedule"][i])],
+        precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
+        overlap_grad_reduce=req.overlap_grad_reduce)
+
+
+def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:
+    """Rank: the objective, then memory or time, then the simpler layout (less cp, pp, tp, vpp)."""
+    step, mem = costs["step_s"][idx], costs["total_bytes"][idx]
+    simpler = tuple(cols[k][idx] for k in ("vpp", "tp", "pp", "cp"))  # lexsort: last is primary
+    if sort == "memory":
+        keys = (*simpler, step, mem)
+    elif sort == "mfu":
+        keys = (*simpler, mem, -costs["mfu"][idx])
+    else:
+        keys = (*simpler, mem, step)
+    return idx[np.lexsort(keys)]
+
+
+def _why(plans: list[Plan]) -> str:
+    """A paragraph on the winner: what its step is made of, and what the next plans lose."""
+    if not plans:
+        return ""
+    best = plans[0]
+    t = best.time
+    parts = [f"Best: {_short(best)} — step {t.step_s:.3g} s ({t.tokens_per_s:,.0f} tokens/s, "
+             f"MFU {t.mfu:.1%}): compute {t.compute_s / t.step_s:.0%}, bubble "
+             f"{t.bubble_s / t.step_s:.0%}, exposed communication "
+             f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
+             f"{best.memory.capacity_bytes / 2**30:.1f} GiB."]
+    labels = {"compute_s": "more compute (recomputation or smaller GEMMs)", "bubble_s": "a larger bubble",
+              "tp_exposed_s": "more exposed TP traffic", "dp_exposed_s": "more exposed DP/ZeRO traffic",
+              "pp_exposed_s": "more pipeline sends", "cp_exposed_s": "more exposed CP traffic",
+              "optimizer_s": "a longer optimizer step"}
+    for other in plans[1:3]:
+        o = other.time
+        deltas = {k: getattr(o, k) - getattr(t, k) for k in labels}
+        worst = max(deltas, key=deltas.get)
+        slower = o.step_s / t.step_s - 1
+        parts.append(f"{_short(other)} is {slower:.1%} slower, mostly from {labels[worst]} "
+                     f"(+{deltas[worst]:.3g} s).")
+    return " ".join(parts)
+
+
+def _short(plan: Plan) -> str:
+    c = plan.config
+    vpp = f" vpp{c.vpp}" if c.vpp > 1 else ""
+    return (f"dp{c.dp} tp{c.tp} pp{c.pp} cp{c.cp}{vpp} mbs{c.mbs} zero{int(c.zero_stage)} "
+            f"{c.recompute.value}{' sp' if c.sequence_parallel else ''}")
+
+
+def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 10,
+           sort: str = "time", headroom: float = DEFAULT_HEADROOM) -> SearchResult:
+    """Rank the plans that fit. Raises NoFeasiblePlan, with a diagnosis, when none does."""
+    if sort not in SORT_KEYS:
+        raise PlanError(f"unknown sort '{sort}' (choose from {', '.join(SORT_KEYS)})")
+    if not 0 <= headroom < 1:
+        raise PlanError(f"headroom must be in [0, 1), got {headroom}")
+    cols, costs = evaluate_space(model, hw, req)
+    if not cols:
+        raise NoFeasiblePlan(
+            f"no layout of {model.name} satisfies the constraints on {req.gpus} GPUs "
+            f"(global batch {req.global_batch(model)}): " + "; ".join(CONSTRAINTS)
+            + " — try another --gpus, --gbs or fewer fixed dimensions")
+    considered = len(cols["tp"])
+    budget = hw.capacity_bytes * (1 - headroom)
+    fits = np.flatnonzero(costs["total_bytes"] <= budget)
+    if fits.size == 0:
+        i = int(np.argmin(costs["total_bytes"]))
+        need = costs["total_bytes"][i]
+        cfg = config_at(model, req, cols, i)
+        raise NoFeasiblePlan(_diagnose(model, hw, req, cfg, need, budget))
+    order = _order(costs, cols, fits, sort)[:top]
+    plans = [estimate(model, hw, config_at(model, req, cols, int(i))) for i in order]
+    return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
+                        constraints=CONSTRAINTS, reason=_why(plans))
+
+
+def _diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str:
+    gib = 2**30
+    hints = []
+    factor = need / budget
+    hints.append(f"about {int(np.ceil(factor * req.gpus / 8) * 8)} GPUs or more")
+    if req.zero and ZeroStage.PARAMETERS not in req.zero:
+        hints.append("ZeRO-3 (--zero 3)")
+    if req.recompute and Recompute.FULL not in req.recompute:
+        hints.append("full recompute (--recompute full)")
+    hints.append("a larger-memory profile (e.g. h200-nvlink, mi300x, gb200-nvl72)")
+    return (f"no plan of {model.name} fits on {req.gpus} × {hw.name}: the smallest need is "
+            f"{need / gib:.1f} GiB per GPU (dp{cfg.dp} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} "
+            f"mbs{cfg.mbs} zero{int(cfg.zero_stage)} {cfg.recompute.value}) against "
+            f"{budget / gib:.1f} GiB usable; would fit with " + ", or ".join(hints))

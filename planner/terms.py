@@ -1,0 +1,93 @@
+"""What each named quantity of the cost model is: its symbol, unit, group and why it matters.
+
+The keys are the names plan_costs notes; explain shows them in this order."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class TermInfo(NamedTuple):
+    symbol: str
+    unit: str  # "params", "bytes", "s", "fraction", "FLOPs", "tokens/s", "micro-batches", "count"
+    group: str  # "model", "memory", "comm", "pipeline", "time"
+    why: str
+
+
+TERMS: dict[str, TermInfo] = {
+    "n_params": TermInfo("Ψ", "params", "model",
+                         "all parameters: L layers of attention, MLP and norms, embeddings, head"),
+    "vocab_padded": TermInfo("V′", "count", "model",
+                             "vocabulary padded to a multiple of 128·t so each TP slice is even"),
+    "stage_layers": TermInfo("L_s", "count", "pipeline",
+                             "layers on the fullest stage: L/p, or v·⌈L/(p·v)⌉ when uneven"),
+    "params_first_stage": TermInfo("Ψ_first", "params", "memory",
+                                   "first stage's share per GPU: L/p layers over t + embedding"),
+    "params_last_stage": TermInfo("Ψ_last", "params", "memory",
+                                  "last stage's share per GPU: L/p layers over t + LM head"),
+    "stage_params": TermInfo("Ψ_gpu", "params", "memory",
+                             "parameters on the most loaded GPU (the stage that needs most memory)"),
+    "weights_bytes": TermInfo("M_w", "bytes", "memory",
+                              "16-bit weights; sharded over d·c only under ZeRO-3"),
+    "gradients_bytes": TermInfo("M_g", "bytes", "memory",
+                                "gradient buffer (fp32 main grads by default); sharded from ZeRO-2"),
+    "optimizer_bytes": TermInfo("M_opt", "bytes", "memory",
+                                "Adam: fp32 master + m + v = 12 B/param; sharded from ZeRO-1"),
+    "layer_activation_bytes": TermInfo("A_layer", "bytes", "memory",
+                                       "one layer's saved activations for one micro-batch "
+                                       "(Korthikanti 2022 Table 2)"),
+    "inflight_first": TermInfo("n_f", "micro-batches", "pipeline",
+                               "micro-batches the first stage holds at its peak (schedule)"),
+    "inflight_last": TermInfo("n_l", "micro-batches", "pipeline",
+                              "micro-batches the last stage holds at its peak"),
+    "logits_bytes": TermInfo("A_logits", "bytes", "memory",
+                             "fp32 logits for the loss on the last stage"),
+    "activations_bytes": TermInfo("M_act", "bytes", "memory",
+                                  "in-flight micro-batches × layers × per-layer activations"),
+    "overhead_bytes": TermInfo("M_rt", "bytes", "memory",
+                               "CUDA context, NCCL buffers, fragmentation (profile allowance)"),
+    "total_bytes": TermInfo("M", "bytes", "memory", "what the most loaded GPU needs"),
+    "tp_layer_bytes": TermInfo("V_tp,layer", "bytes", "comm",
+                               "two all-reduces of b·s·h per layer and direction"),
+    "tp_bytes": TermInfo("V_tp", "bytes", "comm",
+                         "tensor-parallel traffic per GPU per step (∝ activations)"),
+    "pp_boundary_bytes": TermInfo("V_pp,msg", "bytes", "comm",
+                                  "one stage-boundary activation, split over t"),
+    "pp_bytes": TermInfo("V_pp", "bytes", "comm", "pipeline point-to-point traffic per GPU"),
+    "cp_bytes": TermInfo("V_cp", "bytes", "comm", "context-parallel K/V exchange per GPU"),
+    "dp_bytes": TermInfo("V_dp", "bytes", "comm",
+                         "data-parallel gradient reduction (∝ parameters): ring 2(d−1)/d"),
+    "bubble_fraction": TermInfo("β", "fraction", "pipeline",
+                                "idle share of the step while the pipeline fills and drains"),
+    "model_flops": TermInfo("F_model", "FLOPs", "time",
+                            "3 passes of every matmul and attention product (MFU's numerator)"),
+    "hardware_flops": TermInfo("F_hw", "FLOPs", "time", "model FLOPs + recomputation (HFU)"),
+    "matmul_s": TermInfo("T_mm", "s", "time", "one layer's forward GEMMs, one micro-batch, per GPU"),
+    "attention_s": TermInfo("T_att", "s", "time", "one layer's QKᵀ and P·V (causal half if flash)"),
+    "elementwise_s": TermInfo("T_elem", "s", "time",
+                              "norms, residuals, activation functions: HBM-bound"),
+    "attention_core_s": TermInfo("T_core", "s", "time",
+                                 "materialised softmax/dropout traffic (classic attention only)"),
+    "forward_layer_s": TermInfo("T_fwd", "s", "time", "one layer's forward pass"),
+    "backward_layer_s": TermInfo("T_bwd", "s", "time", "one layer's backward pass (2× forward)"),
+    "recompute_layer_s": TermInfo("T_rec", "s", "time", "forward work recomputed in the backward"),
+    "tp_layer_s": TermInfo("T_tp", "s", "time",
+                           "one direction's TP collectives of a layer on the link they cross"),
+    "head_s": TermInfo("T_head", "s", "time", "LM head and loss on the last stage"),
+    "compute_microbatch_s": TermInfo("T_mb", "s", "time",
+                                     "a stage's compute for one micro-batch"),
+    "dp_tail_s": TermInfo("T_dp", "s", "time", "the data-parallel gradient reduction"),
+    "optimizer_s": TermInfo("T_opt", "s", "time", "Adam step, HBM-bound, on the local shard"),
+    "stage_microbatch_s": TermInfo("T_stage", "s", "time",
+                                   "one micro-batch through the slowest stage, exposed comm included"),
+    "compute_s": TermInfo("T_compute", "s", "time", "m micro-batches of compute"),
+    "tp_exposed_s": TermInfo("T_tp,exp", "s", "time", "TP communication compute does not hide"),
+    "cp_exposed_s": TermInfo("T_cp,exp", "s", "time", "CP communication not hidden under attention"),
+    "pp_exposed_s": TermInfo("T_pp,exp", "s", "time", "pipeline sends per micro-batch"),
+    "dp_exposed_s": TermInfo("T_dp,exp", "s", "time",
+                             "DP/ZeRO traffic not hidden under the backward pass"),
+    "bubble_s": TermInfo("T_bubble", "s", "time", "(p−1)/v slots of the stage time"),
+    "step_s": TermInfo("T_step", "s", "time", "the step: T_stage·(m + (p−1)/v) + DP tail + optimizer"),
+    "tokens_per_s": TermInfo("τ", "tokens/s", "time", "B·s / T_step"),
+    "mfu": TermInfo("MFU", "fraction", "time", "model FLOPs / (T_step · N · peak)"),
+}
