@@ -163,6 +163,23 @@ def hardware(json_: JsonOpt = False) -> None:
         render.render_hardware(listing, render.console())
 
 
+@app.command()
+def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False) -> None:
+    """Run every published A100 run through the model: predicted vs measured step time."""
+    from . import render
+    from .catalog import load_hardware
+    from .validation import validate as run
+
+    try:
+        report = run(load_hardware(hw))
+    except PlanError as exc:
+        raise _fail(exc) from None
+    if json_:
+        render.print_json(report.model_dump(mode="json"))
+    else:
+        render.render_validation(report, render.console())
+
+
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"plan3d {__version__}\n")

@@ -178,13 +178,13 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
         x.gbs, L, mm_seq, att_seq, *shares[c.recompute]))
 
     # ---- time: one micro-batch on the slowest (last) stage, per GPU ----------------------------
-    causal = 0.5 if c.attention is Attention.FLASH else 1
+    causal_skip = 1 if c.attention is Attention.FLASH else 0
     materialised = 1 if c.attention is Attention.CLASSIC else 0
     sp_divisor = t if c.sequence_parallel else 1
     mm_s = note("matmul_s", T.compute_time_s(F.layer_matmul_flops(s, b, active) / (t * cp),
                                              x.peak_flops, x.gemm_eff))
     att_s = note("attention_s", T.compute_time_s(
-        F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal) / (t * cp),
+        F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip) / (t * cp),
         x.peak_flops, x.gemm_eff))
     elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
         s, b, h, x.ffn * x.top_k, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
@@ -202,7 +202,12 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     tp_dir_s = note("tp_layer_s", C.collective_time_s(tp_layer, tp_bw, 4 * (t - 1), tp_lat))
     # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
     # GEMMs (Megatron's asynchronous TP all-reduce), which take as long as the forward matmuls
-    tp_layer_exposed = fwd_passes * tp_dir_s + T.exposed_time_s(tp_dir_s, mm_s)
+    tp_bwd_exposed = T.exposed_time_s(tp_dir_s, mm_s)
+    tp_layer_exposed = fwd_passes * tp_dir_s + tp_bwd_exposed
+    # one layer as a per-layer benchmark sees it (Korthikanti 2022 Table 4): forward, and backward
+    # with its recomputation
+    layer_fwd_total = fwd_s + tp_dir_s
+    layer_bwd_total = bwd_s + recompute_s + (fwd_passes - 1) * tp_dir_s + tp_bwd_exposed
 
     cp_bw = C.group_bandwidth(t * cp, x.domain, x.fast_bw, x.net_bw)
     cp_lat = C.group_latency(t * cp, x.domain, x.fast_lat, x.net_lat)
@@ -268,6 +273,7 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
         exposed_comm_s=tp_exposed + cp_exposed + pp_exposed + dp_exposed,
         bubble_s=note("bubble_s", stage_mb_s * (p - 1) / v), optimizer_s=optimizer_s,
         step_s=step_s, stage_microbatch_s=stage_mb_s, forward_layer_s=fwd_s,
+        layer_forward_total_s=layer_fwd_total, layer_backward_total_s=layer_bwd_total,
         tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, s, step_s)),
         mfu=note("mfu", T.mfu(model_flops, step_s, n_gpus, x.peak_flops)),
         hfu=T.mfu(hardware_flops, step_s, n_gpus, x.peak_flops),

@@ -64,7 +64,9 @@ def seconds(x: float) -> str:
     return f"{x:,.3f} s"
 
 
-def value_text(value: float, unit: str) -> str:
+def value_text(value: float, unit: str, group: str = "") -> str:
+    if unit == "bytes" and group == "comm":
+        return f"{value / GB:,.3f} GB" if value >= GB / 10 else f"{value / 1e6:,.2f} MB"
     if unit == "bytes":
         return f"{value / GIB:,.3f} GiB" if value >= GIB / 10 else f"{value / 2**20:,.2f} MiB"
     if unit == "s":
@@ -103,9 +105,9 @@ def render_explain(plan: Plan, out: Console) -> None:
                    f"{c.n_gpus} × {plan.hardware}", style="bold"))
     out.print(config_line(plan))
     values = {t.key: t.value for t in plan.terms}
-    groups = [("model", "Model"), ("memory", "Memory per GPU (most loaded: "
+    groups = [("model", "Model"), ("memory", "Memory per GPU, GiB = 2³⁰ bytes (most loaded: "
                                             f"{plan.memory.stage} pipeline stage)"),
-              ("pipeline", "Pipeline"), ("comm", "Communication per GPU per step"),
+              ("pipeline", "Pipeline"), ("comm", "Communication per GPU per step (GB = 10⁹ bytes)"),
               ("time", "Time per step")]
     total_mem, step = plan.memory.total_bytes, plan.time.step_s
     for group, title in groups:
@@ -123,7 +125,7 @@ def render_explain(plan: Plan, out: Console) -> None:
                 share = f"{t.value / total_mem:.1%}"
             elif t.key in TIME_PARTS:
                 share = f"{t.value / step:.1%}"
-            table.add_row(t.symbol, t.formula, value_text(t.value, t.unit), share, t.why)
+            table.add_row(t.symbol, t.formula, value_text(t.value, t.unit, t.group), share, t.why)
         out.print(table)
     m = plan.memory
     verdict = "fits" if m.fits else "DOES NOT FIT"
@@ -203,3 +205,21 @@ def render_hardware(listing, out: Console) -> None:
                       str(h.gpus_per_domain), f"{h.fast.busbw_gb_per_s:g}",
                       f"{h.network.busbw_gb_per_s:g}")
     out.print(table)
+
+
+def render_validation(report, out: Console) -> None:
+    table = Table(box=box.SIMPLE_HEAD, title=f"Published runs on {report.hardware}: predicted vs "
+                  "measured step time", title_justify="left")
+    for col in ("case", "GPUs", "layout", "measured s", "model s", "error", "assumed"):
+        table.add_column(col, no_wrap=col != "assumed",
+                         justify="right" if col in ("GPUs", "measured s", "model s", "error")
+                         else "left")
+    for c in report.cases:
+        table.add_row(c.id, str(c.gpus), c.layout, f"{c.measured_s:.2f}", f"{c.predicted_s:.2f}",
+                      f"{c.error:+.1%}", c.assumed)
+    out.print(table)
+    ok = report.median_abs_error <= report.target_median and \
+        report.max_abs_error <= report.target_max
+    out.print(f"median |error| {report.median_abs_error:.1%} (target ≤ {report.target_median:.0%}),"
+              f" max |error| {report.max_abs_error:.1%} (target ≤ {report.target_max:.0%}): "
+              + ("targets met" if ok else "TARGETS MISSED"))

@@ -91,8 +91,7 @@ def _choice_groups(req: PlanRequest):
     recomputes = req.recompute or list(Recompute)
     sps = req.sp if req.sp is not None else [True, False]
     schedules = req.schedule or [Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED]
-    for z, r, sp, sched in itertools.product(zeros, recomputes, sps, schedules):
-        yield z, r, sp, sched
+    yield from itertools.product(zeros, recomputes, sps, schedules)
 
 
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):

@@ -27,10 +27,11 @@ def layer_matmul_flops(seq_len, mbs, active_weights):
     return 2 * mbs * seq_len * active_weights
 
 
-def layer_attention_flops(seq_len, mbs, n_heads, head_dim, causal_fraction=1):
-    """Forward QKᵀ and P·V for one micro-batch: 4·b·s²·a·d_h · causal_fraction
-    (1 for the whole square; 1/2 when a causal kernel skips the masked half). GPT: 4bs²h."""
-    return 4 * mbs * seq_len**2 * n_heads * head_dim * causal_fraction
+def layer_attention_flops(seq_len, mbs, n_heads, head_dim, causal_skip=0):
+    """Forward QKᵀ and P·V for one micro-batch: 4·b·s²·a·d_h / (1 + causal_skip).
+    causal_skip = 0 counts the whole square (GPT: 4bs²h); 1 halves it, for a causal kernel that
+    skips the masked blocks."""
+    return 4 * mbs * seq_len**2 * n_heads * head_dim / (1 + causal_skip)
 
 
 def head_flops(seq_len, mbs, vocab, hidden):

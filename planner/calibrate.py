@@ -1,0 +1,817 @@
+"""Fit a hardware profile's efficiency factors to measured training runs.
+
+`plan3d calibrate runs.csv --hw h100-nvlink -o my-cluster.toml` reads a CSV or JSON file of
+measured step times (`load_measurements`), fits the factors of the profile that a cost model can
+get wrong on a particular cluster — the GEMM efficiency of the precisions the runs use, the HBM
+efficiency, and the achievable bus bandwidths of the fast (NVLink) domain and of the network —
+by least squares on log step time (`calibrate`), and writes the fitted profile as a TOML file
+that `load_hardware` reads back (`profile_to_toml`, `calibration_toml`).
+
+Every prediction goes through `cost.plan_costs`: the fit perturbs the numbers `cost.numbers`
+builds (gemm_eff, hbm_eff, fast_bw, net_bw), never a second copy of a formula. The optimiser is a
+bounded Levenberg–Marquardt in log-parameter space with a central-difference Jacobian (numpy
+only; each run is one vectorised `plan_costs` call per iteration). A factor the runs cannot
+identify — its elasticity d log step / d log factor is ~0 for every run, e.g. no run crosses the
+network — is left as it was and reported as such.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .catalog import load_model
+from .cost import Choices, numbers, plan_costs
+from .errors import PlanError
+from .estimate import check_config
+from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .schema import HardwareProfile, ModelSpec, PlanConfig
+from .units import GB, GIB
+
+# --------------------------------------------------------------------------------------------
+# Measurements
+
+REQUIRED_COLUMNS = ("model", "dp", "tp", "pp", "mbs", "gbs", "step_s")
+OPTIONAL_COLUMNS = ("id", "gpus", "cp", "vpp", "seq_len", "zero", "recompute", "sp", "precision",
+                    "schedule", "attention", "overlap", "grad_dtype", "peak_mem_gib")
+COLUMN_ALIASES = {"zero_stage": "zero", "sequence_parallel": "sp", "overlap_grad_reduce": "overlap",
+                  "name": "id", "n_gpus": "gpus"}
+KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+
+_TRUE = {"true", "yes", "y", "1", "on"}
+_FALSE = {"false", "no", "n", "0", "off"}
+
+
+class Measurement(BaseModel):
+    """One measured training run: the model, its layout, and what was measured."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    model: ModelSpec
+    config: PlanConfig
+    step_s: float
+    peak_mem_gib: float | None = None
+    where: str = ""  # "runs.csv row 3", for messages
+
+    @property
+    def layout(self) -> str:
+        c = self.config
+        parts = [f"dp{c.dp}", f"tp{c.tp}", f"pp{c.pp}"]
+        if c.cp > 1:
+            parts.append(f"cp{c.cp}")
+        if c.vpp > 1:
+            parts.append(f"v{c.vpp}")
+        parts += [f"mbs{c.mbs}", f"gbs{c.gbs}", f"s{c.seq_len}", f"z{int(c.zero_stage)}",
+                  c.recompute.value, c.precision.value]
+        if c.sequence_parallel:
+            parts.append("sp")
+        return " ".join(parts)
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any], where: str = "",
+                    base_dir: Path | None = None) -> Measurement:
+        """A measurement from one row's fields (strings from a CSV, or JSON values), with the
+        documented defaults; a PlanError names `where` and the field on bad input. `model` may be
+        a preset name/alias, a path (tried relative to `base_dir` too), a ModelSpec or a dict of
+        ModelSpec fields."""
+        return _measurement(fields, where or "measurement", base_dir)
+
+
+def _prefix(where: str, field: str | None) -> str:
+    return f"{where}, field '{field}'" if field else where
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _get(fields: Mapping[str, Any], key: str, where: str, required: bool = False) -> Any:
+    value = fields.get(key)
+    if _blank(value):
+        if required:
+            raise PlanError(f"{_prefix(where, key)}: missing value (required)")
+        return None
+    return value.strip() if isinstance(value, str) else value
+
+
+def _int(fields, key, where, default=None, required=False, lo=1, hi=None) -> int:
+    value = _get(fields, key, where, required)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise PlanError(f"{_prefix(where, key)}: expected a whole number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{_prefix(where, key)}: expected a whole number, got {value!r}") from None
+    if not math.isfinite(number) or number != int(number):
+        raise PlanError(f"{_prefix(where, key)}: expected a whole number, got {value!r}")
+    number = int(number)
+    if number < lo or (hi is not None and number > hi):
+        span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise PlanError(f"{_prefix(where, key)}: must be {span}, got {number}")
+    return number
+
+
+def _positive(fields, key, where, required=False) -> float | None:
+    value = _get(fields, key, where, required)
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{_prefix(where, key)}: expected a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
+        raise PlanError(f"{_prefix(where, key)}: must be a positive number, got {value!r}")
+    return number
+
+
+def _bool(fields, key, where, default: bool) -> bool:
+    value = _get(fields, key, where)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise PlanError(f"{_prefix(where, key)}: expected true or false, got {value!r}")
+
+
+def _choice(fields, key, where, enum, default):
+    value = _get(fields, key, where)
+    if value is None:
+        return default
+    try:
+        return enum(str(value).lower())
+    except ValueError:
+        known = ", ".join(e.value for e in enum)
+        raise PlanError(f"{_prefix(where, key)}: expected one of {known}, got {value!r}") from None
+
+
+def _resolve_model(value: Any, where: str, base_dir: Path | None) -> ModelSpec:
+    if isinstance(value, ModelSpec):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return ModelSpec(**{"name": "inline", **value})
+        except ValidationError as err:
+            msgs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+            raise PlanError(f"{_prefix(where, 'model')}: {msgs}") from None
+    name = str(value).strip()
+    if base_dir is not None and not Path(name).expanduser().is_absolute():
+        beside = base_dir / name
+        if beside.is_file() and not Path(name).is_file():
+            name = str(beside)
+    try:
+        return load_model(name)
+    except PlanError as err:
+        raise PlanError(f"{_prefix(where, 'model')}: {err}") from None
+
+
+def _measurement(fields: Mapping[str, Any], where: str, base_dir: Path | None) -> Measurement:
+    fields = {COLUMN_ALIASES.get(k, k): v for k, v in fields.items()}
+    unknown = sorted(set(fields) - set(KNOWN_COLUMNS))
+    if unknown:
+        raise PlanError(f"{where}: {_unknown_columns(unknown)}")
+    model_value = _get(fields, "model", where, required=True)
+    model = _resolve_model(model_value, where, base_dir)
+    dp = _int(fields, "dp", where, required=True)
+    tp = _int(fields, "tp", where, required=True)
+    pp = _int(fields, "pp", where, required=True)
+    cp = _int(fields, "cp", where, 1)
+    vpp = _int(fields, "vpp", where, 1)
+    mbs = _int(fields, "mbs", where, required=True)
+    gbs = _int(fields, "gbs", where, required=True)
+    step_s = _positive(fields, "step_s", where, required=True)
+    peak_mem = _positive(fields, "peak_mem_gib", where)
+    gpus = _int(fields, "gpus", where)
+    if gpus is not None and gpus != dp * tp * pp * cp:
+        raise PlanError(f"{_prefix(where, 'gpus')}: {gpus} GPUs, but dp·tp·pp·cp = "
+                        f"{dp}·{tp}·{pp}·{cp} = {dp * tp * pp * cp}")
+    if gbs % (mbs * dp):
+        raise PlanError(f"{_prefix(where, 'gbs')}: global batch {gbs} must be mbs·n_micro·dp with "
+                        f"n_micro a whole number, but {gbs} / (mbs·dp = {mbs}·{dp}) = "
+                        f"{gbs / (mbs * dp):g}")
+    seq_len = _int(fields, "seq_len", where, model.seq_len)
+    zero = _int(fields, "zero", where, 1, lo=0, hi=3)
+    default_schedule = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
+    values = dict(
+        dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (mbs * dp), gbs=gbs,
+        seq_len=seq_len, zero_stage=ZeroStage(zero),
+        recompute=_choice(fields, "recompute", where, Recompute, Recompute.SELECTIVE),
+        sequence_parallel=_bool(fields, "sp", where, tp > 1),
+        schedule=_choice(fields, "schedule", where, Schedule, default_schedule),
+        precision=_choice(fields, "precision", where, Precision, Precision.BF16),
+        attention=_choice(fields, "attention", where, Attention, Attention.FLASH),
+        overlap_grad_reduce=_bool(fields, "overlap", where, True),
+        grad_dtype=str(_get(fields, "grad_dtype", where) or "fp32").lower(),
+    )
+    try:
+        config = PlanConfig(**values)
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = str(e["loc"][0]) if e["loc"] else None
+        raise PlanError(f"{_prefix(where, field)}: {e['msg']}") from None
+    run_id = _get(fields, "id", where)
+    return Measurement(id=str(run_id) if run_id is not None else where, model=model,
+                       config=config, step_s=step_s, peak_mem_gib=peak_mem, where=where)
+
+
+def _unknown_columns(unknown: list[str]) -> str:
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, KNOWN_COLUMNS, n=1, cutoff=0.6)
+        hints.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return (f"unknown column{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; known: "
+            f"{', '.join(KNOWN_COLUMNS)}")
+
+
+def _csv_rows(path: Path, text: str) -> list[tuple[str, dict]]:
+    reader = csv.reader(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise PlanError(f"{path}: empty file (expected a header row: "
+                        f"{', '.join(REQUIRED_COLUMNS)}, ...)") from None
+    header = [COLUMN_ALIASES.get(h.strip().lower(), h.strip().lower()) for h in header]
+    dupes = sorted({h for h in header if header.count(h) > 1})
+    if dupes:
+        raise PlanError(f"{path}: column {', '.join(repr(d) for d in dupes)} appears twice")
+    unknown = sorted(set(header) - set(KNOWN_COLUMNS))
+    if unknown:
+        raise PlanError(f"{path}: {_unknown_columns(unknown)}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise PlanError(f"{path}: missing column{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(repr(m) for m in missing)} (required: "
+                        f"{', '.join(REQUIRED_COLUMNS)})")
+    rows = []
+    for n, cells in enumerate((r for r in reader if any(c.strip() for c in r)), start=1):
+        where = f"{path} row {n}"
+        if len(cells) != len(header):
+            raise PlanError(f"{where}: {len(cells)} cells, but the header has {len(header)} "
+                            "columns")
+        rows.append((where, dict(zip(header, cells, strict=True))))
+    return rows
+
+
+def _json_rows(path: Path, text: str) -> list[tuple[str, dict]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(data, dict):
+        for key in ("runs", "measurements"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+    if not isinstance(data, list):
+        raise PlanError(f"{path}: expected a list of runs (or an object with a 'runs' list)")
+    rows = []
+    for n, item in enumerate(data, start=1):
+        where = f"{path} row {n}"
+        if not isinstance(item, dict):
+            raise PlanError(f"{where}: expected an object of column: value, got {item!r}")
+        item = {COLUMN_ALIASES.get(str(k).lower(), str(k).lower()): v for k, v in item.items()}
+        missing = [c for c in REQUIRED_COLUMNS if c not in item]
+        if missing:
+            raise PlanError(f"{where}: missing field{'s' if len(missing) > 1 else ''} "
+                            f"{', '.join(repr(m) for m in missing)}")
+        rows.append((where, item))
+    return rows
+
+
+def load_measurements(path: str | Path, hw: HardwareProfile | None = None) -> list[Measurement]:
+    """The measured runs of a CSV (header row; `#` lines are comments) or JSON file (a list of
+    objects, or {"runs": [...]}). Columns: model, dp, tp, pp, mbs, gbs, step_s (required); id,
+    gpus, cp, vpp, seq_len, zero, recompute, sp, precision, schedule, attention, overlap,
+    grad_dtype, peak_mem_gib (optional). With `hw`, each layout is also checked against the
+    profile (divisibility, precision support)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read file ({exc.strerror or exc})") from None
+    is_json = path.suffix.lower() == ".json" or text.lstrip().startswith(("[", "{"))
+    rows = _json_rows(path, text) if is_json else _csv_rows(path, text)
+    if not rows:
+        raise PlanError(f"{path}: no runs (the file has a header but no data rows)")
+    out = [_measurement(fields, where, path.parent) for where, fields in rows]
+    if hw is not None:
+        for m in out:
+            _check(m, hw)
+    return out
+
+
+def _check(m: Measurement, hw: HardwareProfile) -> None:
+    try:
+        check_config(m.model, hw, m.config)
+    except PlanError as err:
+        raise PlanError(f"{m.where or m.id}: {err}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# The factors a calibration can fit
+
+FACTORS = ("gemm", "hbm", "fast_busbw", "net_busbw")
+SENSITIVITY_MIN = 1e-3  # max |d log step / d log factor| below which a factor is unidentifiable
+SIGNIFICANT_DIGITS = 5  # fitted values are rounded to this many before they enter the profile
+
+
+@dataclass(frozen=True)
+class _Factor:
+    key: str  # "gemm.bf16", "hbm", "fast_busbw", "net_busbw"
+    path: str  # where it sits in the profile file
+    attr: str  # the name cost.numbers gives it
+    scale: float  # profile unit → base unit
+    lower: float
+    upper: float
+    precision: Precision | None = None
+
+
+def _factors(hw: HardwareProfile) -> list[_Factor]:
+    out = [_Factor(f"gemm.{p.value}", f"efficiency.gemm.{p.value}", "gemm_eff", 1.0, 0.05, 1.0, p)
+           for p in Precision if hw.gemm_efficiency(p) is not None]
+    out.append(_Factor("hbm", "efficiency.hbm", "hbm_eff", 1.0, 0.05, 1.0))
+    out.append(_Factor("fast_busbw", "fast.busbw_gb_per_s", "fast_bw", GB,
+                       0.01 * hw.fast.gb_per_s, hw.fast.gb_per_s))
+    out.append(_Factor("net_busbw", "network.busbw_gb_per_s", "net_bw", GB,
+                       0.01 * hw.network.gb_per_s, hw.network.gb_per_s))
+    return out
+
+
+def _profile_value(hw: HardwareProfile, path: str) -> float:
+    value: Any = hw
+    for part in path.split("."):
+        value = getattr(value, part)
+    return float(value)
+
+
+def _with_values(hw: HardwareProfile, values: Mapping[str, float], **top) -> HardwareProfile:
+    data = hw.model_dump()
+    for path, value in values.items():
+        *parents, leaf = path.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    data.update(top)
+    return HardwareProfile(**data)
+
+
+def _round(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+class FactorFit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str  # gemm.bf16, hbm, fast_busbw, net_busbw
+    path: str  # efficiency.gemm.bf16, efficiency.hbm, fast.busbw_gb_per_s, network.busbw_gb_per_s
+    unit: str  # "" (a fraction) or "GB/s"
+    before: float
+    after: float
+    lower: float
+    upper: float
+    fitted: bool
+    status: Literal["fitted", "at-bound", "left"]
+    reason: str  # why it was left, or how well it is determined
+    sensitivity: float | None = None  # max over runs of |d log step / d log factor| at the start
+    rel_std: float | None = None  # ~1σ relative uncertainty of a fitted value
+
+
+class RunFit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    model: str
+    layout: str
+    gpus: int
+    measured_s: float
+    predicted_before_s: float
+    predicted_after_s: float
+    error_before: float  # predicted / measured − 1
+    error_after: float
+    measured_mem_gib: float | None = None
+    predicted_mem_gib: float
+    mem_error: float | None = None  # predicted / measured − 1, reported only (not fitted)
+
+
+class CalibrationResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    hardware: str  # the starting profile's name
+    profile: HardwareProfile  # the fitted profile
+    factors: list[FactorFit]
+    runs: list[RunFit]
+    median_abs_error_before: float
+    max_abs_error_before: float
+    median_abs_error_after: float
+    max_abs_error_after: float
+    rms_log_error_before: float  # √(mean of log(predicted / measured)²): what the fit minimises
+    rms_log_error_after: float
+    iterations: int
+    converged: bool
+    warnings: list[str] = []
+
+    @property
+    def fitted(self) -> list[FactorFit]:
+        return [f for f in self.factors if f.fitted]
+
+    @property
+    def left(self) -> list[FactorFit]:
+        return [f for f in self.factors if not f.fitted]
+
+
+# --------------------------------------------------------------------------------------------
+# The fit
+
+
+@dataclass
+class _Run:
+    m: Measurement
+    x: SimpleNamespace
+    choices: Choices
+
+
+def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np.ndarray:
+    """Step times (runs × K) with the factors set to `values` (K × factors, profile units),
+    each run one vectorised plan_costs call."""
+    k = values.shape[0]
+    out = np.empty((len(runs), k))
+    for i, run in enumerate(runs):
+        x = SimpleNamespace(**vars(run.x))
+        for j, f in enumerate(factors):
+            if f.precision is None or f.precision is run.m.config.precision:
+                setattr(x, f.attr, values[:, j] * f.scale)
+        out[i] = np.broadcast_to(np.asarray(plan_costs(x, run.choices)["step_s"], float), (k,))
+    return out
+
+
+class _Problem:
+    """Residuals log(predicted / measured) and their Jacobian in θ = log(factor)."""
+
+    H = 1e-5  # central-difference step in log space
+
+    def __init__(self, runs: list[_Run], factors: list[_Factor]):
+        self.runs, self.factors = runs, factors
+        self.log_measured = np.log([r.m.step_s for r in runs])
+
+    def residuals(self, theta: np.ndarray) -> np.ndarray:
+        return np.log(_predict(self.runs, self.factors, np.exp(theta)[None, :])[:, 0]) \
+            - self.log_measured
+
+    def jacobian(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = len(theta)
+        thetas = np.repeat(theta[None, :], 1 + 2 * n, axis=0)
+        for j in range(n):
+            thetas[1 + 2 * j, j] += self.H
+            thetas[2 + 2 * j, j] -= self.H
+        logs = np.log(_predict(self.runs, self.factors, np.exp(thetas)))
+        r = logs[:, 0] - self.log_measured
+        jac = (logs[:, 1::2] - logs[:, 2::2]) / (2 * self.H)
+        return r, jac
+
+
+def _levenberg_marquardt(problem: _Problem, theta0: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                         max_iter: int = 100) -> tuple[np.ndarray, int, bool]:
+    """Bounded Levenberg–Marquardt: a factor at a bound whose gradient points outward is held
+    there for the step; trial points are projected onto the box."""
+    theta = np.clip(theta0, lo, hi)
+    r, jac = problem.jacobian(theta)
+    cost = float(r @ r)
+    lam = 1e-3
+    for it in range(1, max_iter + 1):
+        if cost < 1e-24:
+            return theta, it - 1, True
+        g = jac.T @ r
+        at_lo, at_hi = theta <= lo + 1e-12, theta >= hi - 1e-12
+        free = ~((at_lo & (g > 0)) | (at_hi & (g < 0)))
+        if not free.any() or np.max(np.abs(g[free])) < 1e-15:
+            return theta, it - 1, True
+        jf = jac[:, free]
+        a = jf.T @ jf
+        d = np.maximum(np.diag(a), 1e-12 * max(float(np.max(np.diag(a))), 1e-30))
+        while True:
+            step = np.linalg.solve(a + lam * np.diag(d), -g[free])
+            trial = theta.copy()
+            trial[free] += step
+            trial = np.clip(trial, lo, hi)
+            r_trial = problem.residuals(trial)
+            cost_trial = float(r_trial @ r_trial)
+            if cost_trial < cost:
+                lam = max(lam / 5, 1e-12)
+                break
+            lam *= 10
+            if lam > 1e12:
+                return theta, it, True  # no descent left: a (local) minimum
+        moved = float(np.max(np.abs(trial - theta)))
+        gain = cost - cost_trial
+        theta = trial
+        r, jac = problem.jacobian(theta)
+        cost = float(r @ r)
+        if moved < 1e-10 or gain <= 1e-14 * cost:
+            return theta, it, True
+    return theta, max_iter, False
+
+
+def _selected(fit: Iterable[str]) -> set[str]:
+    if isinstance(fit, str):
+        fit = [fit]
+    chosen = {f.strip().lower() for f in fit}
+    bad = sorted(chosen - set(FACTORS))
+    if bad:
+        raise PlanError(f"cannot fit {', '.join(repr(b) for b in bad)}; the factors are "
+                        f"{', '.join(FACTORS)}")
+    return chosen
+
+
+def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
+              fit: Iterable[str] = FACTORS, name: str | None = None) -> CalibrationResult:
+    """Fit the profile's factors named in `fit` (of gemm, hbm, fast_busbw, net_busbw) to the
+    measured step times, by least squares on log(predicted / measured), within physical bounds:
+    efficiencies in [0.05, 1], bus bandwidths in [1 %, 100 %] of the link's nominal gb_per_s.
+    Only the GEMM efficiency of precisions the runs use is fitted; a factor no run's step time
+    depends on is left unchanged. Returns the fitted profile (named `name`, default
+    "<hw>-calibrated") with the before/after of every factor and every run."""
+    if not measurements:
+        raise PlanError("no measurements to calibrate against")
+    chosen = _selected(fit)
+    for m in measurements:
+        _check(m, hw)
+    runs = [_Run(m, numbers(m.model, hw, m.config), Choices.of(m.config)) for m in measurements]
+    used = {m.config.precision for m in measurements}
+
+    all_factors = _factors(hw)
+    before = {f.key: _profile_value(hw, f.path) for f in all_factors}
+    reasons: dict[str, str] = {}
+    candidates = []
+    for f in all_factors:
+        kind = f.key.split(".")[0]
+        if kind not in chosen:
+            reasons[f.key] = f"not asked for (fit = {', '.join(sorted(chosen)) or 'nothing'})"
+        elif f.precision is not None and f.precision not in used:
+            reasons[f.key] = f"no run uses {f.precision.value}"
+        else:
+            candidates.append(f)
+
+    sensitivity: dict[str, float] = {}
+    fitted: list[_Factor] = []
+    if candidates:
+        theta0 = np.log([before[f.key] for f in candidates])
+        _, jac0 = _Problem(runs, candidates).jacobian(theta0)
+        for j, f in enumerate(candidates):
+            sensitivity[f.key] = float(np.max(np.abs(jac0[:, j])))
+            if sensitivity[f.key] < SENSITIVITY_MIN:
+                what = {"fast_busbw": " (no run's exposed communication uses the fast domain)",
+                        "net_busbw": " (no run's exposed communication crosses the network)"}
+                reasons[f.key] = ("no run's step time depends on it"
+                                  + what.get(f.key, "")
+                                  + f": max |d log step / d log factor| = "
+                                  f"{sensitivity[f.key]:.1e}")
+            else:
+                fitted.append(f)
+
+    warnings: list[str] = []
+    iterations, converged = 0, True
+    after = dict(before)
+    rel_std: dict[str, float | None] = {}
+    bound_of: dict[str, str] = {}
+    if fitted:
+        problem = _Problem(runs, fitted)
+        lo = np.log([f.lower for f in fitted])
+        hi = np.log([f.upper for f in fitted])
+        theta0 = np.log([before[f.key] for f in fitted])
+        theta, iterations, converged = _levenberg_marquardt(problem, theta0, lo, hi)
+        for j, f in enumerate(fitted):
+            after[f.key] = _round(float(np.exp(theta[j])))
+            if theta[j] <= lo[j] + 1e-6:
+                bound_of[f.key] = "lower"
+            elif theta[j] >= hi[j] - 1e-6:
+                bound_of[f.key] = "upper"
+        rel_std = _uncertainty(problem, theta, [f.key not in bound_of for f in fitted])
+        if len(measurements) < len(fitted):
+            warnings.append(f"{len(fitted)} factors fitted from {len(measurements)} runs: the fit "
+                            "is underdetermined; add runs with different layouts")
+        if not converged:
+            warnings.append(f"the fit stopped after {iterations} iterations without converging")
+        for f in fitted:
+            if f.key in bound_of:
+                bound = f.lower if bound_of[f.key] == "lower" else f.upper
+                warnings.append(f"{f.path} ran into its {bound_of[f.key]} bound ({bound:g}): no "
+                                "physical value explains the runs; check the measurements and "
+                                "the layouts they were taken with")
+
+    new_name = name or f"{hw.name}-calibrated"
+    description = (f"{hw.description} — calibrated to {len(measurements)} measured run"
+                   f"{'s' if len(measurements) != 1 else ''}").strip(" —")
+    profile = _with_values(hw, {f.path: after[f.key] for f in fitted},
+                           name=new_name, description=description)
+
+    factors = []
+    for f in all_factors:
+        is_fitted = f in fitted
+        if is_fitted:
+            std = rel_std.get(f.key)
+            reason = (f"at its {bound_of[f.key]} bound" if f.key in bound_of else
+                      f"±{std:.1%} (1σ)" if std is not None and math.isfinite(std) else
+                      "fitted")
+        else:
+            reason = reasons[f.key]
+        factors.append(FactorFit(
+            key=f.key, path=f.path, unit="GB/s" if f.scale == GB else "",
+            before=before[f.key], after=after[f.key], lower=f.lower, upper=f.upper,
+            fitted=is_fitted,
+            status=("at-bound" if f.key in bound_of else "fitted") if is_fitted else "left",
+            reason=reason, sensitivity=sensitivity.get(f.key),
+            rel_std=rel_std.get(f.key) if is_fitted else None))
+
+    rows = _run_rows(measurements, hw, profile)
+    err_before = [abs(r.error_before) for r in rows]
+    err_after = [abs(r.error_after) for r in rows]
+
+    def rms_log(errors):
+        return math.sqrt(statistics.fmean(math.log1p(e) ** 2 for e in errors))
+
+    return CalibrationResult(
+        hardware=hw.name, profile=profile, factors=factors, runs=rows,
+        median_abs_error_before=statistics.median(err_before),
+        max_abs_error_before=max(err_before),
+        median_abs_error_after=statistics.median(err_after), max_abs_error_after=max(err_after),
+        rms_log_error_before=rms_log(r.error_before for r in rows),
+        rms_log_error_after=rms_log(r.error_after for r in rows),
+        iterations=iterations, converged=converged, warnings=warnings)
+
+
+def _uncertainty(problem: _Problem, theta: np.ndarray, free: list[bool]) -> dict[str, float | None]:
+    """~1σ relative uncertainty of each fitted factor (σ of log factor), from the Jacobian at the
+    optimum and the residual variance; None where it cannot be told (too few runs)."""
+    keys = [f.key for f in problem.factors]
+    idx = [j for j, ok in enumerate(free) if ok]
+    n = len(problem.runs)
+    if not idx or n <= len(idx):
+        return dict.fromkeys(keys)
+    r, jac = problem.jacobian(theta)
+    jf = jac[:, idx]
+    s2 = float(r @ r) / (n - len(idx))
+    cov = s2 * np.linalg.pinv(jf.T @ jf)
+    out: dict[str, float | None] = dict.fromkeys(keys)
+    for k, j in enumerate(idx):
+        out[keys[j]] = float(math.sqrt(max(cov[k, k], 0.0)))
+    return out
+
+
+def _run_rows(measurements: Sequence[Measurement], hw: HardwareProfile,
+              fitted: HardwareProfile) -> list[RunFit]:
+    rows = []
+    for m in measurements:
+        old = plan_costs(numbers(m.model, hw, m.config), Choices.of(m.config))
+        new = plan_costs(numbers(m.model, fitted, m.config), Choices.of(m.config))
+        mem = float(new["total_bytes"]) / GIB
+        rows.append(RunFit(
+            id=m.id, model=m.model.name, layout=m.layout, gpus=m.config.n_gpus,
+            measured_s=m.step_s, predicted_before_s=float(old["step_s"]),
+            predicted_after_s=float(new["step_s"]),
+            error_before=float(old["step_s"]) / m.step_s - 1,
+            error_after=float(new["step_s"]) / m.step_s - 1,
+            measured_mem_gib=m.peak_mem_gib, predicted_mem_gib=mem,
+            mem_error=mem / m.peak_mem_gib - 1 if m.peak_mem_gib else None))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Writing the profile
+
+
+def _toml_string(text: str) -> str:
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def _comment(text: str) -> list[str]:
+    return [f"# {line}".rstrip() for line in text.splitlines()]
+
+
+def profile_to_toml(profile: HardwareProfile, note: str = "",
+                    field_notes: Mapping[str, str] | None = None) -> str:
+    """The profile as a TOML file `load_hardware` reads: `note` as a header comment, each table of
+    the profile ([peak_tflops], [fast], [network], [efficiency], [efficiency.gemm], [runtime]) in
+    order, None fields left out. `field_notes` adds a trailing comment to a value by its dotted
+    path (e.g. "efficiency.gemm.bf16")."""
+    field_notes = field_notes or {}
+    lines = _comment(note)
+
+    def table(path: str, data: dict) -> None:
+        scalars = [(k, v) for k, v in data.items() if v is not None and not isinstance(v, dict)]
+        tables = [(k, v) for k, v in data.items() if isinstance(v, dict)]
+        if path and (scalars or not tables):
+            if lines:
+                lines.append("")
+            lines.append(f"[{path}]")
+        for key, value in scalars:
+            full = f"{path}.{key}" if path else key
+            line = f"{key} = {_toml_value(value)}"
+            if full in field_notes:
+                line += "  # " + " ".join(field_notes[full].split())
+            lines.append(line)
+        for key, sub in tables:
+            table(f"{path}.{key}" if path else key, sub)
+
+    table("", profile.model_dump(mode="json"))
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float, unit: str) -> str:
+    return f"{value:g} {unit}".strip()
+
+
+def calibration_note(result: CalibrationResult, source: str | Path,
+                     when: datetime | None = None) -> str:
+    """The header of a calibrated profile: from what, when, and each factor before → after."""
+    when = when or datetime.now().astimezone()
+    n = len(result.runs)
+    lines = [
+        f"{result.profile.name}: calibrated by plan3d calibrate",
+        f"from {source} ({n} measured run{'s' if n != 1 else ''}) on "
+        f"{when.isoformat(timespec='seconds')},",
+        f"starting from the profile '{result.hardware}'; least squares on log step time.",
+        "",
+        "Fitted:",
+    ]
+    for f in result.fitted:
+        lines.append(f"  {f.path}: {_fmt(f.before, f.unit)} -> {_fmt(f.after, f.unit)} "
+                     f"({f.reason})")
+    if not result.fitted:
+        lines.append("  (nothing)")
+    lines.append("Left unchanged:")
+    for f in result.left:
+        lines.append(f"  {f.path} = {_fmt(f.before, f.unit)}: {f.reason}")
+    lines += [
+        "",
+        f"Step-time error |predicted / measured - 1|: median {result.median_abs_error_before:.1%}"
+        f" -> {result.median_abs_error_after:.1%}, max {result.max_abs_error_before:.1%} -> "
+        f"{result.max_abs_error_after:.1%}; rms of log error {result.rms_log_error_before:.3f} "
+        f"-> {result.rms_log_error_after:.3f}.",
+    ]
+    lines += [f"Warning: {w}" for w in result.warnings]
+    return "\n".join(lines)
+
+
+def calibration_toml(result: CalibrationResult, source: str | Path,
+                     when: datetime | None = None) -> str:
+    """The fitted profile as TOML, with the calibration header and each fitted value's former
+    value beside it."""
+    notes = {f.path: f"calibrated; was {f.before:g}" for f in result.fitted}
+    return profile_to_toml(result.profile, calibration_note(result, source, when), notes)
