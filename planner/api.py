@@ -31,6 +31,36 @@ def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
     return explain(model, hw, config)
 
 
+def launch_settings(model_name: str, plan: Plan, framework: str):
+    """--emit: the plan's settings in a framework's own option names (planner.emit)."""
+    from .emit import emit
+
+    return emit(framework, plan.config, load_model(model_name))
+
+
+def plan_timeline(model_name: str, hw_name: str, plan: Plan):
+    """--timeline: the plan's schedule simulated with its own per-micro-batch stage times."""
+    from .cost import Choices, numbers, plan_costs
+    from .timeline import simulate
+
+    model, hw, config = load_model(model_name), load_hardware(hw_name), plan.config
+    costs = plan_costs(numbers(model, hw, config), Choices.of(config))
+    fwd_s = float(costs["stage_layers"] * costs["layer_forward_total_s"])
+    bwd_s = float(costs["stage_microbatch_s"]) - fwd_s
+    return simulate(config.schedule, config.pp, config.n_micro, config.vpp, fwd_s, bwd_s)
+
+
+def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_price: float | None,
+             gpu_power_w: float | None) -> Plan:
+    """--train-tokens: days, GPU-hours, cost and energy (power defaults to the profile's TDP)."""
+    from .estimate import with_budget
+
+    if train_tokens is None:
+        return plan
+    power = gpu_power_w if gpu_power_w is not None else load_hardware(hw_name).tdp_w
+    return with_budget(plan, train_tokens, gpu_hour_price, power)
+
+
 def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) -> SearchResult:
     """search: the ranked plans that fit."""
     return search(load_model(model_name), load_hardware(hw_name), req, **kwargs)

@@ -22,6 +22,7 @@ import difflib
 import json
 import math
 import statistics
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -184,7 +185,8 @@ def _resolve_model(value: Any, where: str, base_dir: Path | None) -> ModelSpec:
         raise PlanError(f"{_prefix(where, 'model')}: {err}") from None
 
 
-def _measurement(fields: Mapping[str, Any], where: str, base_dir: Path | None) -> Measurement:
+def _measurement(fields: Mapping[str, Any], where: str, base_dir: Path | None,
+                 default_id: str | None = None) -> Measurement:
     fields = {COLUMN_ALIASES.get(k, k): v for k, v in fields.items()}
     unknown = sorted(set(fields) - set(KNOWN_COLUMNS))
     if unknown:
@@ -229,7 +231,7 @@ def _measurement(fields: Mapping[str, Any], where: str, base_dir: Path | None) -
         field = str(e["loc"][0]) if e["loc"] else None
         raise PlanError(f"{_prefix(where, field)}: {e['msg']}") from None
     run_id = _get(fields, "id", where)
-    return Measurement(id=str(run_id) if run_id is not None else where, model=model,
+    return Measurement(id=str(run_id) if run_id is not None else default_id or where, model=model,
                        config=config, step_s=step_s, peak_mem_gib=peak_mem, where=where)
 
 
@@ -242,7 +244,7 @@ def _unknown_columns(unknown: list[str]) -> str:
             f"{', '.join(KNOWN_COLUMNS)}")
 
 
-def _csv_rows(path: Path, text: str) -> list[tuple[str, dict]]:
+def _csv_rows(path: Path, text: str) -> list[tuple[int, dict]]:
     reader = csv.reader(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     try:
         header = next(reader)
@@ -263,15 +265,14 @@ def _csv_rows(path: Path, text: str) -> list[tuple[str, dict]]:
                         f"{', '.join(REQUIRED_COLUMNS)})")
     rows = []
     for n, cells in enumerate((r for r in reader if any(c.strip() for c in r)), start=1):
-        where = f"{path} row {n}"
         if len(cells) != len(header):
-            raise PlanError(f"{where}: {len(cells)} cells, but the header has {len(header)} "
-                            "columns")
-        rows.append((where, dict(zip(header, cells, strict=True))))
+            raise PlanError(f"{path} row {n}: {len(cells)} cells, but the header has "
+                            f"{len(header)} columns")
+        rows.append((n, dict(zip(header, cells, strict=True))))
     return rows
 
 
-def _json_rows(path: Path, text: str) -> list[tuple[str, dict]]:
+def _json_rows(path: Path, text: str) -> list[tuple[int, dict]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -293,7 +294,7 @@ def _json_rows(path: Path, text: str) -> list[tuple[str, dict]]:
         if missing:
             raise PlanError(f"{where}: missing field{'s' if len(missing) > 1 else ''} "
                             f"{', '.join(repr(m) for m in missing)}")
-        rows.append((where, item))
+        rows.append((n, item))
     return rows
 
 
@@ -312,7 +313,7 @@ def load_measurements(path: str | Path, hw: HardwareProfile | None = None) -> li
     rows = _json_rows(path, text) if is_json else _csv_rows(path, text)
     if not rows:
         raise PlanError(f"{path}: no runs (the file has a header but no data rows)")
-    out = [_measurement(fields, where, path.parent) for where, fields in rows]
+    out = [_measurement(fields, f"{path} row {n}", path.parent, f"row {n}") for n, fields in rows]
     if hw is not None:
         for m in out:
             _check(m, hw)
@@ -636,7 +637,7 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
         if is_fitted:
             std = rel_std.get(f.key)
             reason = (f"at its {bound_of[f.key]} bound" if f.key in bound_of else
-                      f"±{std:.1%} (1σ)" if std is not None and math.isfinite(std) else
+                      f"1σ ±{std:.1%}" if std is not None and math.isfinite(std) else
                       "fitted")
         else:
             reason = reasons[f.key]
@@ -806,7 +807,8 @@ def calibration_note(result: CalibrationResult, source: str | Path,
         f"-> {result.rms_log_error_after:.3f}.",
     ]
     lines += [f"Warning: {w}" for w in result.warnings]
-    return "\n".join(lines)
+    return "\n".join(textwrap.fill(line, 96, subsequent_indent="    ", break_long_words=False)
+                     if len(line) > 96 else line for line in lines)
 
 
 def calibration_toml(result: CalibrationResult, source: str | Path,

@@ -49,6 +49,33 @@ AttnOpt = Annotated[str, typer.Option(help="Attention kernel: flash or classic."
 OverlapOpt = Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
                                           help="Overlap the DP gradient reduction with backward.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+EmitOpt = Annotated[str | None, typer.Option(
+    help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
+TrainTokensOpt = Annotated[str | None, typer.Option(
+    help="Tokens to train on (e.g. 15T, 300B): adds days, GPU-hours, cost, energy.")]
+PriceOpt = Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")]
+PowerOpt = Annotated[float | None, typer.Option(
+    help="Average GPU power in W for the energy (default: the profile's TDP).")]
+
+
+def _extras(plan, model, hw, emit, train_tokens, price, power):
+    """--train-tokens and --emit on one plan: (plan with budget, launch settings or None)."""
+    from . import api
+    from .options import token_count
+
+    if price is not None and price < 0:
+        raise PlanError(f"--gpu-hour-price must be ≥ 0, got {price:g}")
+    if power is not None and power <= 0:
+        raise PlanError(f"--gpu-power-w must be positive, got {power:g}")
+    plan = api.budgeted(plan, hw, token_count(train_tokens), price, power)
+    launch = api.launch_settings(model, plan, emit) if emit else None
+    return plan, launch
+
+
+def _launch_json(launch):
+    from dataclasses import asdict
+
+    return None if launch is None else asdict(launch)
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -88,22 +115,52 @@ def explain(
     schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
     tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
-    overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False,
+    overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False, emit: EmitOpt = None,
+    timeline: Annotated[bool, typer.Option(
+        "--timeline", help="Draw the pipeline schedule, to scale.")] = False,
+    timeline_out: Annotated[str | None, typer.Option(
+        help="Write the schedule picture to an .svg file.")] = None,
+    train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
+    gpu_power_w: PowerOpt = None,
 ) -> None:
     """One plan's breakdown: every term, its formula, its value, and why."""
     from . import api, render
 
     try:
+        if timeline_out is not None and not timeline_out.lower().endswith(".svg"):
+            raise PlanError(f"--timeline-out writes SVG: give a path ending in .svg, "
+                            f"got '{timeline_out}'")
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce)
         plan = api.explain_request(model, hw, req)
+        plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
+        picture = api.plan_timeline(model, hw, plan) if (timeline or timeline_out) else None
+        svg = None
+        if timeline_out is not None:
+            from .timeline import to_svg
+
+            svg = to_svg(picture, title=f"{plan.model.name}: {render.config_line(plan)}")
     except PlanError as exc:
         raise _fail(exc) from None
+    if svg is not None:
+        try:
+            with open(timeline_out, "w", encoding="utf-8") as fh:
+                fh.write(svg)
+        except OSError as exc:
+            raise _fail(PlanError(f"cannot write {timeline_out}: {exc.strerror or exc}")) from None
     if json_:
-        render.print_json(plan.model_dump(mode="json"))
-    else:
-        render.render_explain(plan, render.console())
+        data = plan.model_dump(mode="json")
+        if launch is not None:
+            data["launch"] = _launch_json(launch)
+        render.print_json(data)
+        return
+    out = render.console()
+    render.render_explain(plan, out)
+    if picture is not None and timeline:
+        render.render_timeline(picture, out)
+    if launch is not None:
+        render.render_launch(launch, out)
 
 
 @app.command()
@@ -121,7 +178,8 @@ def search(
     sort: Annotated[str, typer.Option(help="Rank by: time, memory, mfu.")] = "time",
     headroom: Annotated[float, typer.Option(
         help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
-    json_: JsonOpt = False,
+    json_: JsonOpt = False, emit: EmitOpt = None, train_tokens: TrainTokensOpt = None,
+    gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None,
 ) -> None:
     """Find and rank the layouts that fit."""
     from . import api, render
@@ -131,12 +189,26 @@ def search(
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, allow_tp_across_nodes)
         result = api.search_request(model, hw, req, top=top, sort=sort, headroom=headroom)
+        plans = []
+        for i, plan in enumerate(result.plans):
+            plan, launch_i = _extras(plan, model, hw, emit if i == 0 else None, train_tokens,
+                                     gpu_hour_price, gpu_power_w)
+            plans.append(plan)
+            if i == 0:
+                launch = launch_i
+        result = result.model_copy(update={"plans": plans})
     except PlanError as exc:
         raise _fail(exc) from None
     if json_:
-        render.print_json(result.model_dump(mode="json"))
-    else:
-        render.render_search(result, render.console())
+        data = result.model_dump(mode="json")
+        if launch is not None:
+            data["launch"] = _launch_json(launch)
+        render.print_json(data)
+        return
+    out = render.console()
+    render.render_search(result, out)
+    if launch is not None:
+        render.render_launch(launch, out)
 
 
 @app.command()
@@ -178,6 +250,44 @@ def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False) -> None:
         render.print_json(report.model_dump(mode="json"))
     else:
         render.render_validation(report, render.console())
+
+
+@app.command()
+def calibrate(
+    measurements: Annotated[str, typer.Argument(help="CSV or JSON of measured runs (model, dp, "
+                                                "tp, pp, mbs, gbs, ..., step_s).")],
+    hw: HwOpt = "h100-nvlink",
+    output: Annotated[str | None, typer.Option("--output", "-o",
+                                               help="Write the calibrated profile (TOML).")] = None,
+    fit: Annotated[str, typer.Option(help="Factors to fit: gemm, hbm, fast_busbw, "
+                                     "net_busbw (comma list).")] = "gemm,hbm,fast_busbw,net_busbw",
+    name: Annotated[str | None, typer.Option(help="Name of the new profile.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Fit a profile's efficiency factors to your cluster's measured step times."""
+    from pathlib import Path
+
+    from . import calibrate as cal
+    from . import render
+    from .catalog import load_hardware
+
+    try:
+        profile = load_hardware(hw)
+        runs = cal.load_measurements(Path(measurements), profile)
+        factors = tuple(s.strip() for s in fit.split(",") if s.strip())
+        result = cal.calibrate(runs, profile, fit=factors, name=name)
+        toml_text = cal.calibration_toml(result, measurements) if output else None
+    except PlanError as exc:
+        raise _fail(exc) from None
+    if output:
+        try:
+            Path(output).write_text(toml_text, encoding="utf-8")
+        except OSError as exc:
+            raise _fail(PlanError(f"cannot write {output}: {exc.strerror or exc}")) from None
+    if json_:
+        render.print_json(result.model_dump(mode="json"))
+    else:
+        render.render_calibration(result, render.console(), output)
 
 
 def _version(value: bool) -> None:

@@ -111,3 +111,23 @@ def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
     check_config(model, hw, config)
     costs = plan_costs(numbers(model, hw, config), Choices.of(config))
     return plan_from_costs(model, hw, config, costs)
+
+
+def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | None = None,
+                gpu_power_w: float | None = None) -> Plan:
+    """The plan with what training on train_tokens costs (days, GPU-hours, money, energy)."""
+    from .formulas import budget as B
+    from .results import Budget
+
+    if train_tokens is None:
+        return plan
+    if train_tokens <= 0:
+        raise PlanError(f"--train-tokens must be positive, got {train_tokens:g}")
+    n, tau = plan.config.n_gpus, plan.time.tokens_per_s
+    hours = B.gpu_hours(n, train_tokens, tau)
+    energy = (None if gpu_power_w is None
+              else B.energy_j(n, train_tokens, tau, gpu_power_w) / 3.6e9)  # J → MWh
+    return plan.model_copy(update={"budget": Budget(
+        train_tokens=train_tokens, days=B.training_s(train_tokens, tau) / B.SECONDS_PER_DAY,
+        gpu_hours=hours, cost=None if gpu_hour_price is None else hours * gpu_hour_price,
+        gpu_hour_price=gpu_hour_price, energy_mwh=energy, gpu_power_w=gpu_power_w)})

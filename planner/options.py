@@ -84,3 +84,23 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         seq_len=seq_len, precision=one_enum(precision, Precision, "precision"),
         grad_dtype=grad_dtype, attention=one_enum(attention, Attention, "attention"),
         overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes)
+
+
+SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def token_count(text: str | None, flag: str = "train-tokens") -> float | None:
+    """A count with an optional suffix: 15T, 300B, 2.5e12."""
+    if text is None:
+        return None
+    s = text.strip().lower()
+    scale = SUFFIXES.get(s[-1:], None)
+    number = s[:-1] if scale else s
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise PlanError(f"--{flag} takes a number with an optional K/M/B/T suffix "
+                        f"(e.g. 15T or 300B), got '{text}'") from None
+    if not value > 0 or value == float("inf"):
+        raise PlanError(f"--{flag} must be positive, got '{text}'")
+    return value

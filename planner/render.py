@@ -137,10 +137,55 @@ def render_explain(plan: Plan, out: Console) -> None:
               f"{tm.bubble_s / step:.0%}, exposed communication {tm.exposed_comm_s / step:.0%}, "
               f"optimizer {tm.optimizer_s / step:.0%} · {tm.tokens_per_s:,.0f} tokens/s · "
               f"MFU {tm.mfu:.1%} (HFU {tm.hfu:.1%})")
+    if plan.budget is not None:
+        out.print(budget_line(plan))
     if "inflight_first" in values:
         out.print(f"In flight on the first stage: {values['inflight_first']:g} micro-batches "
                   f"(schedule {c.schedule.value}).")
     render_warnings(plan, out)
+
+
+def budget_line(plan: Plan) -> str:
+    b = plan.budget
+    parts = [f"Training {b.train_tokens:.3g} tokens: {b.days:,.1f} days on {plan.config.n_gpus:,} "
+             f"GPUs, {b.gpu_hours:,.0f} GPU-hours"]
+    if b.cost is not None:
+        parts.append(f"cost {b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour")
+    if b.energy_mwh is not None:
+        parts.append(f"GPU energy {b.energy_mwh:,.0f} MWh at {b.gpu_power_w:g} W")
+    return ", ".join(parts) + "."
+
+
+def render_launch(launch, out: Console) -> None:
+    """--emit: the settings, then what they follow and what was assumed."""
+    out.print(Text(f"Launch settings for {launch.framework} ({launch.format}):", style="bold"))
+    out.print(launch.text, markup=False, highlight=False)
+    out.print(f"Option names follow: {launch.version_note}", markup=False, highlight=False)
+    for note in launch.notes:
+        out.print(f"note: {note}", markup=False, highlight=False)
+
+
+TIMELINE_STYLES = {"F": "black on cyan", "B": "black on magenta", "idle": "dim"}
+
+
+def render_timeline(timeline, out: Console, width: int | None = None) -> None:
+    """The schedule as the terminal sees it: one row per stage, forward and backward blocks in
+    colour (F cyan, B magenta), the bubble as dots, the time axis to scale."""
+    from .timeline import to_text_rows
+
+    width = width or max(40, min(out.width - 12, 200))
+    rows = to_text_rows(timeline, width)
+    out.print(Text(f"Pipeline schedule ({timeline.schedule.value}, p={timeline.pp}, "
+                   f"m={timeline.n_micro}, v={timeline.vpp}); one column = "
+                   f"{seconds(timeline.makespan_s / width)}; bubble "
+                   f"{timeline.bubble_fraction:.1%}", style="bold"))
+    for k, row in enumerate(rows):
+        line = Text(f"stage {k:<3d} ")
+        for char, kind in row:
+            line.append(char, style=TIMELINE_STYLES.get(kind, ""))
+        out.print(line, no_wrap=True, overflow="crop")
+    out.print(f"{'':10s}0{'':{max(0, width - 12)}s}{seconds(timeline.makespan_s):>10s}")
+    out.print("F = forward, B = backward (digit = micro-batch number mod 10), · = idle")
 
 
 def render_warnings(plan: Plan, out: Console) -> None:
@@ -156,23 +201,32 @@ def render_search(result, out: Console) -> None:
     """The ranked table, the reason for the winner, the warnings of the plans shown."""
     table = Table(box=box.SIMPLE_HEAD, title=f"{len(result.plans)} of {result.feasible:,} plans "
                   f"that fit ({result.considered:,} considered)", title_justify="left")
-    for col in ("#", "dp", "tp", "pp", "cp", "vpp", "mbs", "M", "ZeRO", "recompute", "SP",
-                "mem GiB", "bubble", "comm", "step s", "tokens/s", "MFU"):
+    budget = bool(result.plans) and result.plans[0].budget is not None
+    columns = ["#", "dp", "tp", "pp", "cp", "vpp", "mbs", "M", "ZeRO", "recompute", "SP",
+               "mem GiB", "bubble", "comm", "step s", "tokens/s", "MFU"]
+    if budget:
+        columns.append("days")
+    for col in columns:
         table.add_column(col, justify="right" if col not in ("recompute",) else "left",
                          no_wrap=True)
     for i, p in enumerate(result.plans, 1):
         c, m, t = p.config, p.memory, p.time
         warn = "!" if any(w.code != "uneven-stages" for w in p.warnings) else ""
-        table.add_row(
+        cells = [
             f"{i}{warn}", str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.vpp), str(c.mbs),
             str(c.n_micro), str(int(c.zero_stage)), c.recompute.value,
             "on" if c.sequence_parallel else "off",
             f"{m.total_bytes / GIB:,.1f}/{m.capacity_bytes / GIB:,.0f}",
             f"{p.bubble_fraction:.1%}", f"{t.exposed_comm_s / t.step_s:.1%}",
-            f"{t.step_s:,.3f}", f"{t.tokens_per_s:,.0f}", f"{t.mfu:.1%}")
+            f"{t.step_s:,.3f}", f"{t.tokens_per_s:,.0f}", f"{t.mfu:.1%}"]
+        if budget:
+            cells.append(f"{p.budget.days:,.1f}")
+        table.add_row(*cells)
     out.print(table)
     if result.reason:
         out.print(result.reason)
+    if budget:
+        out.print("Plan 1: " + budget_line(result.plans[0]))
     seen = set()
     for i, p in enumerate(result.plans, 1):
         for w in p.warnings:
@@ -223,3 +277,33 @@ def render_validation(report, out: Console) -> None:
     out.print(f"median |error| {report.median_abs_error:.1%} (target ≤ {report.target_median:.0%}),"
               f" max |error| {report.max_abs_error:.1%} (target ≤ {report.target_max:.0%}): "
               + ("targets met" if ok else "TARGETS MISSED"))
+
+
+def render_calibration(result, out: Console, output: str | None) -> None:
+    """The fit: each factor before and after, each run's error before and after."""
+    table = Table(box=box.SIMPLE_HEAD, title=f"Calibration of {result.hardware}",
+                  title_justify="left")
+    for col in ("factor", "before", "after", "status", "why"):
+        table.add_column(col, overflow="fold", max_width=60 if col == "why" else None)
+    for f in result.factors:
+        table.add_row(f.path, f"{f.before:.4g} {f.unit}".strip(), f"{f.after:.4g} {f.unit}".strip(),
+                      f.status, f.reason)
+    out.print(table)
+    runs = Table(box=box.SIMPLE_HEAD, title="Runs: predicted vs measured step time",
+                 title_justify="left")
+    for col in ("run", "layout", "measured s", "before s", "error", "after s", "error"):
+        runs.add_column(col, justify="left" if col in ("run", "layout") else "right")
+    for r in result.runs:
+        runs.add_row(r.id, r.layout, f"{r.measured_s:.3f}", f"{r.predicted_before_s:.3f}",
+                     f"{r.error_before:+.1%}", f"{r.predicted_after_s:.3f}",
+                     f"{r.error_after:+.1%}")
+    out.print(runs)
+    out.print(f"median |error| {result.median_abs_error_before:.1%} → "
+              f"{result.median_abs_error_after:.1%}, max {result.max_abs_error_before:.1%} → "
+              f"{result.max_abs_error_after:.1%}")
+    for w in result.warnings:
+        out.print(Text(f"warning: {w}", style="yellow"))
+    if output:
+        out.print(f"wrote {output}: use it with --hw {output}")
+    else:
+        out.print("(pass -o FILE.toml to write the calibrated profile)")

@@ -79,6 +79,18 @@ class Term(_Out):
     why: str
 
 
+class Budget(_Out):
+    """What training on train_tokens costs with this plan."""
+
+    train_tokens: float
+    days: float
+    gpu_hours: float
+    cost: float | None = None
+    gpu_hour_price: float | None = None
+    energy_mwh: float | None = None
+    gpu_power_w: float | None = None
+
+
 class Plan(_Out):
     config: PlanConfig
     model: ModelSummary
@@ -89,3 +101,4 @@ class Plan(_Out):
     time: Time
     warnings: list[PlanWarning] = []
     terms: list[Term] = []
+    budget: Budget | None = None

@@ -234,7 +234,7 @@ def test_load_csv_with_defaults():
 def test_load_json():
     runs = load_measurements(DATA / "runs.json")
     assert [m.id for m in runs][0] == "json-1"
-    assert "row 2" in runs[1].id
+    assert runs[1].id == "row 2" and runs[1].where.endswith("runs.json row 2")
     second = runs[1].config
     assert second.sequence_parallel is False and second.attention is Attention.CLASSIC
     assert second.precision is Precision.FP16 and runs[1].step_s == 1.5
