@@ -57,7 +57,7 @@ def _resolve(expr, values: dict):
 
     def choose(pw):
         for branch, cond in pw.args:
-            if cond is sympy.true or bool(cond.subs(values)):
+            if cond is sympy.true or bool(cond.xreplace(values)):
                 return branch
         return pw
 
