@@ -132,8 +132,9 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     act_last = inflight_last * layers * layer_act + logits_act
 
     # ---- memory of the most loaded stage -----------------------------------------------------
+    # ZeRO-3 materialises whole layers, except on a single rank, where FSDP falls back to NO_SHARD
     prefetch = (M.zero3_prefetch_bytes(layer_sharded, layer_replicated, t, x.w_bytes)
-                if c.zero_stage is ZeroStage.PARAMETERS else 0)
+                * (1 - _ops.le(d_shard, 1)) if c.zero_stage is ZeroStage.PARAMETERS else 0)
 
     def memory(psi, act):
         w = M.weight_bytes(psi, x.w_bytes, d_shard, z)

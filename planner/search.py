@@ -35,6 +35,7 @@ class SearchResult(BaseModel):
     feasible: int
     constraints: list[str]
     reason: str = ""
+    folded: int = 0  # plans left out of the table: same step time and memory as a simpler one
 
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
@@ -48,8 +49,8 @@ CONSTRAINTS = [
     "dp·tp·pp·cp = gpus",
     "tp divides the attention heads, the KV heads and the FFN size",
     "tp ≤ GPUs per NVLink domain unless --allow-tp-across-nodes (or --tp names it)",
-    "pp·vpp ≤ layers; uneven stages allowed for vpp = 1 (the fullest stage is sized), "
-    "vpp > 1 needs pp·vpp to divide the layers",
+    "pp·vpp ≤ layers; uneven stages allowed (the fullest stage, v·⌈L/(p·v)⌉ layers, is sized "
+    "and sets the pace)",
     "gbs divisible by dp·mbs; n_micro = gbs/(dp·mbs)",
     "interleaved schedule iff vpp > 1, with pp ≥ 2 and n_micro a multiple of pp",
     "sequence parallelism only with tp > 1",
@@ -77,8 +78,7 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
     ok &= dp >= 1
     ok &= gbs % np.maximum(dp * mbs, 1) == 0
     ok &= pp * vpp <= L
-    ok &= (vpp == 1) | ((pp >= 2) & (L % (pp * vpp) == 0)
-                        & ((gbs // np.maximum(dp * mbs, 1)) % pp == 0))
+    ok &= (vpp == 1) | ((pp >= 2) & ((gbs // np.maximum(dp * mbs, 1)) % pp == 0))
     ok &= (cp == 1) | (seq % (2 * cp) == 0)
     if req.dp:
         ok &= np.isin(dp, req.dp)
@@ -170,17 +170,19 @@ def _why(plans: list[Plan]) -> str:
              f"{t.bubble_s / t.step_s:.0%}, exposed communication "
              f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
              f"{best.memory.capacity_bytes / 2**30:.1f} GiB."]
-    labels = {"compute_s": "more compute (recomputation or smaller GEMMs)", "bubble_s": "a larger bubble",
-              "tp_exposed_s": "more exposed TP traffic", "dp_exposed_s": "more exposed DP/ZeRO traffic",
-              "pp_exposed_s": "more pipeline sends", "cp_exposed_s": "more exposed CP traffic",
-              "optimizer_s": "a longer optimizer step"}
+    labels = {"compute_s": "compute", "bubble_s": "bubble", "tp_exposed_s": "exposed TP",
+              "dp_exposed_s": "exposed DP/ZeRO", "pp_exposed_s": "pipeline sends",
+              "cp_exposed_s": "exposed CP", "optimizer_s": "optimizer"}
     for other in plans[1:3]:
         o = other.time
         deltas = {k: getattr(o, k) - getattr(t, k) for k in labels}
-        worst = max(deltas, key=deltas.get)
-        slower = o.step_s / t.step_s - 1
-        parts.append(f"{_short(other)} is {slower:.1%} slower, mostly from {labels[worst]} "
-                     f"(+{deltas[worst]:.3g} s).")
+        worse = max(deltas, key=deltas.get)
+        better = min(deltas, key=deltas.get)
+        text = (f"{_short(other)} is {o.step_s / t.step_s - 1:.1%} slower: "
+                f"{labels[worse]} +{deltas[worse]:.3g} s")
+        if deltas[better] < 0:
+            text += f", {labels[better]} {deltas[better]:.3g} s"
+        parts.append(text + ".")
     return " ".join(parts)
 
 
@@ -212,10 +214,32 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
         need = costs["total_bytes"][i]
         cfg = config_at(model, req, cols, i)
         raise NoFeasiblePlan(_diagnose(model, hw, req, cfg, need, budget))
-    order = _order(costs, cols, fits, sort)[:top]
+    order, folded = _distinct(costs, _order(costs, cols, fits, sort), top)
     plans = [estimate(model, hw, config_at(model, req, cols, int(i))) for i in order]
+    reason = _why(plans)
+    if folded:
+        reason += (f" {folded} other layouts with exactly the step time and memory of a plan shown "
+                   "(e.g. context parallelism traded for micro-batch size) are folded into it.")
     return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
-                        constraints=CONSTRAINTS, reason=_why(plans))
+                        constraints=CONSTRAINTS, reason=reason, folded=folded)
+
+
+def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]:
+    """The first `top` plans of `order` whose (step time, memory) differ from every plan already
+    taken (to 1e-9 relative): the ranking's simpler-layout tie-break keeps the simplest of equals."""
+    taken: list[int] = []
+    seen: list[tuple[float, float]] = []
+    folded = 0
+    for i in order:
+        key = (float(costs["step_s"][i]), float(costs["total_bytes"][i]))
+        if any(abs(key[0] - s) <= 1e-9 * s and abs(key[1] - m) <= 1e-9 * m for s, m in seen):
+            folded += 1
+            continue
+        if len(taken) == top:
+            break
+        taken.append(int(i))
+        seen.append(key)
+    return taken, folded
 
 
 def _diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str:
