@@ -160,7 +160,7 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     tp_bytes = note("tp_bytes", C.tp_step_bytes(layers, m, tp_layer, fwd_passes))
     boundary = note("pp_boundary_bytes", C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes))
     pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v, boundary))
-    cp_layer = C.cp_layer_bytes(s, b, h, x.n_heads, x.n_kv_heads, t, cp, x.act_bytes)
+    cp_layer = C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes)
     cp_bytes = note("cp_bytes", layers * m * cp_layer)
     dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
                                                     z))

@@ -31,8 +31,9 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
     if c.vpp > 1 and c.schedule.value != "interleaved":
         raise PlanError(f"vpp={c.vpp} needs --schedule interleaved")
     if c.schedule.value == "interleaved":
-        if c.pp < 2:
-            raise PlanError("the interleaved schedule needs pp ≥ 2")
+        if c.pp < 2 or c.vpp < 2:
+            raise PlanError(f"the interleaved schedule needs pp ≥ 2 and vpp ≥ 2 (got pp={c.pp}, "
+                            f"vpp={c.vpp}); with one chunk per GPU use --schedule 1f1b")
         if c.n_micro % c.pp:
             raise PlanError(f"the interleaved schedule needs n_micro to be a multiple of pp "
                             f"({c.n_micro} micro-batches, pp={c.pp}); Megatron groups "

@@ -65,11 +65,11 @@ def pp_step_bytes(pp, n_micro, vpp, boundary_bytes):
     return 2 * n_micro * (vpp * pp - 1) / pp * boundary_bytes
 
 
-def cp_layer_bytes(seq_len, mbs, hidden, n_heads, n_kv_heads, tp, cp, act_bytes=2):
+def cp_layer_bytes(seq_len, mbs, n_kv_heads, head_dim, tp, cp, act_bytes=2):
     """Context parallelism (ring attention): per layer per micro-batch, each rank passes its K and
-    V chunk, act·2·b·(s/c)·h·k/a/t bytes, around the ring c − 1 times in the forward pass, and in
+    V chunk, act·2·b·(s/c)·k·d_h/t bytes, around the ring c − 1 times in the forward pass, and in
     the backward pass K, V and their gradients (twice as much): 3·(c − 1) · that chunk."""
-    kv_chunk = act_bytes * 2 * mbs * seq_len / cp * hidden * n_kv_heads / n_heads / tp
+    kv_chunk = act_bytes * 2 * mbs * seq_len / cp * n_kv_heads * head_dim / tp
     return 3 * (cp - 1) * kv_chunk
 
 
