@@ -65,6 +65,7 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
         kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
+        n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
         reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
         capacity=hw.capacity_bytes,
     )
@@ -182,8 +183,14 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     causal_skip = 1 if c.attention is Attention.FLASH else 0
     materialised = 1 if c.attention is Attention.CLASSIC else 0
     sp_divisor = t if c.sequence_parallel else 1
+    tokens = b * s / cp
+    # a profile without an SM count (n_sm = 0) leaves wave quantisation out: w = 1
+    has_sm = 1 - _ops.le(x.n_sm, 0)
+    wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
+        tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, t,
+        _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols, tokens * x.top_k / x.n_experts), 1))
     mm_s = note("matmul_s", T.compute_time_s(F.layer_matmul_flops(s, b, active) / (t * cp),
-                                             x.peak_flops, x.gemm_eff))
+                                             x.peak_flops, x.gemm_eff * wave))
     att_s = note("attention_s", T.compute_time_s(
         F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip) / (t * cp),
         x.peak_flops, x.gemm_eff))

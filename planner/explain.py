@@ -26,7 +26,7 @@ SYMBOLS = {
     "vpp": "v", "n_micro": "m", "gbs": "B",
     "peak_flops": "F_peak", "gemm_eff": "η", "hbm_bw": "W_hbm", "hbm_eff": "η_hbm",
     "fast_bw": "W_nvl", "net_bw": "W_net", "fast_lat": "α_nvl", "net_lat": "α_net",
-    "reserved": "R", "frag": "φ", "kernel_s": "t_k",
+    "reserved": "R", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
 }
 
 

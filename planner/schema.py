@@ -162,6 +162,11 @@ class HardwareProfile(_Strict):
     hbm_tb_per_s: PositiveFloat
     peak_tflops: PerPrecision = Field(description="Dense (no sparsity) peak per precision.")
     gpus_per_domain: PositiveInt = Field(description="GPUs that share the fast (NVLink) domain.")
+    sm_count: PositiveInt | None = Field(
+        None, description="Streaming multiprocessors (compute units) that GEMM tiles are spread "
+        "over; None leaves wave quantisation out.")
+    gemm_tile: tuple[PositiveInt, PositiveInt] = Field(
+        (128, 128), description="Output tile of the training GEMMs (rows, cols).")
     fast: Link
     network: Link
     efficiency: Efficiency

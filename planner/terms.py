@@ -62,6 +62,8 @@ TERMS: dict[str, TermInfo] = {
     "model_flops": TermInfo("F_model", "FLOPs", "time",
                             "3 passes of every matmul and attention product (MFU's numerator)"),
     "hardware_flops": TermInfo("F_hw", "FLOPs", "time", "model FLOPs + recomputation (HFU)"),
+    "wave_efficiency": TermInfo("w", "fraction", "time",
+                                "GEMM tiles' last-wave occupancy: thin TP slices waste more"),
     "matmul_s": TermInfo("T_mm", "s", "time", "one layer's forward GEMMs, one micro-batch, per GPU"),
     "attention_s": TermInfo("T_att", "s", "time", "one layer's QKᵀ and P·V (causal half if flash)"),
     "elementwise_s": TermInfo("T_elem", "s", "time",

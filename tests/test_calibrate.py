@@ -176,11 +176,11 @@ def test_published_a100_cases_gemm_only():
     # what least squares minimises, and the worst case, both improve
     assert result.rms_log_error_after < result.rms_log_error_before
     assert result.max_abs_error_after < result.max_abs_error_before
-    # the median need not: 0.66 (fitted to Korthikanti's per-layer table) already sits at the
-    # median's minimum, and the least-squares optimum (~0.678) is pulled up by a few runs the
-    # model overpredicts by 11–16 %. Guard the numbers the report quotes.
-    assert result.median_abs_error_before == pytest.approx(0.0441, abs=5e-4)
-    assert result.median_abs_error_after == pytest.approx(0.0540, abs=2e-3)
+    # the median need not: 0.68 (fitted to Korthikanti's per-layer table) already sits near the
+    # median's minimum, and the least-squares optimum (~0.71) is pulled up by a few runs the
+    # model overpredicts by 12–18 %. Guard the numbers the report quotes.
+    assert result.median_abs_error_before == pytest.approx(0.0358, abs=5e-4)
+    assert result.median_abs_error_after == pytest.approx(0.0546, abs=2e-3)
     assert result.median_abs_error_after < 0.10  # still within the validation target
 
     # and it is the least-squares optimum: moving it 1 % either way is worse
@@ -337,10 +337,11 @@ def test_calibrated_toml_round_trip(tmp_path, h100):
     joined = "\n".join(header)
     assert "calibrated by plan3d calibrate" in joined
     assert "cluster-runs.csv" in joined and "2025-03-01T12:00:00+00:00" in joined
-    assert "efficiency.gemm.bf16: 0.61 -> 0.45" in joined
+    assert f"efficiency.gemm.bf16: {h100.efficiency.gemm.bf16:g} -> 0.45" in joined
     assert "network.busbw_gb_per_s: 46 GB/s -> 35 GB/s" in joined
-    assert "efficiency.gemm.fp16 = 0.61: no run uses fp16" in joined
-    assert "bf16 = 0.45  # calibrated; was 0.61" in text
+    was = f"{h100.efficiency.gemm.bf16:g}"  # the shipped profile's value
+    assert f"efficiency.gemm.fp16 = {h100.efficiency.gemm.fp16:g}: no run uses fp16" in joined
+    assert f"bf16 = 0.45  # calibrated; was {was}" in text
     # an absent optional field is left out, not written as an empty value
     no_fp8 = load_hardware("a100-nvlink")
     assert "fp8" not in profile_to_toml(no_fp8, "")

@@ -15,6 +15,34 @@ def compute_time_s(flops, peak_flops_per_s, efficiency):
     return flops / (peak_flops_per_s * efficiency)
 
 
+def wave_efficiency(rows, cols, n_units, tile_rows=128, tile_cols=128):
+    """Wave quantisation of a GEMM's rows × cols output tiled over n_units SMs: the busy share of
+    the last wave, tiles / (⌈tiles / n⌉ · n), tiles = ⌈rows/tr⌉·⌈cols/tc⌉ (NVIDIA, "Matrix
+    Multiplication Background User's Guide", wave quantization). A GEMM sliced t ways by tensor
+    parallelism has fewer tiles, so a larger share of its last wave idles."""
+    tiles = _ops.ceil(rows / tile_rows) * _ops.ceil(cols / tile_cols)
+    return tiles / (_ops.ceil(tiles / n_units) * n_units)
+
+
+def layer_gemm_wave_efficiency(tokens, hidden, n_heads, n_kv_heads, head_dim, ffn,
+                               n_mlp_matrices, tp, n_units, tile_rows=128, tile_cols=128,
+                               expert_tokens=None):
+    """FLOP-weighted wave efficiency of one layer's four forward GEMMs on one GPU, with M the
+    tokens of the micro-batch (b·s/c) and per GEMM (N, K):
+    QKV (d_h(a + 2k)/t, h), output (h, a·d_h/t), MLP in ((n_mlp − 1)·f/t, h), MLP out (h, f/t);
+    the MLP's rows are the tokens each expert sees (expert_tokens, M for a dense model).
+    Σ flops / Σ (flops / wave)."""
+    m_mlp = tokens if expert_tokens is None else expert_tokens
+    gemms = [(tokens, head_dim * (n_heads + 2 * n_kv_heads) / tp, hidden),
+             (tokens, hidden, n_heads * head_dim / tp),
+             (m_mlp, (n_mlp_matrices - 1) * ffn / tp, hidden),
+             (m_mlp, hidden, ffn / tp)]
+    work = sum(m * n * k for m, n, k in gemms)
+    slowed = sum(m * n * k / wave_efficiency(m, n, n_units, tile_rows, tile_cols)
+                 for m, n, k in gemms)
+    return work / slowed
+
+
 def memory_bound_time_s(bytes_moved, hbm_bytes_per_s, efficiency):
     """bytes / (HBM bandwidth · η_hbm): norms, residual adds, activations, softmax, optimizer."""
     return bytes_moved / (hbm_bytes_per_s * efficiency)
