@@ -21,7 +21,7 @@ from .request import DEFAULT_MBS, PlanRequest
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 
-SORT_KEYS = ("time", "memory", "mfu")
+SORT_KEYS = ("time", "memory", "mfu", "gpus")
 MAX_OPEN_VPP = 8
 MAX_OPEN_CP = 16
 DEFAULT_HEADROOM = 0.0
@@ -193,11 +193,54 @@ def _short(plan: Plan) -> str:
             f"{c.recompute.value}{' sp' if c.sequence_parallel else ''}")
 
 
+def gpu_counts(max_gpus: int, domain: int) -> list[int]:
+    """The cluster sizes tried by `--sort gpus`: whole NVLink domains, doubling up to max_gpus
+    (and max_gpus itself)."""
+    counts, n = [], min(domain, max_gpus)
+    while n < max_gpus:
+        counts.append(n)
+        n *= 2
+    return counts + [max_gpus]
+
+
+def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_step_s: float,
+                top: int = 10, headroom: float = DEFAULT_HEADROOM) -> SearchResult:
+    """The smallest cluster (whole domains, doubling, up to req.gpus) whose best plan steps in at
+    most target_step_s, with its plans ranked by step time. Raises NoFeasiblePlan when even
+    req.gpus does not reach the target."""
+    if not target_step_s > 0:
+        raise PlanError(f"--target-step-s must be positive, got {target_step_s}")
+    best_seen = None
+    sizes = gpu_counts(req.gpus, hw.gpus_per_domain)
+    for n in sizes:
+        try:
+            result = search(model, hw, req.model_copy(update={"gpus": n}), top=top, sort="time",
+                            headroom=headroom)
+        except NoFeasiblePlan:
+            continue
+        step = result.plans[0].time.step_s
+        best_seen = (n, step)
+        if step <= target_step_s:
+            return result.model_copy(update={"reason": (
+                f"{n} GPUs is the smallest size tried ({', '.join(map(str, sizes))}) whose best "
+                f"plan steps in ≤ {target_step_s:g} s. " + result.reason)})
+    seen = (f"; the best found is {best_seen[1]:.3g} s on {best_seen[0]} GPUs" if best_seen
+            else "; no size fits in memory")
+    raise NoFeasiblePlan(f"no cluster of up to {req.gpus} GPUs reaches a {target_step_s:g} s "
+                         f"step for {model.name} at global batch {req.global_batch(model)}{seen}")
+
+
 def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 10,
-           sort: str = "time", headroom: float = DEFAULT_HEADROOM) -> SearchResult:
-    """Rank the plans that fit. Raises NoFeasiblePlan, with a diagnosis, when none does."""
+           sort: str = "time", headroom: float = DEFAULT_HEADROOM,
+           target_step_s: float | None = None) -> SearchResult:
+    """Rank the plans that fit. Raises NoFeasiblePlan, with a diagnosis, when none does.
+    sort = "gpus" finds the fewest GPUs whose best plan meets target_step_s."""
     if sort not in SORT_KEYS:
         raise PlanError(f"unknown sort '{sort}' (choose from {', '.join(SORT_KEYS)})")
+    if sort == "gpus":
+        if target_step_s is None:
+            raise PlanError("--sort gpus needs --target-step-s (the step time to reach)")
+        return fewest_gpus(model, hw, req, target_step_s, top, headroom)
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom must be in [0, 1), got {headroom}")
     cols, costs = evaluate_space(model, hw, req)
