@@ -1,4 +1,14 @@
-"""The one exception plan3d raises for bad input; the CLI prints its message on one line."""
+"""The one exception plan3d raises for bad input; the CLI prints its message on one line.
+
+Exit codes (the CLI's stable interface): 0 success, 1 no plan fits, 2 bad usage or input,
+3 internal error (a bug in plan3d: please report it)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+EXIT_OK, EXIT_NO_FIT, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 
 
 class PlanError(ValueError):
@@ -7,3 +17,101 @@ class PlanError(ValueError):
 
 class NoFeasiblePlan(PlanError):
     """Nothing fits: the message carries the diagnosis."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The CLI's exit status for an exception plan3d raises."""
+    return EXIT_NO_FIT if isinstance(exc, NoFeasiblePlan) else EXIT_USAGE
+
+
+# ---------------------------------------------------------------------------------------------
+# pydantic's validation errors, for a person: `field.path: what was expected, got what`
+
+_EXPECTED = {
+    "int_type": "a whole number", "int_parsing": "a whole number",
+    "int_from_float": "a whole number", "float_type": "a number", "float_parsing": "a number",
+    "finite_number": "a finite number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "text (a quoted string)",
+    "dict_type": "a table (a TOML [section] or a JSON object)",
+    "model_type": "a table (a TOML [section] or a JSON object)",
+    "model_attributes_type": "a table (a TOML [section] or a JSON object)",
+    "list_type": "a list", "tuple_type": "a list", "none_required": "nothing",
+}
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def field_path(loc: tuple) -> str:
+    """('efficiency', 'gemm', 'bf16') → efficiency.gemm.bf16; list indices as [i]."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _fields_at(model_cls, loc: tuple) -> list[str]:
+    """The field names of the (nested) pydantic model that `loc` points into, for did-you-mean."""
+    from pydantic import BaseModel
+
+    cls = model_cls
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(cls, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return []
+        cls = nested[0]
+    return list(getattr(cls, "model_fields", {}))
+
+
+def problem_text(e: dict, model_cls=None) -> str:
+    """One pydantic error dict as `what was expected, got what`."""
+    kind, ctx, given = e.get("type", ""), e.get("ctx") or {}, e.get("input")
+    got = f", got {_show(given)}"
+    if kind == "missing":
+        return "required, but missing"
+    if kind == "extra_forbidden":
+        known = _fields_at(model_cls, tuple(e["loc"][:-1])) if model_cls is not None else []
+        close = difflib.get_close_matches(str(e["loc"][-1]), known, n=2, cutoff=0.5)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        listing = f"; known fields: {', '.join(known)}" if known and not close else ""
+        return f"unknown field{hint}{listing}"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}{got}"
+    bounds = {"greater_than": ">", "greater_than_equal": "≥", "less_than": "<",
+              "less_than_equal": "≤"}
+    if kind in bounds:
+        limit = next(iter(ctx.values()), "?")
+        return f"must be {bounds[kind]} {limit}{got}"
+    if kind in ("enum", "literal_error"):
+        return f"must be {ctx.get('expected', 'one of the allowed values')}{got}"
+    if kind in ("too_short", "too_long"):
+        return f"expected {ctx.get('min_length', ctx.get('max_length', '?'))} items{got}"
+    if kind == "value_error":
+        return str(e.get("msg", "")).removeprefix("Value error, ")
+    msg = str(e.get("msg", "invalid value"))
+    return (msg[:1].lower() + msg[1:]).removeprefix("input should be ") + got
+
+
+def describe_validation(err, where: str = "", model_cls=None, limit: int = 4) -> str:
+    """A pydantic ValidationError as one line: `where: field: problem; field: problem`."""
+    parts = []
+    errors = err.errors()
+    for e in errors[:limit]:
+        loc = field_path(tuple(e["loc"])) or "(the whole entry)"
+        parts.append(f"{loc}: {problem_text(e, model_cls)}")
+    if len(errors) > limit:
+        parts.append(f"and {len(errors) - limit} more")
+    text = "; ".join(parts)
+    return f"{where}: {text}" if where else text

@@ -25,6 +25,9 @@ SORT_KEYS = ("time", "memory", "mfu", "gpus")
 MAX_OPEN_VPP = 8
 MAX_OPEN_CP = 16
 DEFAULT_HEADROOM = 0.0
+# what the ranking, the diagnosis and the agreement tests read of each candidate
+KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction", "dp_bytes",
+              "tp_bytes", "pp_bytes", "cp_bytes")
 
 
 class SearchResult(BaseModel):
@@ -123,9 +126,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
         cols["recompute"].append(np.full(size, list(Recompute).index(r)))
         cols["sp"].append(np.full(size, sp))
         cols["schedule"].append(np.full(size, list(Schedule).index(sched)))
-        for k, v in out.items():
-            costs.setdefault(k, []).append(np.broadcast_to(np.asarray(v, dtype=np.float64),
-                                                           (size,)))
+        for k in KEPT_COSTS:
+            v = out[k]
+            costs.setdefault(k, []).append(v if np.ndim(v) else np.full(size, float(v)))
     if not cols["tp"]:
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
