@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .errors import PlanError
+from .errors import PlanError, describe_validation
 from .schema import HardwareProfile, ModelSpec
 
 # Size aliases → the preset they stand for (documented in the README).
@@ -50,41 +50,106 @@ def hardware_presets() -> dict[str, Path]:
     return _builtin("hardware_profiles")
 
 
-def _format_validation(err: ValidationError, where: str) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        parts.append(f"{loc}: {e['msg']}")
-    return f"{where}: " + "; ".join(parts)
+def _format_validation(err: ValidationError, where: str, model_cls=None) -> str:
+    """pydantic's errors for a person: the file, each field's path, what was expected."""
+    return describe_validation(err, where, model_cls)
+
+
+# Plausible ranges, beyond which a number is a typo or a unit mistake (and the arithmetic would
+# leave the range where its results mean anything). (field path, low, high, unit).
+MODEL_LIMITS = [
+    ("n_layers", 1, 100_000, "layers"), ("hidden", 1, 2**20, ""), ("n_heads", 1, 2**16, ""),
+    ("n_kv_heads", 1, 2**16, ""), ("head_dim", 1, 2**16, ""), ("ffn", 1, 2**24, ""),
+    ("vocab", 1, 2**24, "tokens"), ("seq_len", 1, 2**30, "tokens"),
+    ("max_positions", 1, 2**30, "positions"), ("n_experts", 1, 2**16, ""),
+    ("top_k", 1, 2**16, ""),
+]
+HARDWARE_LIMITS = [
+    ("hbm_gib", 1e-3, 1e6, "GiB"), ("hbm_tb_per_s", 1e-3, 1e4, "TB/s"),
+    ("peak_tflops.bf16", 1e-3, 1e7, "TFLOP/s"), ("peak_tflops.fp16", 1e-3, 1e7, "TFLOP/s"),
+    ("peak_tflops.fp8", 1e-3, 1e7, "TFLOP/s"), ("gpus_per_domain", 1, 2**20, "GPUs"),
+    ("sm_count", 1, 10**6, "SMs"), ("gemm_tile[0]", 1, 2**16, ""), ("gemm_tile[1]", 1, 2**16, ""),
+    ("fast.gb_per_s", 1e-3, 1e7, "GB/s"), ("fast.busbw_gb_per_s", 1e-3, 1e7, "GB/s"),
+    ("fast.latency_us", 1e-6, 1e7, "µs"), ("network.gb_per_s", 1e-3, 1e7, "GB/s"),
+    ("network.busbw_gb_per_s", 1e-3, 1e7, "GB/s"), ("network.latency_us", 1e-6, 1e7, "µs"),
+    ("efficiency.gemm.bf16", 1e-4, 1.0, "(a fraction of peak)"),
+    ("efficiency.gemm.fp16", 1e-4, 1.0, "(a fraction of peak)"),
+    ("efficiency.gemm.fp8", 1e-4, 1.0, "(a fraction of peak)"),
+    ("efficiency.hbm", 1e-4, 1.0, "(a fraction of peak)"),
+    ("efficiency.kernel_overhead_us", 0.0, 1e6, "µs"), ("runtime.reserved_gib", 0.0, 1e6, "GiB"),
+    ("tdp_w", 1e-3, 1e6, "W"),
+]
+
+
+def _at(obj, path: str):
+    for part in path.split("."):
+        name, _, index = part.partition("[")
+        obj = getattr(obj, name, None)
+        if obj is not None and index:
+            obj = obj[int(index.rstrip("]"))]
+    return obj
+
+
+def _check_ranges(obj, limits, where: str) -> None:
+    """A PlanError naming the first field outside its plausible range."""
+    for path, lo, hi, unit in limits:
+        value = _at(obj, path)
+        if value is None:
+            continue
+        if not (lo <= value <= hi):  # also false for nan; inf is above any hi
+            raise PlanError(f"{where}: {path} = {_num(value)} is out of range: expected "
+                            f"{_num(lo)} to {_num(hi)}{(' ' + unit) if unit else ''} "
+                            "(check the units its name says)")
+
+
+def _num(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
 def _read_file(path: Path) -> dict:
+    if path.is_dir():
+        raise PlanError(f"{path}: is a folder; give a .toml or .json file")
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise PlanError(f"{path}: cannot read file ({exc.strerror or exc})") from None
     try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        kind = "JSON" if path.suffix == ".json" else "TOML"
-        raise PlanError(f"{path}: not valid {kind} ({exc})") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{path}: not a text file (not UTF-8 at byte {exc.start})") from None
+    kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+    try:
+        data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, TOMLDecodeError
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise PlanError(f"{path}: not valid {kind} ({detail})") from None
     if not isinstance(data, dict):
-        raise PlanError(f"{path}: expected a table/object at the top level")
+        raise PlanError(f"{path}: expected a table/object of fields at the top level, got "
+                        f"{type(data).__name__}")
     return data
 
 
 def _unknown(kind: str, name: str, known: list[str]) -> PlanError:
-    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.4)
+    close = difflib.get_close_matches(name.strip().lower(), known, n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return PlanError(f"unknown {kind} '{name}'{hint} (known: {', '.join(known)}; "
-                     f"or give a path to a file)")
+    shown = name if len(name) <= 60 else name[:57] + "..."
+    return PlanError(f"unknown {kind} {shown!r}{hint} (known: {', '.join(known)}; "
+                     f"or give a path to a .toml or .json file)")
 
 
 def _looks_like_path(name: str) -> bool:
     return name.endswith((".toml", ".json")) or "/" in name or "\\" in name
+
+
+def _path(name: str) -> Path | None:
+    """`name` as an existing path, or None (also for names no file system accepts)."""
+    if not name.strip():
+        return None
+    try:
+        path = Path(name).expanduser()
+        return path if path.exists() else None
+    except (OSError, ValueError, RuntimeError):  # too long, NUL byte, ~unknown-user
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,61 +161,84 @@ HF_LLAMA_FAMILY = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
 HF_GPT2_FAMILY = {"GPT2LMHeadModel"}
 
 
+def _hf_arch(data: dict) -> str:
+    archs = data.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    model_type = data.get("model_type")
+    return model_type if isinstance(model_type, str) else "?"
+
+
 def model_from_hf_config(data: dict, where: str) -> ModelSpec:
     """A Hugging Face `config.json` (Llama/Mistral/Qwen2/Mixtral keys, or GPT-2's
     n_embd/n_layer/n_head/n_inner) as a ModelSpec."""
-    archs = data.get("architectures") or []
-    arch = archs[0] if archs else data.get("model_type", "?")
+    arch = _hf_arch(data)
+    model_type = data.get("model_type") if isinstance(data.get("model_type"), str) else None
 
     def need(key):
         if key not in data or data[key] is None:
             raise PlanError(f"{where}: Hugging Face config lacks '{key}' (needed for {arch})")
-        return data[key]
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PlanError(f"{where}: Hugging Face config '{key}' should be a positive whole "
+                            f"number, got {value!r}")
+        return value
+
+    def optional(key):
+        return need(key) if data.get(key) is not None else None
 
     name = Path(where).parent.name or Path(where).stem
-    if arch in HF_GPT2_FAMILY or data.get("model_type") == "gpt2":
+    if arch in HF_GPT2_FAMILY or model_type == "gpt2":
         hidden = need("n_embd")
         spec = dict(
             name=name, source=f"Hugging Face config {where}", n_layers=need("n_layer"),
-            hidden=hidden, n_heads=need("n_head"), ffn=data.get("n_inner") or 4 * hidden,
+            hidden=hidden, n_heads=need("n_head"), ffn=optional("n_inner") or 4 * hidden,
             vocab=need("vocab_size"), seq_len=need("n_positions"), mlp="gelu", norm="layernorm",
             bias=True, position_embedding="learned", tied_embeddings=True,
             dropout=bool(data.get("resid_pdrop", 0.1)))
-    elif arch in HF_LLAMA_FAMILY or data.get("model_type") in {"llama", "mistral", "qwen2",
-                                                                "mixtral", "qwen3"}:
-        n_experts = data.get("num_local_experts") or 1
+    elif arch in HF_LLAMA_FAMILY or model_type in {"llama", "mistral", "qwen2", "mixtral",
+                                                   "qwen3"}:
+        n_heads = need("num_attention_heads")
         spec = dict(
             name=name, source=f"Hugging Face config {where}",
-            n_layers=need("num_hidden_layers"), hidden=need("hidden_size"),
-            n_heads=need("num_attention_heads"),
-            n_kv_heads=data.get("num_key_value_heads") or data["num_attention_heads"],
-            head_dim=data.get("head_dim"), ffn=need("intermediate_size"),
+            n_layers=need("num_hidden_layers"), hidden=need("hidden_size"), n_heads=n_heads,
+            n_kv_heads=optional("num_key_value_heads") or n_heads,
+            head_dim=optional("head_dim"), ffn=need("intermediate_size"),
             vocab=need("vocab_size"),
             seq_len=min(need("max_position_embeddings"), 8192), mlp="swiglu", norm="rmsnorm",
             bias=bool(data.get("attention_bias", False)), position_embedding="rotary",
             tied_embeddings=bool(data.get("tie_word_embeddings", False)),
-            dropout=bool(data.get("attention_dropout", 0.0)), n_experts=n_experts,
-            top_k=data.get("num_experts_per_tok") or 1)
+            dropout=bool(data.get("attention_dropout", 0.0)),
+            n_experts=optional("num_local_experts") or 1,
+            top_k=optional("num_experts_per_tok") or 1)
     else:
         raise PlanError(
             f"{where}: unsupported architecture '{arch}' (supported: "
             f"{', '.join(sorted(HF_LLAMA_FAMILY | HF_GPT2_FAMILY))}); write a plan3d model file "
             "instead (see model_presets/)")
     try:
-        return ModelSpec(**spec)
+        model = ModelSpec(**spec)
     except ValidationError as err:
-        raise PlanError(_format_validation(err, where)) from None
+        raise PlanError(_format_validation(err, f"{where} (as imported)", ModelSpec)) from None
+    _check_ranges(model, MODEL_LIMITS, where)
+    return model
 
 
 def _model_from_file(path: Path) -> ModelSpec:
     data = _read_file(path)
+    if "peak_tflops" in data or "hbm_gib" in data:
+        raise PlanError(f"{path}: this is a hardware profile (it has "
+                        f"{'peak_tflops' if 'peak_tflops' in data else 'hbm_gib'}), not a model; "
+                        "give it to --hw")
     if "architectures" in data or "model_type" in data:
         return model_from_hf_config(data, str(path))
     data.setdefault("name", path.stem)
     try:
-        return ModelSpec(**data)
+        model = ModelSpec(**data)
     except ValidationError as err:
-        raise PlanError(_format_validation(err, str(path))) from None
+        raise PlanError(_format_validation(err, str(path), ModelSpec)) from None
+    _check_ranges(model, MODEL_LIMITS, str(path))
+    return model
 
 
 @cache
@@ -162,10 +250,10 @@ def load_model(name: str) -> ModelSpec:
         key = MODEL_ALIASES[key]
     if key in presets:
         return _model_from_file(presets[key])
-    path = Path(name).expanduser()
-    if path.is_file() or _looks_like_path(name):
-        if not path.is_file():
-            raise PlanError(f"model file '{name}' not found")
+    path = _path(name)
+    if path is not None or _looks_like_path(name):
+        if path is None:
+            raise PlanError(f"model file {name!r} not found")
         return _model_from_file(path)
     raise _unknown("model", name, sorted(presets) + sorted(MODEL_ALIASES))
 
@@ -176,11 +264,16 @@ def load_model(name: str) -> ModelSpec:
 
 def _hardware_from_file(path: Path) -> HardwareProfile:
     data = _read_file(path)
+    if "n_layers" in data or "architectures" in data or "model_type" in data:
+        raise PlanError(f"{path}: this is a model file, not a hardware profile; give it to "
+                        "--model")
     data.setdefault("name", path.stem)
     try:
-        return HardwareProfile(**data)
+        profile = HardwareProfile(**data)
     except ValidationError as err:
-        raise PlanError(_format_validation(err, str(path))) from None
+        raise PlanError(_format_validation(err, str(path), HardwareProfile)) from None
+    _check_ranges(profile, HARDWARE_LIMITS, str(path))
+    return profile
 
 
 @cache
@@ -190,9 +283,9 @@ def load_hardware(name: str) -> HardwareProfile:
     presets = hardware_presets()
     if key in presets:
         return _hardware_from_file(presets[key])
-    path = Path(name).expanduser()
-    if path.is_file() or _looks_like_path(name):
-        if not path.is_file():
-            raise PlanError(f"hardware profile file '{name}' not found")
+    path = _path(name)
+    if path is not None or _looks_like_path(name):
+        if path is None:
+            raise PlanError(f"hardware profile file {name!r} not found")
         return _hardware_from_file(path)
     raise _unknown("hardware profile", name, sorted(presets))

@@ -1,21 +1,168 @@
 """The command line: each command parses, calls one library function, renders. Imported by nothing.
 
-Exit codes: 0 success, 1 no plan fits, 2 bad usage or input."""
+Exit codes: 0 success, 1 no plan fits, 2 bad usage or input, 3 internal error (a bug). Every
+failure is one line on stderr, `plan3d: error: ...`; `--json` output is strict JSON on stdout and
+nothing else goes there."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from . import __version__
-from .errors import NoFeasiblePlan, PlanError
+from .errors import (
+    EXIT_BUG,
+    EXIT_NO_FIT,
+    EXIT_OK,
+    EXIT_USAGE,
+    NoFeasiblePlan,
+    PlanError,
+    exit_code,
+)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Plan 3D-parallel (data × tensor × pipeline × context) LLM training.")
+__all__ = ["app", "main", "EXIT_OK", "EXIT_NO_FIT", "EXIT_USAGE", "EXIT_BUG"]
 
-EXIT_OK, EXIT_NO_FIT, EXIT_USAGE = 0, 1, 2
+HELP = (
+    "Plan 3D-parallel (data × tensor × pipeline × context) LLM training.\n\n"
+    "Exit codes: 0 success · 1 no plan fits (the diagnosis is on stderr) · 2 bad usage or input "
+    "(one line on stderr: plan3d: error: ...) · 3 internal error (a bug in plan3d: please report "
+    "it; PLAN3D_DEBUG=1 shows the traceback).\n\n"
+    "With --json, stdout holds only the JSON; plan3d schema COMMAND prints its JSON Schema.")
+
+MAX_TIMELINE_BLOCKS = 100_000  # forward and backward blocks --timeline simulates and draws
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (`| head`): send what is left of stdout nowhere, exit quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _click_errors():
+    """click's exception classes: vendored inside typer ≥ 0.2x, the click package before."""
+    try:
+        from typer._click import exceptions as exc
+    except ImportError:  # older typer on click
+        from click import exceptions as exc
+    no_args = getattr(exc, "NoArgsIsHelpError", None)
+    return exc.ClickException, exc.UsageError, exc.BadParameter, no_args
+
+
+def _stdout_gone() -> bool:
+    """stdout was pointed at the null device after a closed pipe (rich does that, then exits 1)."""
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+        return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _usage_message(exc) -> str:
+    """typer/click's usage errors as one line: the flag, what was expected, what was given."""
+    from pydantic import ValidationError
+
+    from .errors import problem_text
+
+    BadParameter = _click_errors()[2]
+    try:
+        message = exc.format_message()
+    except AttributeError:  # a click/typer mismatch formatting a missing argument
+        message = exc.message or "missing argument"
+    param = getattr(exc, "param", None)
+    cause = exc.__cause__
+    if isinstance(exc, BadParameter) and param is not None and isinstance(cause, ValidationError) \
+            and cause.errors():
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        name = opts[0] if opts else str(getattr(param, "name", "value")).upper()
+        message = f"{name}: {problem_text(cause.errors()[0])}"
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "plan3d"
+    return f"{message.rstrip('.')} (see '{where} --help')"
+
+
+class _Group(TyperGroup):
+    """typer's group with plan3d's error contract: one line on stderr and exit 2 for usage
+    errors, a quiet exit on a closed pipe, no traceback ever (exit 3 and a one-line report for a
+    bug, unless PLAN3D_DEBUG is set)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _quiet_stdout()
+            raise typer.Exit(EXIT_OK) from None
+
+    def parse_args(self, ctx, args):  # --help, --version and no-arguments help print from here
+        try:
+            return super().parse_args(ctx, args)
+        except BrokenPipeError:
+            _quiet_stdout()
+            raise typer.Exit(EXIT_OK) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        sys.exit(self._guarded(args, "plan3d", complete_var, **extra))
+
+    def _guarded(self, args, prog_name, complete_var, **extra) -> int:
+        from .render import error
+
+        ClickException, UsageError, _, NoArgsIsHelpError = _click_errors()
+        NoArgsIsHelpError = NoArgsIsHelpError or ()
+
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else EXIT_OK
+        except NoArgsIsHelpError as exc:
+            help_text = exc.format_message()  # empty when typer's rich help printed it already
+            if help_text.strip():
+                sys.stdout.write(help_text + "\n")
+            code = EXIT_USAGE
+        except UsageError as exc:
+            error(_usage_message(exc))
+            code = EXIT_USAGE
+        except ClickException as exc:
+            error(exc.format_message())
+            code = exc.exit_code
+        except typer.Abort:
+            error("aborted")
+            code = 130
+        except PlanError as exc:
+            error(str(exc))
+            code = exit_code(exc)
+        except BrokenPipeError:
+            _quiet_stdout()
+            code = EXIT_OK
+        except SystemExit as exc:  # rich's own closed-pipe exit (typer's help): quiet, not 1
+            if exc.code == 1 and _stdout_gone():
+                code = EXIT_OK
+            else:
+                raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+            if os.environ.get("PLAN3D_DEBUG"):
+                raise
+            error(f"internal error ({type(exc).__name__}: {exc}); this is a bug in plan3d "
+                  f"{__version__}: please report it with the command line "
+                  "(PLAN3D_DEBUG=1 shows the traceback)")
+            code = EXIT_BUG
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+        except (OSError, ValueError):
+            pass
+        return code
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
+                  pretty_exceptions_enable=False, help=HELP)
 
 # ---- shared options ---------------------------------------------------------------------------
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, size alias (70b), "
@@ -61,12 +208,10 @@ PowerOpt = Annotated[float | None, typer.Option(
 def _extras(plan, model, hw, emit, train_tokens, price, power):
     """--train-tokens and --emit on one plan: (plan with budget, launch settings or None)."""
     from . import api
-    from .options import token_count
+    from .options import MAX_POWER_W, MAX_PRICE, positive_number, token_count
 
-    if price is not None and price < 0:
-        raise PlanError(f"--gpu-hour-price must be ≥ 0, got {price:g}")
-    if power is not None and power <= 0:
-        raise PlanError(f"--gpu-power-w must be positive, got {power:g}")
+    price = positive_number(price, "gpu-hour-price", MAX_PRICE, allow_zero=True)
+    power = positive_number(power, "gpu-power-w", MAX_POWER_W, unit=" W")
     plan = api.budgeted(plan, hw, token_count(train_tokens), price, power)
     launch = api.launch_settings(model, plan, emit) if emit else None
     return plan, launch
@@ -82,7 +227,56 @@ def _fail(exc: Exception) -> typer.Exit:
     from .render import error
 
     error(str(exc))
-    return typer.Exit(EXIT_NO_FIT if isinstance(exc, NoFeasiblePlan) else EXIT_USAGE)
+    return typer.Exit(exit_code(exc))
+
+
+def _checked_json(data) -> dict:
+    """The output, refused (exit 2) if any number in it is NaN or infinite: the inputs were out of
+    the range where the model's numbers mean anything."""
+    from .render import non_finite
+
+    where = non_finite(data)
+    if where:
+        raise PlanError(f"the result is not a finite number at {where}: the inputs are out of the "
+                        "range the model covers (check --gbs, --seq-len, --mbs, --train-tokens "
+                        "and the profile's numbers)")
+    return data
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write all of `text` to `path` or nothing (a temporary file beside it, then a rename)."""
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path).expanduser()
+    tmp = None
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a folder")
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                   dir=target.parent if str(target.parent) else ".")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+        tmp = None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise PlanError(f"cannot write {path}: {reason}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _not_fit_message(plan) -> str:
+    m = plan.memory
+    gib = 2**30
+    return (f"this plan does not fit: it needs {m.total_bytes / gib:,.1f} GiB per GPU on the "
+            f"{m.stage} pipeline stage, {m.capacity_bytes / gib:,.1f} GiB available; try --zero 3, "
+            "--recompute full, a larger --tp or --pp, more --gpus, or `plan3d search` for a "
+            "layout that fits")
 
 
 def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs, tokens, seq,
@@ -135,32 +329,44 @@ def explain(
                        overlap_grad_reduce)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
-        picture = api.plan_timeline(model, hw, plan) if (timeline or timeline_out) else None
-        svg = None
+        data = plan.model_dump(mode="json")
+        if launch is not None:
+            data["launch"] = _launch_json(launch)
+        _checked_json(data)
+        picture = svg = None
+        if timeline or timeline_out:
+            c = plan.config
+            blocks = 2 * c.pp * c.n_micro * c.vpp
+            if blocks > MAX_TIMELINE_BLOCKS:
+                raise PlanError(f"--timeline draws every micro-batch: {c.n_micro:,} micro-batches "
+                                f"× pp {c.pp} × vpp {c.vpp} is {blocks:,} blocks, more than "
+                                f"{MAX_TIMELINE_BLOCKS:,}; draw it with a smaller --gbs (the "
+                                "schedule's pattern is the same)")
+            picture = api.plan_timeline(model, hw, plan)
         if timeline_out is not None:
             from .timeline import to_svg
 
             svg = to_svg(picture, title=f"{plan.model.name}: {render.config_line(plan)}")
     except PlanError as exc:
         raise _fail(exc) from None
-    if svg is not None:
+    fits = plan.memory.fits
+    if svg is not None and fits:
         try:
-            with open(timeline_out, "w", encoding="utf-8") as fh:
-                fh.write(svg)
-        except OSError as exc:
-            raise _fail(PlanError(f"cannot write {timeline_out}: {exc.strerror or exc}")) from None
+            _write_file(timeline_out, svg)
+        except PlanError as exc:
+            raise _fail(exc) from None
     if json_:
-        data = plan.model_dump(mode="json")
-        if launch is not None:
-            data["launch"] = _launch_json(launch)
         render.print_json(data)
-        return
-    out = render.console()
-    render.render_explain(plan, out)
-    if picture is not None and timeline:
-        render.render_timeline(picture, out)
-    if launch is not None:
-        render.render_launch(launch, out)
+    else:
+        out = render.console()
+        render.render_explain(plan, out)
+        if picture is not None and timeline:
+            render.render_timeline(picture, out)
+        if launch is not None:
+            render.render_launch(launch, out)
+    if not fits:
+        note = f" ({timeline_out} not written)" if svg is not None else ""
+        raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
 
 
 @app.command()
@@ -175,7 +381,11 @@ def search(
     allow_tp_across_nodes: Annotated[bool, typer.Option(
         help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
     top: Annotated[int, typer.Option(help="How many plans to show.", min=1)] = 10,
-    sort: Annotated[str, typer.Option(help="Rank by: time, memory, mfu.")] = "time",
+    sort: Annotated[str, typer.Option(
+        help="Rank by: time, memory, mfu; or gpus: the fewest GPUs (whole NVLink domains, "
+        "doubling up to --gpus) whose best plan steps within --target-step-s.")] = "time",
+    target_step_s: Annotated[float | None, typer.Option(
+        help="With --sort gpus: the step time to reach, in seconds.")] = None,
     headroom: Annotated[float, typer.Option(
         help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
     json_: JsonOpt = False, emit: EmitOpt = None, train_tokens: TrainTokensOpt = None,
@@ -188,8 +398,12 @@ def search(
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, allow_tp_across_nodes)
-        result = api.search_request(model, hw, req, top=top, sort=sort, headroom=headroom)
-        plans = []
+        if target_step_s is not None and not (0 < target_step_s < float("inf")):
+            raise PlanError(f"--target-step-s must be a positive number of seconds, "
+                            f"got {target_step_s:g}")
+        result = api.search_request(model, hw, req, top=top, sort=sort, headroom=headroom,
+                                    target_step_s=target_step_s)
+        plans, launch = [], None
         for i, plan in enumerate(result.plans):
             plan, launch_i = _extras(plan, model, hw, emit if i == 0 else None, train_tokens,
                                      gpu_hour_price, gpu_power_w)
@@ -197,12 +411,13 @@ def search(
             if i == 0:
                 launch = launch_i
         result = result.model_copy(update={"plans": plans})
-    except PlanError as exc:
-        raise _fail(exc) from None
-    if json_:
         data = result.model_dump(mode="json")
         if launch is not None:
             data["launch"] = _launch_json(launch)
+        _checked_json(data)
+    except PlanError as exc:
+        raise _fail(exc) from None
+    if json_:
         render.print_json(data)
         return
     out = render.console()
@@ -244,10 +459,11 @@ def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False) -> None:
 
     try:
         report = run(load_hardware(hw))
+        data = _checked_json(report.model_dump(mode="json"))
     except PlanError as exc:
         raise _fail(exc) from None
     if json_:
-        render.print_json(report.model_dump(mode="json"))
+        render.print_json(data)
     else:
         render.render_validation(report, render.console())
 
@@ -275,19 +491,40 @@ def calibrate(
         profile = load_hardware(hw)
         runs = cal.load_measurements(Path(measurements), profile)
         factors = tuple(s.strip() for s in fit.split(",") if s.strip())
+        if not factors:
+            raise PlanError(f"--fit was given no factor ({fit!r}); name some of gemm, hbm, "
+                            "fast_busbw, net_busbw")
+        if name is not None and not name.strip():
+            raise PlanError("--name was given an empty name; give the new profile a name or "
+                            "leave the flag out")
         result = cal.calibrate(runs, profile, fit=factors, name=name)
+        data = _checked_json(result.model_dump(mode="json"))
         toml_text = cal.calibration_toml(result, measurements) if output else None
+        if output:
+            _write_file(output, toml_text)
     except PlanError as exc:
         raise _fail(exc) from None
-    if output:
-        try:
-            Path(output).write_text(toml_text, encoding="utf-8")
-        except OSError as exc:
-            raise _fail(PlanError(f"cannot write {output}: {exc.strerror or exc}")) from None
     if json_:
-        render.print_json(result.model_dump(mode="json"))
+        render.print_json(data)
     else:
         render.render_calibration(result, render.console(), output)
+
+
+@app.command()
+def schema(
+    command: Annotated[str | None, typer.Argument(
+        help="explain, search, validate, models, hardware or calibrate; none: all of them, "
+             "keyed by command.")] = None,
+) -> None:
+    """Print the JSON Schema of a command's --json output (the stable interface for scripts)."""
+    from . import render
+    from .output_schema import all_schemas, output_schema
+
+    try:
+        data = output_schema(command.strip().lower()) if command is not None else all_schemas()
+    except PlanError as exc:
+        raise _fail(exc) from None
+    render.print_json(data)
 
 
 def _version(value: bool) -> None:
@@ -305,12 +542,10 @@ def _root(
 
 
 def main() -> None:
-    """Console entry point: typer's usage errors exit 2; a closed pipe ends quietly."""
+    """Console entry point: usage errors exit 2 with one line, a closed pipe ends quietly (see
+    _Group)."""
     try:
-        app(standalone_mode=True)
+        app(prog_name="plan3d")
     except BrokenPipeError:
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _quiet_stdout()
         sys.exit(EXIT_OK)

@@ -175,12 +175,15 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     att_seq = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim)
     head_seq = F.head_flops(s, 1, x.vocab, h)
     model_flops = note("model_flops", F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq))
+    # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
+    # and recomputation runs (part of) the forward again
+    causal_skip = 1 if c.attention is Attention.FLASH else 0
+    att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
     shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
-    hardware_flops = note("hardware_flops", model_flops + F.recompute_flops(
-        x.gbs, L, mm_seq, att_seq, *shares[c.recompute]))
+    hardware_flops = note("hardware_flops", F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
+                          + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute]))
 
     # ---- time: one micro-batch on the slowest (last) stage, per GPU ----------------------------
-    causal_skip = 1 if c.attention is Attention.FLASH else 0
     materialised = 1 if c.attention is Attention.CLASSIC else 0
     sp_divisor = t if c.sequence_parallel else 1
     tokens = b * s / cp

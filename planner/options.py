@@ -4,38 +4,57 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from .errors import PlanError
+from .errors import PlanError, problem_text
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
-from .request import PlanRequest
+from .request import (
+    MAX_DIM,
+    MAX_GBS,
+    MAX_GPUS,
+    MAX_MBS,
+    MAX_SEQ_LEN,
+    MAX_TOKENS_PER_STEP,
+    PlanRequest,
+)
 
 
-def _split(text: str | None) -> list[str] | None:
+def _shown(text) -> str:
+    text = str(text)
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _split(text: str | None, flag: str) -> list[str] | None:
     if text is None:
         return None
     items = [s.strip() for s in str(text).split(",") if s.strip()]
-    return items or None
+    if not items:
+        raise PlanError(f"--{flag} was given an empty value {_shown(text)}; give a value or leave "
+                        "the flag out")
+    return items
 
 
-def int_list(text: str | None, flag: str) -> list[int] | None:
-    items = _split(text)
+def _whole(s: str, flag: str, lo: int, hi: int, example: str) -> int:
+    try:
+        value = int(s)
+    except ValueError:
+        raise PlanError(f"--{flag} takes whole numbers ({example}), got {_shown(s)}") from None
+    if value < lo:
+        raise PlanError(f"--{flag} must be ≥ {lo}, got {value}")
+    if value > hi:
+        raise PlanError(f"--{flag} must be at most {hi:,}, got {_shown(s)}")
+    return value
+
+
+def int_list(text: str | None, flag: str, maximum: int = MAX_DIM) -> list[int] | None:
+    items = _split(text, flag)
     if items is None:
         return None
-    out = []
-    for s in items:
-        try:
-            value = int(s)
-        except ValueError:
-            raise PlanError(f"--{flag} takes whole numbers (e.g. 8 or 4,8), got '{s}'") from None
-        if value < 1:
-            raise PlanError(f"--{flag} must be ≥ 1, got {value}")
-        out.append(value)
-    return sorted(set(out))
+    return sorted({_whole(s, flag, 1, maximum, "e.g. 8 or 4,8") for s in items})
 
 
 def enum_list(text: str | None, enum, flag: str, allow_auto: bool = True):
     """Values of an enum by name; `auto` → None (every value)."""
-    items = _split(text)
-    if items is None or (allow_auto and items == ["auto"]):
+    items = _split(text, flag)
+    if items is None or (allow_auto and [s.lower() for s in items] == ["auto"]):
         return None
     out = []
     for s in items:
@@ -44,7 +63,7 @@ def enum_list(text: str | None, enum, flag: str, allow_auto: bool = True):
             out.append(enum(int(key)) if issubclass(enum, int) else enum(key))
         except ValueError:
             names = ", ".join(str(int(m)) if issubclass(enum, int) else m.value for m in enum)
-            raise PlanError(f"--{flag}: '{s}' is not one of {names}"
+            raise PlanError(f"--{flag}: {_shown(s)} is not one of {names}"
                             + (" or auto" if allow_auto else "")) from None
     return list(dict.fromkeys(out))
 
@@ -52,15 +71,16 @@ def enum_list(text: str | None, enum, flag: str, allow_auto: bool = True):
 def one_enum(text: str, enum, flag: str):
     values = enum_list(text, enum, flag, allow_auto=False)
     if not values or len(values) != 1:
-        raise PlanError(f"--{flag} takes one value")
+        raise PlanError(f"--{flag} takes one value, got {_shown(text)}")
     return values[0]
 
 
 def validation_message(err: ValidationError) -> str:
+    """A PlanRequest's validation errors in the flags' names."""
     parts = []
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"])
-        parts.append(f"--{loc.replace('_', '-')}: {e['msg']}" if loc else e["msg"])
+        loc = str(e["loc"][0]).replace("_", "-") if e["loc"] else ""
+        parts.append(f"--{loc}: {problem_text(e)}" if loc else problem_text(e))
     return "; ".join(parts)
 
 
@@ -69,14 +89,18 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   overlap_grad_reduce, allow_tp_across_nodes=False) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
-        raise PlanError(f"--grad-dtype must be fp32 or bf16, got '{grad_dtype}'")
-    for flag, value in (("gpus", gpus), ("gbs", gbs), ("tokens-per-step", tokens_per_step),
-                        ("seq-len", seq_len)):
+        raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
+    for flag, value, top in (("gpus", gpus, MAX_GPUS), ("gbs", gbs, MAX_GBS),
+                             ("tokens-per-step", tokens_per_step, MAX_TOKENS_PER_STEP),
+                             ("seq-len", seq_len, MAX_SEQ_LEN)):
         if value is not None and value < 1:
             raise PlanError(f"--{flag} must be a positive whole number, got {value}")
+        if value is not None and value > top:
+            raise PlanError(f"--{flag} must be at most {top:,}, got {value:,} (beyond any "
+                            "training run; check the number)")
     return PlanRequest(
         gpus=gpus, dp=int_list(dp, "dp"), tp=int_list(tp, "tp"), pp=int_list(pp, "pp"),
-        cp=int_list(cp, "cp"), vpp=int_list(vpp, "vpp"), mbs=int_list(mbs, "mbs"),
+        cp=int_list(cp, "cp"), vpp=int_list(vpp, "vpp"), mbs=int_list(mbs, "mbs", MAX_MBS),
         zero=enum_list(zero, ZeroStage, "zero"), recompute=enum_list(recompute, Recompute,
                                                                      "recompute"),
         schedule=enum_list(schedule, Schedule, "schedule", allow_auto=False),
@@ -93,14 +117,34 @@ def token_count(text: str | None, flag: str = "train-tokens") -> float | None:
     """A count with an optional suffix: 15T, 300B, 2.5e12."""
     if text is None:
         return None
-    s = text.strip().lower()
+    s = str(text).strip().lower()
     scale = SUFFIXES.get(s[-1:], None)
     number = s[:-1] if scale else s
     try:
         value = float(number) * (scale or 1)
     except ValueError:
         raise PlanError(f"--{flag} takes a number with an optional K/M/B/T suffix "
-                        f"(e.g. 15T or 300B), got '{text}'") from None
-    if not value > 0 or value == float("inf"):
-        raise PlanError(f"--{flag} must be positive, got '{text}'")
+                        f"(e.g. 15T or 300B), got {_shown(text)}") from None
+    if not value > 0:
+        raise PlanError(f"--{flag} must be a positive number of tokens, got {_shown(text)}")
+    if not value <= MAX_TRAIN_TOKENS:
+        raise PlanError(f"--{flag} must be at most {MAX_TRAIN_TOKENS:.0e} tokens, got "
+                        f"{_shown(text)}")
+    return value
+
+
+MAX_TRAIN_TOKENS = 1e18
+MAX_PRICE = 1e6  # per GPU-hour, in any currency
+MAX_POWER_W = 1e6
+
+
+def positive_number(value: float | None, flag: str, top: float, allow_zero: bool = False,
+                    unit: str = "") -> float | None:
+    """A finite number in (0, top] (or [0, top]); None passes through."""
+    if value is None:
+        return None
+    ok = (value >= 0 if allow_zero else value > 0) and value <= top  # false for nan
+    if not ok:
+        low = "≥ 0" if allow_zero else "positive"
+        raise PlanError(f"--{flag} must be {low} and at most {top:g}{unit}, got {value:g}")
     return value

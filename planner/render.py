@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -20,51 +21,112 @@ TIME_PARTS = ("compute_s", "tp_exposed_s", "cp_exposed_s", "pp_exposed_s", "dp_e
               "bubble_s", "optimizer_s")
 
 
+class _Console(Console):
+    """rich's console, but a closed pipe is the CLI's to handle (rich would exit 1, the code for
+    "no plan fits")."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
+
+
 def console(stderr: bool = False) -> Console:
     """A console that writes plain text (no colour codes, a fixed width) when not a terminal."""
     stream = sys.stderr if stderr else sys.stdout
-    if stream.isatty():
-        return Console(file=stream, stderr=stderr)
-    width = int(os.environ.get("COLUMNS", "160"))
-    return Console(file=stream, stderr=stderr, width=width, color_system=None,
-                   force_terminal=False, no_color=True, soft_wrap=False)
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or unusual stream
+        tty = False
+    if tty:
+        return _Console(file=stream, stderr=stderr)
+    try:
+        width = max(PLAIN_MIN_WIDTH, int(os.environ.get("COLUMNS", PLAIN_WIDTH)))
+    except ValueError:
+        width = PLAIN_WIDTH
+    return _Console(file=stream, stderr=stderr, width=width, color_system=None,
+                   force_terminal=False, no_color=True, soft_wrap=False, emoji=False,
+                   highlight=False)
+
+
+PLAIN_WIDTH = 160  # not a terminal: wide enough that no table wraps a row
+PLAIN_MIN_WIDTH = 120
+
+
+def non_finite(data, path: str = "") -> str | None:
+    """The path of the first NaN or infinite number in a JSON-like value, or None."""
+    if isinstance(data, float):
+        return None if math.isfinite(data) else (path or "(value)")
+    if isinstance(data, dict):
+        items = data.items()
+    elif isinstance(data, (list, tuple)):
+        items = ((f"[{i}]", v) for i, v in enumerate(data))
+    else:
+        return None
+    for key, value in items:
+        sub = f"{path}{key}" if str(key).startswith("[") else f"{path}.{key}" if path else key
+        found = non_finite(value, sub)
+        if found:
+            return found
+    return None
+
+
+def json_text(data) -> str:
+    """Strict JSON (no NaN or Infinity, which JSON does not have)."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def print_json(data) -> None:
     """Clean JSON on stdout, whatever the terminal."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(data))
+    sys.stdout.flush()
+
+
+def one_line(message: str) -> str:
+    return " ".join(str(message).split())
 
 
 def error(message: str) -> None:
     """One line on stderr."""
-    sys.stderr.write(f"plan3d: error: {message}\n")
+    sys.stderr.write(f"plan3d: error: {one_line(message)}\n")
+    sys.stderr.flush()
 
 
 def notice(message: str) -> None:
-    sys.stderr.write(f"plan3d: {message}\n")
+    sys.stderr.write(f"plan3d: {one_line(message)}\n")
+    sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------------------------
-# Units: memory in GiB (2³⁰ B), traffic in GB (10⁹ B), time in s or ms — said in every header.
+# Units, the same in every command: memory in GiB (2³⁰ bytes), traffic in GB (10⁹ bytes),
+# time in s (ms below one second), rates per second. Summaries and tables round memory to 0.1 GiB
+# and step times to 1 ms; explain's term table gives one more digit, for checking by hand.
 
 
 def gib(x: float) -> str:
-    return f"{x / GIB:,.2f}"
+    """Memory, in GiB to 0.1 (the unit is the caller's to print)."""
+    return f"{x / GIB:,.1f}"
 
 
 def gb(x: float) -> str:
+    """Traffic, in GB to 0.01."""
     return f"{x / GB:,.2f}"
+
+
+def step_seconds(x: float) -> str:
+    """A step time in seconds to the millisecond, for tables whose header says `s`."""
+    return f"{x:,.3f}"
 
 
 def seconds(x: float) -> str:
     if x == 0:
-        return "0"
+        return "0 s"
     if abs(x) < 1:
         return f"{x * 1e3:,.2f} ms"
     return f"{x:,.3f} s"
 
 
 def value_text(value: float, unit: str, group: str = "") -> str:
+    """A term's value with its unit: GB/MB (10⁹/10⁶) for traffic, GiB/MiB (2³⁰/2²⁰) for memory."""
     if unit == "bytes" and group == "comm":
         return f"{value / GB:,.3f} GB" if value >= GB / 10 else f"{value / 1e6:,.2f} MB"
     if unit == "bytes":
@@ -74,11 +136,11 @@ def value_text(value: float, unit: str, group: str = "") -> str:
     if unit == "fraction":
         return f"{value:.2%}"
     if unit == "params":
-        return f"{value / 1e9:,.3f} B"
+        return f"{value / 1e9:,.3f} × 10⁹"
     if unit == "FLOPs":
-        return f"{value:.4g}"
+        return f"{value:.4g} FLOP"
     if unit == "tokens/s":
-        return f"{value:,.0f}"
+        return f"{value:,.0f} tokens/s"
     return f"{value:,.6g}"
 
 
@@ -101,14 +163,15 @@ def config_line(plan: Plan) -> str:
 def render_explain(plan: Plan, out: Console) -> None:
     """The breakdown a person can check by hand."""
     c = plan.config
-    out.print(Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} B params) on "
+    out.print(Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
                    f"{c.n_gpus} × {plan.hardware}", style="bold"))
     out.print(config_line(plan))
     values = {t.key: t.value for t in plan.terms}
-    groups = [("model", "Model"), ("memory", "Memory per GPU, GiB = 2³⁰ bytes (most loaded: "
+    groups = [("model", "Model"), ("memory", "Memory per GPU, GiB = 2³⁰ bytes, MiB = 2²⁰ bytes (most loaded: "
                                             f"{plan.memory.stage} pipeline stage)"),
-              ("pipeline", "Pipeline"), ("comm", "Communication per GPU per step (GB = 10⁹ bytes)"),
-              ("time", "Time per step")]
+              ("pipeline", "Pipeline"), ("comm", "Communication per GPU per step (GB = 10⁹ bytes, "
+                                            "MB = 10⁶ bytes)"),
+              ("time", "Time per step (s; ms = 10⁻³ s)")]
     total_mem, step = plan.memory.total_bytes, plan.time.step_s
     for group, title in groups:
         table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False)
@@ -152,7 +215,7 @@ def budget_line(plan: Plan) -> str:
     if b.cost is not None:
         parts.append(f"cost {b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour")
     if b.energy_mwh is not None:
-        parts.append(f"GPU energy {b.energy_mwh:,.0f} MWh at {b.gpu_power_w:g} W")
+        parts.append(f"GPU energy {b.energy_mwh:,.1f} MWh at {b.gpu_power_w:g} W")
     return ", ".join(parts) + "."
 
 
@@ -203,7 +266,7 @@ def render_search(result, out: Console) -> None:
                   f"that fit ({result.considered:,} considered)", title_justify="left")
     budget = bool(result.plans) and result.plans[0].budget is not None
     columns = ["#", "dp", "tp", "pp", "cp", "vpp", "mbs", "M", "ZeRO", "recompute", "SP",
-               "mem GiB", "bubble", "comm", "step s", "tokens/s", "MFU"]
+               "mem GiB", "bubble", "exp. comm", "step s", "tokens/s", "MFU"]
     if budget:
         columns.append("days")
     for col in columns:
@@ -216,9 +279,9 @@ def render_search(result, out: Console) -> None:
             f"{i}{warn}", str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.vpp), str(c.mbs),
             str(c.n_micro), str(int(c.zero_stage)), c.recompute.value,
             "on" if c.sequence_parallel else "off",
-            f"{m.total_bytes / GIB:,.1f}/{m.capacity_bytes / GIB:,.0f}",
+            f"{gib(m.total_bytes)}/{gib(m.capacity_bytes)}",
             f"{p.bubble_fraction:.1%}", f"{t.exposed_comm_s / t.step_s:.1%}",
-            f"{t.step_s:,.3f}", f"{t.tokens_per_s:,.0f}", f"{t.mfu:.1%}"]
+            step_seconds(t.step_s), f"{t.tokens_per_s:,.0f}", f"{t.mfu:.1%}"]
         if budget:
             cells.append(f"{p.budget.days:,.1f}")
         table.add_row(*cells)
@@ -238,10 +301,10 @@ def render_search(result, out: Console) -> None:
 
 def render_models(listing, out: Console) -> None:
     table = Table(box=box.SIMPLE_HEAD)
-    for col in ("name", "aliases", "params", "L", "h", "a", "kv", "ffn", "V", "seq", "mlp"):
+    for col in ("name", "aliases", "params (10⁹)", "L", "h", "a", "kv", "ffn", "V", "seq", "mlp"):
         table.add_column(col, no_wrap=True)
     for m in listing:
-        table.add_row(m.name, ",".join(m.aliases), f"{m.n_params / 1e9:,.1f}B", str(m.n_layers),
+        table.add_row(m.name, ",".join(m.aliases), f"{m.n_params / 1e9:,.1f}", str(m.n_layers),
                       str(m.hidden), str(m.n_heads), str(m.n_kv_heads), str(m.ffn), str(m.vocab),
                       str(m.seq_len), m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else ""))
     out.print(table)
@@ -269,7 +332,8 @@ def render_validation(report, out: Console) -> None:
                          justify="right" if col in ("GPUs", "measured s", "model s", "error")
                          else "left")
     for c in report.cases:
-        table.add_row(c.id, str(c.gpus), c.layout, f"{c.measured_s:.2f}", f"{c.predicted_s:.2f}",
+        table.add_row(c.id, str(c.gpus), c.layout, step_seconds(c.measured_s),
+                      step_seconds(c.predicted_s),
                       f"{c.error:+.1%}", c.assumed)
     out.print(table)
     ok = report.median_abs_error <= report.target_median and \
@@ -294,8 +358,9 @@ def render_calibration(result, out: Console, output: str | None) -> None:
     for col in ("run", "layout", "measured s", "before s", "error", "after s", "error"):
         runs.add_column(col, justify="left" if col in ("run", "layout") else "right")
     for r in result.runs:
-        runs.add_row(r.id, r.layout, f"{r.measured_s:.3f}", f"{r.predicted_before_s:.3f}",
-                     f"{r.error_before:+.1%}", f"{r.predicted_after_s:.3f}",
+        runs.add_row(r.id, r.layout, step_seconds(r.measured_s),
+                     step_seconds(r.predicted_before_s), f"{r.error_before:+.1%}",
+                     step_seconds(r.predicted_after_s),
                      f"{r.error_after:+.1%}")
     out.print(runs)
     out.print(f"median |error| {result.median_abs_error_before:.1%} → "

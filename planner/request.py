@@ -5,7 +5,7 @@ a list of allowed values (one value fixes it, None leaves it open)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -18,7 +18,17 @@ DEFAULT_TOKENS_PER_STEP = 4 * 2**20
 405B started at 4M). gbs = tokens / seq_len, at least one sequence."""
 
 DEFAULT_MBS = (1, 2, 4, 8)
+# Bounds on what a request may ask: beyond any training run, and inside the range where the
+# arithmetic (int64 arrays in search, float64 everywhere) stays exact and finite.
 MAX_GPUS = 2**20  # a million GPUs: beyond any cluster built
+MAX_DIM = MAX_GPUS  # dp, tp, pp, cp, vpp: each divides the GPU count (vpp: at most the layers)
+MAX_MBS = 2**20
+MAX_GBS = 2**40  # sequences per step
+MAX_TOKENS_PER_STEP = 2**50
+MAX_SEQ_LEN = 2**30  # tokens per sequence
+
+
+Dim = Annotated[PositiveInt, Field(le=MAX_DIM)]
 
 
 class PlanRequest(BaseModel):
@@ -27,15 +37,15 @@ class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     gpus: PositiveInt = Field(le=MAX_GPUS)
-    dp: list[PositiveInt] | None = None
-    tp: list[PositiveInt] | None = None
-    pp: list[PositiveInt] | None = None
-    cp: list[PositiveInt] | None = None
-    vpp: list[PositiveInt] | None = None
-    mbs: list[PositiveInt] | None = None
-    gbs: PositiveInt | None = None
-    tokens_per_step: PositiveInt | None = None
-    seq_len: PositiveInt | None = None
+    dp: list[Dim] | None = None
+    tp: list[Dim] | None = None
+    pp: list[Dim] | None = None
+    cp: list[Dim] | None = None
+    vpp: list[Dim] | None = None
+    mbs: list[Annotated[PositiveInt, Field(le=MAX_MBS)]] | None = None
+    gbs: PositiveInt | None = Field(None, le=MAX_GBS)
+    tokens_per_step: PositiveInt | None = Field(None, le=MAX_TOKENS_PER_STEP)
+    seq_len: PositiveInt | None = Field(None, le=MAX_SEQ_LEN)
     zero: list[ZeroStage] | None = None
     recompute: list[Recompute] | None = None
     sp: list[bool] | None = None
