@@ -39,6 +39,7 @@ from .errors import PlanError
 from .estimate import check_config
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .schema import HardwareProfile, ModelSpec, PlanConfig
+from .tomltext import toml_value
 from .units import GB, GIB
 
 # --------------------------------------------------------------------------------------------
@@ -706,43 +707,6 @@ def _run_rows(measurements: Sequence[Measurement], hw: HardwareProfile,
 # Writing the profile
 
 
-def _toml_string(text: str) -> str:
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} to TOML")
-
-
 def _comment(text: str) -> list[str]:
     return [f"# {line}".rstrip() for line in text.splitlines()]
 
@@ -765,7 +729,7 @@ def profile_to_toml(profile: HardwareProfile, note: str = "",
             lines.append(f"[{path}]")
         for key, value in scalars:
             full = f"{path}.{key}" if path else key
-            line = f"{key} = {_toml_value(value)}"
+            line = f"{key} = {toml_value(value)}"
             if full in field_notes:
                 line += "  # " + " ".join(field_notes[full].split())
             lines.append(line)

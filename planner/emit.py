@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .errors import PlanError
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .schema import ModelSpec, PlanConfig
+from .tomltext import toml_tables
 
 FRAMEWORKS = ("megatron", "nemo", "torchtitan", "deepspeed")
 """The frameworks `emit` knows, in the order the CLI lists them."""
@@ -565,7 +566,7 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
               "train_configs/*.toml\n"
               f"# plan: dp{c.dp} tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp}, model {m.name} (set "
               "[model] name/flavor to match)\n")
-    return EmitResult(fw, "toml", header + _toml(sections), VERSION_NOTES[fw], notes)
+    return EmitResult(fw, "toml", header + toml_tables(sections), VERSION_NOTES[fw], notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -717,21 +718,3 @@ def _yaml(doc: dict[str, object], indent: int = 0) -> str:
     return "".join(out)
 
 
-def _toml_value(value: object) -> str:
-    """One TOML value: boolean, integer, float, basic string, or array of these."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))
-
-
-def _toml(sections: dict[str, dict[str, object]]) -> str:
-    """TOML tables of plain key = value pairs."""
-    blocks = []
-    for name, table in sections.items():
-        body = "".join(f"{key} = {_toml_value(value)}\n" for key, value in table.items())
-        blocks.append(f"[{name}]\n{body}")
-    return "\n".join(blocks)
