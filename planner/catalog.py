@@ -242,14 +242,19 @@ def _model_from_file(path: Path) -> ModelSpec:
 
 
 @cache
+def _preset_model(key: str) -> ModelSpec:
+    return _model_from_file(model_presets()[key])
+
+
 def load_model(name: str) -> ModelSpec:
-    """A preset by name or size alias (`70b`), or a model file / HF config.json by path."""
+    """A preset by name or size alias (`70b`), or a model file / HF config.json by path. Presets
+    are read once per process; a user's file is read each time (it may have changed)."""
     key = name.strip().lower()
     presets = model_presets()
     if key in MODEL_ALIASES:
         key = MODEL_ALIASES[key]
     if key in presets:
-        return _model_from_file(presets[key])
+        return _preset_model(key)
     path = _path(name)
     if path is not None or _looks_like_path(name):
         if path is None:
@@ -277,12 +282,16 @@ def _hardware_from_file(path: Path) -> HardwareProfile:
 
 
 @cache
+def _preset_hardware(key: str) -> HardwareProfile:
+    return _hardware_from_file(hardware_presets()[key])
+
+
 def load_hardware(name: str) -> HardwareProfile:
-    """A built-in profile by name (`h100-nvlink`), or a profile file by path."""
+    """A built-in profile by name (`h100-nvlink`), or a profile file by path (read each time)."""
     key = name.strip().lower()
     presets = hardware_presets()
     if key in presets:
-        return _hardware_from_file(presets[key])
+        return _preset_hardware(key)
     path = _path(name)
     if path is not None or _looks_like_path(name):
         if path is None:

@@ -105,3 +105,12 @@ def test_user_model_and_profile_files(tmp_path):
     bad.write_text(text.replace("hbm_gib", "hbm_gb"))
     with pytest.raises(PlanError, match="hbm_gib"):
         load_hardware(str(bad))
+
+
+def test_a_changed_user_file_is_read_again(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('n_layers = 4\nhidden = 256\nn_heads = 4\nffn = 1024\nvocab = 1000\n'
+                    'seq_len = 512\n')
+    assert load_model(str(path)).n_layers == 4
+    path.write_text(path.read_text().replace("n_layers = 4", "n_layers = 8"))
+    assert load_model(str(path)).n_layers == 8
