@@ -288,4 +288,7 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
         tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, s, step_s)),
         mfu=note("mfu", T.mfu(model_flops, step_s, n_gpus, x.peak_flops)),
         hfu=T.mfu(hardware_flops, step_s, n_gpus, x.peak_flops),
+        # which link each kind of traffic crosses: 1 = inside the NVLink domain, 0 = network
+        tp_inside=C.inside_domain(t, x.domain), cp_inside=C.inside_domain(t * cp, x.domain),
+        dp_inside=C.inside_domain(dp_span, x.domain), pp_inside=C.inside_domain(pp_span, x.domain),
     )

@@ -87,6 +87,12 @@ def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
     return out
 
 
+def _link(degree: int, inside: float) -> str:
+    if degree <= 1:
+        return "none"
+    return "nvlink" if inside >= 0.5 else "network"
+
+
 def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
                     costs: dict) -> Plan:
     """The typed result from the cost dictionary of one plan (floats)."""
@@ -102,7 +108,10 @@ def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
         config=config, model=ModelSummary(name=model.name, n_params=f["n_params"],
                                           source=model.source),
         hardware=hw.name, memory=memory,
-        comm=Comm(**{k: f[k] for k in Comm.model_fields}),
+        comm=Comm(**{k: f[k] for k in ("dp_bytes", "tp_bytes", "pp_bytes", "cp_bytes")},
+                  **{f"{k}_link": _link(group, f[f"{k}_inside"]) for k, group in (
+                      ("dp", config.dp * config.cp), ("tp", config.tp), ("pp", config.pp),
+                      ("cp", config.cp))}),
         bubble_fraction=f["bubble_fraction"], time=time,
         warnings=plan_warnings(hw, config, f, model.n_layers))
 

@@ -190,6 +190,7 @@ def render_explain(plan: Plan, out: Console) -> None:
                 share = f"{t.value / step:.1%}"
             table.add_row(t.symbol, t.formula, value_text(t.value, t.unit, t.group), share, t.why)
         out.print(table)
+    out.print(layout_line(plan))
     m = plan.memory
     verdict = "fits" if m.fits else "DOES NOT FIT"
     style = "green" if m.fits else "bold red"
@@ -206,6 +207,20 @@ def render_explain(plan: Plan, out: Console) -> None:
         out.print(f"In flight on the first stage: {values['inflight_first']:g} micro-batches "
                   f"(schedule {c.schedule.value}).")
     render_warnings(plan, out)
+
+
+LINK_NAMES = {"nvlink": "inside the NVLink domain", "network": "across the network"}
+
+
+def layout_line(plan: Plan) -> str:
+    """Which link each parallel group's traffic crosses (innermost first: tp, cp, dp, pp)."""
+    c, comm = plan.config, plan.comm
+    parts = []
+    for name, degree, link in (("TP", c.tp, comm.tp_link), ("CP", c.cp, comm.cp_link),
+                               ("DP", c.dp * c.cp, comm.dp_link), ("PP", c.pp, comm.pp_link)):
+        if link != "none":
+            parts.append(f"{name} {degree} {LINK_NAMES[link]}")
+    return "Layout: " + ("; ".join(parts) if parts else "one GPU, no communication") + "."
 
 
 def budget_line(plan: Plan) -> str:

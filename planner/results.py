@@ -40,12 +40,17 @@ class Memory(_Out):
 
 
 class Comm(_Out):
-    """Bytes one GPU sends per step, by kind of parallelism."""
+    """Bytes one GPU sends per step, by kind of parallelism, and the link each crosses
+    ("nvlink" inside the fast domain, "network" across it, "none" when the degree is 1)."""
 
     dp_bytes: float
     tp_bytes: float
     pp_bytes: float
     cp_bytes: float
+    dp_link: Literal["nvlink", "network", "none"] = "none"
+    tp_link: Literal["nvlink", "network", "none"] = "none"
+    pp_link: Literal["nvlink", "network", "none"] = "none"
+    cp_link: Literal["nvlink", "network", "none"] = "none"
 
 
 class Time(_Out):

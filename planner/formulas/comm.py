@@ -79,15 +79,20 @@ def collective_time_s(volume_bytes, bandwidth_bytes_per_s, n_steps, latency_s):
     return volume_bytes / bandwidth_bytes_per_s + n_steps * latency_s
 
 
+def inside_domain(group_span, domain_size):
+    """1 when a group of consecutive ranks spanning group_span GPUs stays inside one fast
+    (NVLink) domain, 0 when it must cross the network."""
+    return _ops.le(group_span, domain_size)
+
+
 def group_bandwidth(group_span, domain_size, fast_bytes_per_s, network_bytes_per_s):
     """The link a group of GPUs crosses: the fast domain (NVLink) when the group's span of
     consecutive ranks fits in one domain, the network when it does not (then every ring has to
     leave the node, and each GPU's own NIC is the bottleneck)."""
-    inside = _ops.le(group_span, domain_size)
-    return _ops.select(inside, fast_bytes_per_s, network_bytes_per_s)
+    return _ops.select(inside_domain(group_span, domain_size), fast_bytes_per_s,
+                       network_bytes_per_s)
 
 
 def group_latency(group_span, domain_size, fast_latency_s, network_latency_s):
     """The per-step latency of the link chosen by `group_bandwidth`."""
-    inside = _ops.le(group_span, domain_size)
-    return _ops.select(inside, fast_latency_s, network_latency_s)
+    return _ops.select(inside_domain(group_span, domain_size), fast_latency_s, network_latency_s)
