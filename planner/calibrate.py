@@ -465,9 +465,14 @@ def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np
     out = np.empty((len(runs), k))
     for i, run in enumerate(runs):
         x = SimpleNamespace(**vars(run.x))
+        run_precision = run.m.config.precision
+        # attention and the LM head run in 16-bit (bf16 under an fp8 plan): cost.hardware_numbers
+        sixteen = Precision.BF16 if run_precision is Precision.FP8 else run_precision
         for j, f in enumerate(factors):
-            if f.precision is None or f.precision is run.m.config.precision:
+            if f.precision is None or f.precision is run_precision:
                 setattr(x, f.attr, values[:, j] * f.scale)
+            if f.precision is not None and f.precision is sixteen:
+                setattr(x, f"{f.attr}_16", values[:, j] * f.scale)
         out[i] = np.broadcast_to(np.asarray(plan_costs(x, run.choices)["step_s"], float), (k,))
     return out
 

@@ -58,9 +58,12 @@ def model_numbers(model: ModelSpec) -> dict:
 
 
 def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
-    """A profile's numbers in base units, for one precision."""
+    """A profile's numbers in base units, for one precision. Attention and the LM head run in
+    16-bit even in an fp8 plan (Transformer Engine casts only the linear layers to fp8)."""
+    sixteen = Precision.BF16 if precision is Precision.FP8 else precision
     return dict(
         peak_flops=hw.peak_flops_per_s(precision), gemm_eff=hw.gemm_efficiency(precision),
+        peak_flops_16=hw.peak_flops_per_s(sixteen), gemm_eff_16=hw.gemm_efficiency(sixteen),
         hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm, domain=hw.gpus_per_domain,
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
@@ -122,15 +125,23 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     params_last = note("params_last_stage", stage(0))
 
     # ---- activations ------------------------------------------------------------------------
+    # a token's MLP activations are kept in each of the top-k experts it is routed to
+    routed_ffn = x.ffn * x.top_k
     layer_act = note("layer_activation_bytes", A.layer_activation_bytes(
-        s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, x.dropout, t, cp,
+        s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
         c.sequence_parallel, c.recompute, c.attention, x.act_bytes))
+    # under full recompute, the layer being recomputed holds all its activations for a moment
+    working_act = (A.layer_activation_bytes(
+        s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
+        c.sequence_parallel, Recompute.NONE, c.attention, x.act_bytes)
+        if c.recompute is Recompute.FULL else 0)
     inflight_first = note("inflight_first", PL.in_flight_first_stage(p, m, v, c.schedule))
     inflight_last = note("inflight_last", PL.in_flight_last_stage(p, m, v, c.schedule))
     embed_act = A.embedding_activation_bytes(s, b, h, x.dropout, t, cp, c.sequence_parallel)
     logits_act = note("logits_bytes", A.logits_activation_bytes(s, b, vocab_padded, t, cp))
-    act_first = inflight_first * (layers * layer_act + embed_act) + single_stage * logits_act
-    act_last = inflight_last * layers * layer_act + logits_act
+    act_first = (inflight_first * (layers * layer_act + embed_act) + single_stage * logits_act
+                 + working_act)
+    act_last = inflight_last * layers * layer_act + logits_act + working_act
 
     # ---- memory of the most loaded stage -----------------------------------------------------
     # ZeRO-3 materialises whole layers, except on a single rank, where FSDP falls back to NO_SHARD
@@ -138,6 +149,8 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
                 * (1 - _ops.le(d_shard, 1)) if c.zero_stage is ZeroStage.PARAMETERS else 0)
 
     def memory(psi, act):
+        # the model states (weights, gradients, optimizer) are exactly ZeRO's; ZeRO-3's gathered
+        # layers are transient buffers and are counted with the runtime's
         w = M.weight_bytes(psi, x.w_bytes, d_shard, z)
         g = M.gradient_bytes(psi, x.g_bytes, d_shard, z)
         o = M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z)
@@ -162,7 +175,7 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     boundary = note("pp_boundary_bytes", C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes))
     pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v, boundary))
     cp_layer = C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes)
-    cp_bytes = note("cp_bytes", layers * m * cp_layer)
+    cp_bytes = note("cp_bytes", C.cp_step_bytes(layers, m, cp_layer))
     dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
                                                     z))
     bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v))
@@ -181,7 +194,8 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
     shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
     hardware_flops = note("hardware_flops", F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
-                          + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute]))
+                          + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute])
+                          + F.flash_backward_flops(x.gbs, L, att_run, causal_skip))
 
     # ---- time: one micro-batch on the slowest (last) stage, per GPU ----------------------------
     materialised = 1 if c.attention is Attention.CLASSIC else 0
@@ -196,15 +210,16 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
                                              x.peak_flops, x.gemm_eff * wave))
     att_s = note("attention_s", T.compute_time_s(
         F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip) / (t * cp),
-        x.peak_flops, x.gemm_eff))
+        x.peak_flops_16, x.gemm_eff_16))
     elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
-        s, b, h, x.ffn * x.top_k, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
+        s, b, h, routed_ffn, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
         x.rotary, t, cp, sp_divisor, x.act_bytes), x.hbm_bw, x.hbm_eff))
     core_s = note("attention_core_s", T.memory_bound_time_s(T.attention_core_bytes(
         s, b, x.n_heads, t, cp, x.dropout, materialised, x.act_bytes), x.hbm_bw, x.hbm_eff))
     launch_s = T.kernel_overhead_s(T.KERNELS_PER_LAYER_FORWARD, x.kernel_s)
     fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s)
-    bwd_s = note("backward_layer_s", 2 * fwd_s)  # input and weight gradients: twice the forward
+    att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
+    bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
                                              Recompute.FULL: fwd_s}[c.recompute])
 
@@ -223,13 +238,14 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     cp_bw = C.group_bandwidth(t * cp, x.domain, x.fast_bw, x.net_bw)
     cp_lat = C.group_latency(t * cp, x.domain, x.fast_lat, x.net_lat)
     cp_layer_s = C.collective_time_s(cp_layer, cp_bw, 3 * (cp - 1), cp_lat)
-    cp_layer_exposed = T.exposed_time_s(cp_layer_s, 3 * att_s)  # ring attention hides under the core
+    # ring attention passes K/V while the attention products run, forward and backward
+    cp_layer_exposed = T.exposed_time_s(cp_layer_s, (1 + att_bwd) * att_s)
 
-    head_s = note("head_s", 3 * T.compute_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp),
-                                                 x.peak_flops, x.gemm_eff)
-                  + T.memory_bound_time_s(3 * logits_act, x.hbm_bw, x.hbm_eff))
+    head_s = note("head_s", T.head_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp),
+                                          logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
+                                          x.hbm_eff))
 
-    pp_span = 2 * t * cp * x.dp  # adjacent stages are t·c·d ranks apart (order tp-cp-dp-pp)
+    pp_span = C.pp_neighbour_span(t, cp, x.dp)
     pp_bw = C.group_bandwidth(pp_span, x.domain, x.fast_bw, x.net_bw)
     pp_lat = C.group_latency(pp_span, x.domain, x.fast_lat, x.net_lat)
     pp_mb_s = C.collective_time_s(C.pp_step_bytes(p, 1, v, boundary), pp_bw, 2 * (v * p - 1) / p,
@@ -239,20 +255,17 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     tp_mb_s = layers * tp_layer_exposed
     cp_mb_s = layers * cp_layer_exposed
 
-    dp_span = t * cp * x.dp
+    dp_span = C.dp_group_span(t, cp, x.dp)
     dp_bw = C.group_bandwidth(dp_span, x.domain, x.fast_bw, x.net_bw)
     dp_lat = C.group_latency(dp_span, x.domain, x.fast_lat, x.net_lat)
-    if c.zero_stage is ZeroStage.PARAMETERS:
-        # weights gathered for each micro-batch's forward and backward, prefetched under compute;
-        # gradients reduce-scattered once at the end of the step
-        gather_s = C.collective_time_s(C.ring_gather_bytes(d_shard, 2 * x.w_bytes * stage_params),
-                                       dp_bw, 2 * (d_shard - 1), dp_lat)
-        zero3_mb_s = T.exposed_time_s(gather_s, compute_mb_s)
-        tail_bytes = C.ring_gather_bytes(d_shard, x.g_bytes * stage_params)
-    else:
-        zero3_mb_s = 0
-        tail_bytes = dp_bytes
-    dp_tail_s = note("dp_tail_s", C.collective_time_s(tail_bytes, dp_bw, 2 * (d_shard - 1), dp_lat))
+    # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
+    # overlapped with that micro-batch's compute (prefetch, bucketed reduction)
+    zero_mb_bytes = C.zero_microbatch_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
+    zero_mb_s = C.collective_time_s(zero_mb_bytes, dp_bw, 2 * (d_shard - 1), dp_lat) if z >= 2 else 0
+    zero3_mb_s = T.exposed_time_s(zero_mb_s, compute_mb_s) if z >= 2 else 0
+    tail_bytes = C.zero_step_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
+    dp_tail_s = note("dp_tail_s", C.collective_time_s(tail_bytes, dp_bw, 2 * (d_shard - 1), dp_lat)
+                     if z <= 2 else 0)
     # with overlap the reduction runs under the last micro-batch's backward pass
     dp_tail_exposed = T.exposed_time_s(dp_tail_s, x.overlap * layers * (bwd_s + recompute_s))
 

@@ -45,7 +45,8 @@ TERMS: dict[str, TermInfo] = {
     "activations_bytes": TermInfo("M_act", "bytes", "memory",
                                   "in-flight micro-batches × layers × per-layer activations"),
     "overhead_bytes": TermInfo("M_rt", "bytes", "memory",
-                               "CUDA context, NCCL buffers, fragmentation (profile allowance)"),
+                               "CUDA context, NCCL buffers, fragmentation (profile allowance); "
+                               "under ZeRO-3 also the two gathered layers"),
     "total_bytes": TermInfo("M", "bytes", "memory", "what the most loaded GPU needs"),
     "tp_layer_bytes": TermInfo("V_tp,layer", "bytes", "comm",
                                "two all-reduces of b·s·h per layer and direction"),
@@ -56,7 +57,7 @@ TERMS: dict[str, TermInfo] = {
     "pp_bytes": TermInfo("V_pp", "bytes", "comm", "pipeline point-to-point traffic per GPU"),
     "cp_bytes": TermInfo("V_cp", "bytes", "comm", "context-parallel K/V exchange per GPU"),
     "dp_bytes": TermInfo("V_dp", "bytes", "comm",
-                         "data-parallel gradient reduction (∝ parameters): ring 2(d−1)/d"),
+                         "data-parallel traffic (∝ parameters); its form follows the ZeRO stage"),
     "bubble_fraction": TermInfo("β", "fraction", "pipeline",
                                 "idle share of the step while the pipeline fills and drains"),
     "model_flops": TermInfo("F_model", "FLOPs", "time",

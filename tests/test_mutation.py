@@ -54,8 +54,8 @@ MUTANTS = [
      "return 2 * (n_ranks - 1) * buffer_bytes", "all-reduce: /n lost"),
     ("comm", "return 2 * (n_ranks - 1) / n_ranks * buffer_bytes",
      "return 2 * buffer_bytes", "all-reduce: (n − 1)/n lost"),
-    ("comm", "(2 * n_micro * bytes_per_weight + bytes_per_grad)",
-     "(n_micro * bytes_per_weight + bytes_per_grad)", "ZeRO-3 gathers weights once, not twice"),
+    ("comm", "3: 2 * bytes_per_weight + bytes_per_grad}",
+     "3: bytes_per_weight + bytes_per_grad}", "ZeRO-3 gathers weights once, not twice"),
     ("comm", "return 2 * ring_allreduce_bytes(tp,", "return ring_allreduce_bytes(tp,",
      "TP: one all-reduce per layer instead of two"),
     # --- memory.optimizer_bytes / ZERO_SHARDS ---------------------------------------------

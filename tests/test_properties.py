@@ -297,8 +297,10 @@ def test_comm_volumes_nonnegative_and_equal_their_closed_forms(plan):
     bsh = b * (s / c) * h  # one micro-batch's activation on one context-parallel rank
     z = int(config.zero_stage)
     # dp: a fixed multiple of the stage's parameter shard (so linear in Ψ/(tp·pp))
-    per_param = {0: 2 * (d - 1) / d * g, 1: (d - 1) / d * (g + w), 2: (d - 1) / d * (g + w),
-                 3: (d - 1) / d * (2 * m * w + g)}[z]
+    # (ZeRO-2 reduce-scatters every micro-batch's gradients, then gathers the weights once;
+    #  ZeRO-3 gathers twice and reduce-scatters once per micro-batch)
+    per_param = {0: 2 * (d - 1) / d * g, 1: (d - 1) / d * (g + w), 2: (d - 1) / d * (m * g + w),
+                 3: (d - 1) / d * m * (2 * w + g)}[z]
     assert r["dp_bytes"] == pytest.approx(per_param * r["stage_params"], rel=REL, abs=0)
     # tp: (layers on the stage)·m·(forward passes + backward)·2 all-reduces of act·bsh
     passes = 3 if config.recompute is Recompute.FULL else 2

@@ -65,6 +65,17 @@ def le(a, b):
     return 1.0 if a <= b else 0.0
 
 
+def divides(a, b):
+    """The indicator 1[a divides b] (b mod a = 0) as a number on any backend."""
+    if _is_symbolic(a, b):
+        import sympy
+
+        return sympy.Piecewise((1, sympy.Eq(sympy.Mod(b, a), 0)), (0, True))
+    if _is_array(a, b):
+        return (np.mod(np.asarray(b), np.asarray(a)) == 0).astype(np.float64)
+    return 1.0 if b % a == 0 else 0.0
+
+
 def select(indicator, if_one, if_zero):
     """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1."""
     return indicator * if_one + (1 - indicator) * if_zero

@@ -21,21 +21,40 @@ def ring_gather_bytes(n_ranks, buffer_bytes):
     return (n_ranks - 1) / n_ranks * buffer_bytes
 
 
-def dp_gradient_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, n_micro, zero_stage):
-    """Data-parallel traffic per GPU per step over the d = dp·cp ranks holding the same shard.
+def zero_microbatch_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage):
+    """Data-parallel traffic each micro-batch causes, over the d = dp·cp ranks of a shard.
 
-    ZeRO 0:   all-reduce of the gradients         2(d−1)/d · gΨ
-    ZeRO 1/2: reduce-scatter gradients + all-gather updated weights
-                                                 (d−1)/d · (gΨ + wΨ)   (= 2(d−1)/d·Ψ·2 at g = w = 2)
-    ZeRO 3:   all-gather weights for each micro-batch's forward and again for its backward,
-              reduce-scatter gradients once        (d−1)/d · (2m·wΨ + gΨ)
-              — with m = 1 and g = w, 3(d−1)/d·wΨ, the paper's 1.5× (Rajbhandari 2020 §7.2.2).
-    """
+    ZeRO 0/1: none (gradients accumulate locally in a full buffer);
+    ZeRO 2:   reduce-scatter of the micro-batch's gradients into the shards,   (d−1)/d · gΨ
+              (sharded gradients cannot accumulate locally: DeepSpeed ZeRO-2, FSDP without no_sync);
+    ZeRO 3:   + all-gather of the weights for the forward and again for the backward,
+                                                                   (d−1)/d · (2wΨ + gΨ)."""
+    per_micro = {0: 0, 1: 0, 2: bytes_per_grad, 3: 2 * bytes_per_weight + bytes_per_grad}
+    return ring_gather_bytes(dp_shard, per_micro[zero_stage] * params)
+
+
+def zero_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage):
+    """Data-parallel traffic once per step, after the last micro-batch.
+
+    ZeRO 0: all-reduce of the gradients                       2(d−1)/d · gΨ
+    ZeRO 1: reduce-scatter gradients + all-gather new weights   (d−1)/d · (g + w)Ψ
+    ZeRO 2: all-gather of the updated weights                   (d−1)/d · wΨ
+    ZeRO 3: none (the weights stay sharded)."""
     if zero_stage == 0:
         return ring_allreduce_bytes(dp_shard, bytes_per_grad * params)
-    if zero_stage in (1, 2):
-        return ring_gather_bytes(dp_shard, (bytes_per_grad + bytes_per_weight) * params)
-    return ring_gather_bytes(dp_shard, (2 * n_micro * bytes_per_weight + bytes_per_grad) * params)
+    per_step = {1: bytes_per_grad + bytes_per_weight, 2: bytes_per_weight, 3: 0}
+    return ring_gather_bytes(dp_shard, per_step[zero_stage] * params)
+
+
+def dp_gradient_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, n_micro, zero_stage):
+    """Data-parallel traffic per GPU per step: m · per-micro-batch + per-step.
+
+    ZeRO 0: 2(d−1)/d·gΨ;  ZeRO 1: (d−1)/d·(g + w)Ψ (= ZeRO 0's at g = w);
+    ZeRO 2: (d−1)/d·(m·g + w)Ψ;  ZeRO 3: (d−1)/d·m·(2w + g)Ψ — with m = 1 and g = w, 3(d−1)/d·wΨ,
+    the paper's 1.5× (Rajbhandari 2020 §7.2.2)."""
+    return (n_micro * zero_microbatch_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard,
+                                            zero_stage)
+            + zero_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage))
 
 
 def tp_layer_bytes(seq_len, mbs, hidden, tp, cp, act_bytes=2):
@@ -56,6 +75,11 @@ def pp_boundary_bytes(seq_len, mbs, hidden, tp, cp, act_bytes=2):
     """One stage-boundary message: the b·s·h activation, split over the t ranks of the stage
     (Megatron's scatter/gather optimisation, Narayanan 2021 §4.1), act·bsh/(t·c)."""
     return act_bytes * seq_len / cp * mbs * hidden / tp
+
+
+def cp_step_bytes(stage_layers, n_micro, cp_layer):
+    """Context-parallel traffic per GPU per step: every layer of the stage, every micro-batch."""
+    return stage_layers * n_micro * cp_layer
 
 
 def pp_step_bytes(pp, n_micro, vpp, boundary_bytes):
@@ -80,9 +104,20 @@ def collective_time_s(volume_bytes, bandwidth_bytes_per_s, n_steps, latency_s):
 
 
 def inside_domain(group_span, domain_size):
-    """1 when a group of consecutive ranks spanning group_span GPUs stays inside one fast
-    (NVLink) domain, 0 when it must cross the network."""
-    return _ops.le(group_span, domain_size)
+    """1 when every group of consecutive ranks spanning group_span GPUs stays inside one fast
+    (NVLink) domain — the span fits and tiles the domain evenly (a 48-rank span in a 72-GPU NVL72
+    domain straddles two domains for every other group) — 0 when it must cross the network."""
+    return _ops.le(group_span, domain_size) * _ops.divides(group_span, domain_size)
+
+
+def dp_group_span(tp, cp, dp):
+    """Ranks a data-parallel group spans with Megatron's rank order tp-cp-dp-pp: t·c·d."""
+    return tp * cp * dp
+
+
+def pp_neighbour_span(tp, cp, dp):
+    """Ranks two adjacent pipeline stages span (order tp-cp-dp-pp): 2·t·c·d."""
+    return 2 * tp * cp * dp
 
 
 def group_bandwidth(group_span, domain_size, fast_bytes_per_s, network_bytes_per_s):

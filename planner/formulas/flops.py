@@ -54,6 +54,12 @@ def recompute_flops(gbs, n_layers, layer_matmul_per_seq, layer_attention_per_seq
                              + attention_share * layer_attention_per_seq)
 
 
+def flash_backward_flops(gbs, n_layers, layer_attention_per_seq, flash):
+    """FLOPs a flash kernel's backward adds by recomputing S = QKᵀ: half the attention forward
+    per layer and sequence, B·L·att/2 (flash = 1; 0 for a materialised attention)."""
+    return gbs * n_layers * flash * layer_attention_per_seq / 2
+
+
 def narayanan_flops(gbs, seq_len, n_layers, hidden, vocab):
     """Narayanan et al. 2021 eq. 3, FLOPs per iteration with full recompute for the GPT shape:
     96·B·s·l·h²·(1 + s/6h + V/16lh)."""

@@ -92,6 +92,27 @@ def optimizer_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard_opti
     return (bytes_per_grad + 24 + bytes_per_weight) * params / dp_shard_optimizer
 
 
+FLASH_BACKWARD_FACTOR = 2.5
+"""FlashAttention's backward runs five matmuls (it recomputes S = QKᵀ, then dV, dP, dQ, dK)
+against the forward's two: 2.5× the forward's FLOPs (Dao 2023, FlashAttention-2 §2.3–3.1)."""
+CLASSIC_BACKWARD_FACTOR = 2.0
+"""A materialised attention keeps P, so its backward runs four matmuls: 2× the forward."""
+
+
+def backward_layer_s(forward_other_s, attention_s, attention_backward_factor):
+    """One layer's backward: input and weight gradients, twice the forward for the GEMMs and the
+    memory-bound work, attention_backward_factor × the attention products."""
+    return 2 * forward_other_s + attention_backward_factor * attention_s
+
+
+def head_time_s(head_flops, logits_bytes, peak_flops_per_s, efficiency, hbm_bytes_per_s,
+                hbm_efficiency):
+    """The LM head and loss on the last stage: its GEMM forward and backward (3× the forward's
+    FLOPs) and three passes over the fp32 logits (write, softmax, gradient)."""
+    return (3 * compute_time_s(head_flops, peak_flops_per_s, efficiency)
+            + memory_bound_time_s(3 * logits_bytes, hbm_bytes_per_s, hbm_efficiency))
+
+
 def exposed_time_s(comm_s, overlappable_compute_s):
     """Communication that runs beside compute shows only where it is longer: max(0, comm − compute)."""
     return _ops.maximum(0, comm_s - overlappable_compute_s)
