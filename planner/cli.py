@@ -217,6 +217,33 @@ def _extras(plan, model, hw, emit, train_tokens, price, power):
     return plan, launch
 
 
+EMIT_SEARCH_DEPTH = 300  # how far down the ranking --emit looks for a plan a framework can express
+
+
+def _first_expressible(model: str, plans, framework: str):
+    """--emit on search: the best plan the framework can express, saying which and why the
+    better ones could not be."""
+    from . import api
+
+    refusals = []
+    for i, plan in enumerate(plans, 1):
+        try:
+            launch = api.launch_settings(model, plan, framework)
+        except PlanError as exc:
+            if "unknown framework" in str(exc) or "known:" in str(exc):
+                raise
+            refusals.append(f"plan {i}: {exc}")
+            continue
+        if refusals:
+            more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+            launch.notes.insert(0, f"Settings for plan {i} of the ranking: the {len(refusals)} "
+                                   f"better plan(s) cannot be expressed in {framework} — "
+                                   f"{refusals[0]}{more}")
+        return launch
+    raise PlanError(f"none of the plans shown can be expressed in {framework}: {refusals[0]}"
+                    + (f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""))
+
+
 def _launch_json(launch):
     from dataclasses import asdict
 
@@ -403,14 +430,20 @@ def search(
                             f"got {target_step_s:g}")
         result = api.search_request(model, hw, req, top=top, sort=sort, headroom=headroom,
                                     target_step_s=target_step_s)
-        plans, launch = [], None
-        for i, plan in enumerate(result.plans):
-            plan, launch_i = _extras(plan, model, hw, emit if i == 0 else None, train_tokens,
-                                     gpu_hour_price, gpu_power_w)
-            plans.append(plan)
-            if i == 0:
-                launch = launch_i
+        plans = [_extras(plan, model, hw, None, train_tokens, gpu_hour_price, gpu_power_w)[0]
+                 for plan in result.plans]
         result = result.model_copy(update={"plans": plans})
+        launch = None
+        if emit:
+            try:
+                launch = _first_expressible(model, plans, emit)
+            except PlanError as exc:
+                if "none of the plans shown" not in str(exc):
+                    raise
+                # look further down the ranking for the best plan the framework can express
+                longer = api.search_request(model, hw, req, top=EMIT_SEARCH_DEPTH, sort=sort,
+                                            headroom=headroom, target_step_s=target_step_s)
+                launch = _first_expressible(model, longer.plans, emit)
         data = result.model_dump(mode="json")
         if launch is not None:
             data["launch"] = _launch_json(launch)

@@ -151,11 +151,26 @@ def _gpipe_note(fw: str, c: PlanConfig, schedule_name: str) -> str | None:
 
 
 def _check_even_layers(fw: str, c: PlanConfig, m: ModelSpec) -> None:
-    """Megatron-style splits need n_layers to divide evenly into pp·vpp chunks."""
+    """Interleaved Megatron-style splits need n_layers to divide evenly into pp·vpp chunks."""
     chunks = c.pp * c.vpp
-    if m.n_layers % chunks:
+    if m.n_layers % chunks and c.vpp > 1:
         raise PlanError(
-            f"{fw}: {m.n_layers} layers do not split evenly into pp·vpp = {chunks} chunks")
+            f"{fw}: {m.n_layers} layers do not split evenly into pp·vpp = {chunks} chunks "
+            "(uneven stages are emitted only without interleaving)")
+
+
+def _uneven_split(fw: str, c: PlanConfig, m: ModelSpec) -> tuple[int, int] | None:
+    """For pp not dividing the layers (vpp = 1): layers on the first and last stages when every
+    middle stage holds ⌈L/p⌉, the planner's fullest stage; None when the split is even."""
+    if c.pp < 2 or m.n_layers % c.pp == 0:
+        return None
+    full = -(-m.n_layers // c.pp)
+    rest = m.n_layers - (c.pp - 2) * full
+    first, last = rest // 2, rest - rest // 2
+    if first < 1 or last > full:
+        raise PlanError(f"{fw}: {m.n_layers} layers cannot be split over pp={c.pp} with "
+                        f"{full} layers on each middle stage")
+    return first, last
 
 
 def _check_cp_seq(fw: str, c: PlanConfig) -> None:
@@ -231,6 +246,13 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
 
     a.add("--tensor-model-parallel-size", c.tp)
     a.add("--pipeline-model-parallel-size", c.pp)
+    split = _uneven_split(fw, c, m)
+    if split is not None:
+        a.add("--decoder-first-pipeline-num-layers", split[0])
+        a.add("--decoder-last-pipeline-num-layers", split[1])
+        notes.append(f"{m.n_layers} layers over pp={c.pp}: {split[0]} on the first stage, "
+                     f"{split[1]} on the last, {-(-m.n_layers // c.pp)} on each other stage (the "
+                     "planner sized the fullest stage).")
     if _interleaved(c):
         a.add("--num-virtual-stages-per-pipeline-rank", c.vpp)
         notes.append(
@@ -342,6 +364,12 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
         "num_query_groups": m.kv_heads,
         "seq_length": c.seq_len,
     }
+    split = _uneven_split(fw, c, m)
+    if split is not None:
+        model["num_layers_in_first_pipeline_stage"] = split[0]
+        model["num_layers_in_last_pipeline_stage"] = split[1]
+        notes.append(f"{m.n_layers} layers over pp={c.pp}: {split[0]} on the first stage, "
+                     f"{split[1]} on the last, the rest {-(-m.n_layers // c.pp)} each.")
     if c.recompute is Recompute.SELECTIVE:
         model["recompute_granularity"] = "selective"
         model["recompute_modules"] = ["core_attn"]

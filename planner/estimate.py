@@ -9,6 +9,7 @@ from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 BUBBLE_WARN = 0.25  # a bubble above a quarter of the step is worth a look
 BUBBLE_PITFALL = 0.5  # the study card's pitfall: the bubble eats half the step
+MFU_CONVENTION_WARN = 1.2  # model FLOPs 20 % above what runs: attention-dominated (long sequences)
 
 
 def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> None:
@@ -79,6 +80,13 @@ def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
         out.append(PlanWarning(
             code="m-less-than-p",
             message=f"n_micro={c.n_micro} < pp={c.pp}: the pipeline never fills"))
+    if costs["model_flops"] > MFU_CONVENTION_WARN * costs["hardware_flops"]:
+        out.append(PlanWarning(
+            code="mfu-convention",
+            message=f"MFU {costs['mfu']:.0%} counts the whole s×s attention square "
+                    "(Megatron/PaLM convention) but the causal kernel runs half of it; at this "
+                    f"sequence length that overstates the useful work — HFU {costs['hfu']:.0%} "
+                    "counts what runs"))
     if costs["total_bytes"] > costs["capacity_bytes"]:
         out.append(PlanWarning(
             code="does-not-fit",
@@ -91,6 +99,17 @@ def _link(degree: int, inside: float) -> str:
     if degree <= 1:
         return "none"
     return "nvlink" if inside >= 0.5 else "network"
+
+
+def model_warnings(model: ModelSpec) -> list[PlanWarning]:
+    """What the model of a plan leaves out for this architecture."""
+    if model.n_experts > 1:
+        return [PlanWarning(
+            code="moe-approximate",
+            message=f"{model.name} is a mixture of experts: every GPU is taken to hold all "
+                    f"{model.n_experts} experts (no expert parallelism) and the all-to-all "
+                    "token exchange and routing buffers are not modelled")]
+    return []
 
 
 def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
@@ -113,7 +132,7 @@ def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
                       ("dp", config.dp * config.cp), ("tp", config.tp), ("pp", config.pp),
                       ("cp", config.cp))}),
         bubble_fraction=f["bubble_fraction"], time=time,
-        warnings=plan_warnings(hw, config, f, model.n_layers))
+        warnings=plan_warnings(hw, config, f, model.n_layers) + model_warnings(model))
 
 
 def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:

@@ -204,7 +204,8 @@ def render_explain(plan: Plan, out: Console) -> None:
     if plan.budget is not None:
         out.print(budget_line(plan))
     if "inflight_first" in values:
-        out.print(f"In flight on the first stage: {values['inflight_first']:g} micro-batches "
+        n_f = values["inflight_first"]
+        out.print(f"In flight on the first stage: {n_f:g} micro-batch{'' if n_f == 1 else 'es'} "
                   f"(schedule {c.schedule.value}).")
     render_warnings(plan, out)
 
@@ -217,7 +218,7 @@ def layout_line(plan: Plan) -> str:
     c, comm = plan.config, plan.comm
     parts = []
     for name, degree, link in (("TP", c.tp, comm.tp_link), ("CP", c.cp, comm.cp_link),
-                               ("DP", c.dp * c.cp, comm.dp_link), ("PP", c.pp, comm.pp_link)):
+                               ("DP", c.dp, comm.dp_link), ("PP", c.pp, comm.pp_link)):
         if link != "none":
             parts.append(f"{name} {degree} {LINK_NAMES[link]}")
     return "Layout: " + ("; ".join(parts) if parts else "one GPU, no communication") + "."
@@ -305,13 +306,16 @@ def render_search(result, out: Console) -> None:
         out.print(result.reason)
     if budget:
         out.print("Plan 1: " + budget_line(result.plans[0]))
-    seen = set()
+    # one line per kind of warning: its first plan's message, and which other plans share it
+    by_code: dict[str, tuple[str, list[int]]] = {}
     for i, p in enumerate(result.plans, 1):
         for w in p.warnings:
-            if (w.code, w.message) in seen:
-                continue
-            seen.add((w.code, w.message))
-            out.print(Text(f"warning (plan {i}) [{w.code}]: {w.message}", style="yellow"))
+            first = by_code.setdefault(w.code, (w.message, []))
+            first[1].append(i)
+    for code, (message, plans) in by_code.items():
+        which = f"plan {plans[0]}" if len(plans) == 1 else \
+            f"plans {', '.join(map(str, plans))}; shown for plan {plans[0]}"
+        out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
 
 
 def render_models(listing, out: Console) -> None:

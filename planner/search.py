@@ -169,7 +169,7 @@ def _why(plans: list[Plan]) -> str:
     best = plans[0]
     t = best.time
     parts = [f"Best: {_short(best)} — step {t.step_s:.3g} s ({t.tokens_per_s:,.0f} tokens/s, "
-             f"MFU {t.mfu:.1%}): compute {t.compute_s / t.step_s:.0%}, bubble "
+             f"MFU {t.mfu:.1%}): of the step, compute {t.compute_s / t.step_s:.0%}, bubble "
              f"{t.bubble_s / t.step_s:.0%}, exposed communication "
              f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
              f"{best.memory.capacity_bytes / 2**30:.1f} GiB."]
@@ -181,10 +181,14 @@ def _why(plans: list[Plan]) -> str:
         deltas = {k: getattr(o, k) - getattr(t, k) for k in labels}
         worse = max(deltas, key=deltas.get)
         better = min(deltas, key=deltas.get)
-        text = (f"{_short(other)} is {o.step_s / t.step_s - 1:.1%} slower: "
-                f"{labels[worse]} +{deltas[worse]:.3g} s")
-        if deltas[better] < 0:
-            text += f", {labels[better]} {deltas[better]:.3g} s"
+        tiny = 1e-6 * t.step_s
+        text = f"{_short(other)} is {o.step_s / t.step_s - 1:.1%} slower"
+        if deltas[worse] > tiny:
+            text += f": {labels[worse]} +{deltas[worse]:.3g} s"
+            if deltas[better] < -tiny:
+                text += f", {labels[better]} {deltas[better]:.3g} s"
+        else:
+            text += f" (same step time; it needs {other.memory.total_bytes / 2**30:.1f} GiB)"
         parts.append(text + ".")
     return " ".join(parts)
 
@@ -288,11 +292,35 @@ def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]
     return taken, folded
 
 
+def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: int) -> int | None:
+    """The smallest cluster, doubling from `start` (whole domains), on which some plan fits: what
+    the diagnosis may promise. None if nothing up to 64× start (or MAX_GPUS) fits."""
+    from .request import MAX_GPUS
+
+    domain = hw.gpus_per_domain
+    n = max(domain, int(np.ceil(start / domain)) * domain)
+    for _ in range(7):
+        if n > MAX_GPUS:
+            return None
+        _, costs = evaluate_space(model, hw, req.model_copy(update={"gpus": n}))
+        if costs and float(np.min(costs["total_bytes"])) <= budget:
+            return n
+        n *= 2
+    return None
+
+
 def _diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str:
     gib = 2**30
     hints = []
-    factor = need / budget
-    hints.append(f"about {int(np.ceil(factor * req.gpus / 8) * 8)} GPUs or more")
+    # memory per GPU falls at best as 1/N: N·need/budget GPUs is a lower bound; the count said is
+    # one that was checked to fit (same batch and constraints)
+    lower = int(np.ceil(need / budget * req.gpus))
+    checked = _smallest_fitting_gpus(model, hw, req, budget, lower)
+    if checked is not None:
+        hints.append(f"{checked} GPUs (checked: a plan fits there)")
+    else:
+        hints.append(f"more than {lower} GPUs (a lower bound; no size up to 64× that was found "
+                     "to fit with this global batch)")
     if req.zero and ZeroStage.PARAMETERS not in req.zero:
         hints.append("ZeRO-3 (--zero 3)")
     if req.recompute and Recompute.FULL not in req.recompute:
