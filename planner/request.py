@@ -15,7 +15,9 @@ from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
 """Default global batch in tokens: 4 Mi tokens (Llama 2 trained at 4M tokens per step; Llama 3
-405B started at 4M). gbs = tokens / seq_len, at least one sequence."""
+405B started at 4M), or 1 Ki tokens per GPU on large clusters (Llama 3 405B: 16M tokens on 16,384
+H100, Dubey et al. 2024 Table 4), whichever is larger. gbs = tokens / seq_len, at least one."""
+DEFAULT_TOKENS_PER_GPU = 2**10
 
 DEFAULT_MBS = (1, 2, 4, 8)
 # Bounds on what a request may ask: beyond any training run, and inside the range where the
@@ -60,10 +62,12 @@ class PlanRequest(BaseModel):
         return self.seq_len or model.seq_len
 
     def global_batch(self, model: ModelSpec) -> int:
-        """--gbs, else --tokens-per-step / seq_len, else the default 4 Mi tokens."""
+        """--gbs, else --tokens-per-step / seq_len, else the default: max(4 Mi tokens,
+        1 Ki tokens per GPU) / seq_len."""
         if self.gbs is not None:
             return self.gbs
-        tokens = self.tokens_per_step or DEFAULT_TOKENS_PER_STEP
+        tokens = self.tokens_per_step or max(DEFAULT_TOKENS_PER_STEP,
+                                             DEFAULT_TOKENS_PER_GPU * self.gpus)
         return max(1, tokens // self.seq(model))
 
 

@@ -219,6 +219,7 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
         raise PlanError(f"--target-step-s must be positive, got {target_step_s}")
     best_seen = None
     sizes = gpu_counts(req.gpus, hw.gpus_per_domain)
+    req = req.model_copy(update={"gbs": req.global_batch(model)})  # the same batch at every size
     for n in sizes:
         try:
             result = search(model, hw, req.model_copy(update={"gpus": n}), top=top, sort="time",
@@ -299,6 +300,7 @@ def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: in
 
     domain = hw.gpus_per_domain
     n = max(domain, int(np.ceil(start / domain)) * domain)
+    req = req.model_copy(update={"gbs": req.global_batch(model)})  # the same batch
     for _ in range(7):
         if n > MAX_GPUS:
             return None
