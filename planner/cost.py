@@ -223,8 +223,9 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
                                              Recompute.FULL: fwd_s}[c.recompute])
 
-    tp_bw = C.group_bandwidth(t, x.domain, x.fast_bw, x.net_bw)
-    tp_lat = C.group_latency(t, x.domain, x.fast_lat, x.net_lat)
+    tp_inside = C.inside_domain(t, x.domain)
+    tp_bw = C.on_link(tp_inside, x.fast_bw, x.net_bw)
+    tp_lat = C.on_link(tp_inside, x.fast_lat, x.net_lat)
     tp_dir_s = note("tp_layer_s", C.collective_time_s(tp_layer, tp_bw, 4 * (t - 1), tp_lat))
     # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
     # GEMMs (Megatron's asynchronous TP all-reduce), which take as long as the forward matmuls
@@ -235,8 +236,9 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     layer_fwd_total = fwd_s + tp_dir_s
     layer_bwd_total = bwd_s + recompute_s + (fwd_passes - 1) * tp_dir_s + tp_bwd_exposed
 
-    cp_bw = C.group_bandwidth(t * cp, x.domain, x.fast_bw, x.net_bw)
-    cp_lat = C.group_latency(t * cp, x.domain, x.fast_lat, x.net_lat)
+    cp_inside = C.inside_domain(t * cp, x.domain)
+    cp_bw = C.on_link(cp_inside, x.fast_bw, x.net_bw)
+    cp_lat = C.on_link(cp_inside, x.fast_lat, x.net_lat)
     cp_layer_s = C.collective_time_s(cp_layer, cp_bw, 3 * (cp - 1), cp_lat)
     # ring attention passes K/V while the attention products run, forward and backward
     cp_layer_exposed = T.exposed_time_s(cp_layer_s, (1 + att_bwd) * att_s)
@@ -246,8 +248,9 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
                                           x.hbm_eff))
 
     pp_span = C.pp_neighbour_span(t, cp, x.dp)
-    pp_bw = C.group_bandwidth(pp_span, x.domain, x.fast_bw, x.net_bw)
-    pp_lat = C.group_latency(pp_span, x.domain, x.fast_lat, x.net_lat)
+    pp_inside = C.inside_domain(pp_span, x.domain)
+    pp_bw = C.on_link(pp_inside, x.fast_bw, x.net_bw)
+    pp_lat = C.on_link(pp_inside, x.fast_lat, x.net_lat)
     pp_mb_s = C.collective_time_s(C.pp_step_bytes(p, 1, v, boundary), pp_bw, 2 * (v * p - 1) / p,
                                   pp_lat)
 
@@ -256,8 +259,9 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     cp_mb_s = layers * cp_layer_exposed
 
     dp_span = C.dp_group_span(t, cp, x.dp)
-    dp_bw = C.group_bandwidth(dp_span, x.domain, x.fast_bw, x.net_bw)
-    dp_lat = C.group_latency(dp_span, x.domain, x.fast_lat, x.net_lat)
+    dp_inside = C.inside_domain(dp_span, x.domain)
+    dp_bw = C.on_link(dp_inside, x.fast_bw, x.net_bw)
+    dp_lat = C.on_link(dp_inside, x.fast_lat, x.net_lat)
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction)
     zero_mb_bytes = C.zero_microbatch_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
@@ -302,6 +306,5 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
         mfu=note("mfu", T.mfu(model_flops, step_s, n_gpus, x.peak_flops)),
         hfu=T.mfu(hardware_flops, step_s, n_gpus, x.peak_flops),
         # which link each kind of traffic crosses: 1 = inside the NVLink domain, 0 = network
-        tp_inside=C.inside_domain(t, x.domain), cp_inside=C.inside_domain(t * cp, x.domain),
-        dp_inside=C.inside_domain(dp_span, x.domain), pp_inside=C.inside_domain(pp_span, x.domain),
+        tp_inside=tp_inside, cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside,
     )

@@ -77,5 +77,8 @@ def divides(a, b):
 
 
 def select(indicator, if_one, if_zero):
-    """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1."""
+    """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1 (on arrays, the
+    same by np.where, which is one pass instead of three)."""
+    if _is_array(indicator, if_one, if_zero) and not _is_symbolic(indicator, if_one, if_zero):
+        return np.where(np.asarray(indicator) > 0.5, if_one, if_zero)
     return indicator * if_one + (1 - indicator) * if_zero

@@ -120,6 +120,11 @@ def pp_neighbour_span(tp, cp, dp):
     return 2 * tp * cp * dp
 
 
+def on_link(inside, fast_value, network_value):
+    """The fast link's value for a group inside the domain (inside = 1), the network's otherwise."""
+    return _ops.select(inside, fast_value, network_value)
+
+
 def group_bandwidth(group_span, domain_size, fast_bytes_per_s, network_bytes_per_s):
     """The link a group of GPUs crosses: the fast domain (NVLink) when the group's span of
     consecutive ranks fits in one domain, the network when it does not (then every ring has to
