@@ -103,3 +103,17 @@ def test_search_emit_falls_back_to_an_expressible_plan():
     assert r.exit_code == 0, r.output
     launch = json.loads(r.stdout)["launch"]
     assert "--pipeline-model-parallel-size" in launch["text"]
+
+
+def test_wave_quantisation_by_hand():
+    # 8192 × 3584 output in 128×256 tiles: 64·14 = 896 tiles over 132 SMs → ⌈896/132⌉ = 7 waves,
+    # 896 / (7·132) = 896/924 = 0.9697
+    assert T.wave_efficiency(8192, 3584, 132, 128, 256) == pytest.approx(896 / 924)
+    # sliced 8 ways more (N = 448): 64·2 = 128 tiles → one wave of 132: 128/132
+    assert T.wave_efficiency(8192, 448, 132, 128, 256) == pytest.approx(128 / 132)
+    # 2048 × 1024 in 128×128 on 108 SMs: 16·8 = 128 tiles → 2 waves: 128/216
+    assert T.wave_efficiency(2048, 1024, 108, 128, 128) == pytest.approx(128 / 216)
+    # the layer's FLOP-weighted mean lies between its GEMMs' own efficiencies, and is 1 for a
+    # GEMM set that tiles the SMs exactly (132 SMs, 128×128 tiles, 132·128 rows, 128 columns)
+    w = T.layer_gemm_wave_efficiency(132 * 128, 128, 1, 1, 128, 128, 2, 1, 132)
+    assert w == pytest.approx(1.0)
