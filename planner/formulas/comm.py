@@ -121,18 +121,7 @@ def pp_neighbour_span(tp, cp, dp):
 
 
 def on_link(inside, fast_value, network_value):
-    """The fast link's value for a group inside the domain (inside = 1), the network's otherwise."""
+    """The link a group crosses: the fast domain's bandwidth or latency (NVLink) for a group
+    inside it (inside = 1), the network's otherwise — then every ring has to leave the node and
+    each GPU's own NIC is the bottleneck."""
     return _ops.select(inside, fast_value, network_value)
-
-
-def group_bandwidth(group_span, domain_size, fast_bytes_per_s, network_bytes_per_s):
-    """The link a group of GPUs crosses: the fast domain (NVLink) when the group's span of
-    consecutive ranks fits in one domain, the network when it does not (then every ring has to
-    leave the node, and each GPU's own NIC is the bottleneck)."""
-    return _ops.select(inside_domain(group_span, domain_size), fast_bytes_per_s,
-                       network_bytes_per_s)
-
-
-def group_latency(group_span, domain_size, fast_latency_s, network_latency_s):
-    """The per-step latency of the link chosen by `group_bandwidth`."""
-    return _ops.select(inside_domain(group_span, domain_size), fast_latency_s, network_latency_s)
