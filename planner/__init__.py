@@ -13,8 +13,19 @@ The library the CLI is built on::
 
 __version__ = "0.1.0"
 
-from .catalog import load_hardware, load_model  # noqa: E402
-from .estimate import estimate  # noqa: E402
+
+def __getattr__(name):
+    """load_model, load_hardware and estimate, imported on first use: `import planner` stays
+    cheap, so the command line can set up its process before pydantic and numpy load."""
+    if name in ("load_model", "load_hardware"):
+        from . import catalog
+
+        return getattr(catalog, name)
+    if name == "estimate":
+        from .estimate import estimate as _estimate
+
+        return _estimate
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
 
 
 def explain(model, hw, config):
