@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .catalog import load_model
-from .cost import Choices, numbers, plan_costs
+from .cost import Choices, attention_precision, numbers, plan_costs
 from .errors import PlanError
 from .estimate import check_config
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
@@ -365,7 +365,8 @@ def _profile_value(hw: HardwareProfile, path: str) -> float:
     return float(value)
 
 
-def _with_values(hw: HardwareProfile, values: Mapping[str, float], **top) -> HardwareProfile:
+def profile_with(hw: HardwareProfile, values: Mapping[str, float], **top) -> HardwareProfile:
+    """A copy of the profile with the values at the dotted paths (e.g. efficiency.hbm) replaced."""
     data = hw.model_dump()
     for path, value in values.items():
         *parents, leaf = path.split(".")
@@ -466,8 +467,7 @@ def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np
     for i, run in enumerate(runs):
         x = SimpleNamespace(**vars(run.x))
         run_precision = run.m.config.precision
-        # attention and the LM head run in 16-bit (bf16 under an fp8 plan): cost.hardware_numbers
-        sixteen = Precision.BF16 if run_precision is Precision.FP8 else run_precision
+        sixteen = attention_precision(run_precision)  # the precision behind x.*_16
         for j, f in enumerate(factors):
             if f.precision is None or f.precision is run_precision:
                 setattr(x, f.attr, values[:, j] * f.scale)
@@ -634,7 +634,7 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
     new_name = name or f"{hw.name}-calibrated"
     description = (f"{hw.description} — calibrated to {len(measurements)} measured run"
                    f"{'s' if len(measurements) != 1 else ''}").strip(" —")
-    profile = _with_values(hw, {f.path: after[f.key] for f in fitted},
+    profile = profile_with(hw, {f.path: after[f.key] for f in fitted},
                            name=new_name, description=description)
 
     factors = []

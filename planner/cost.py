@@ -57,10 +57,16 @@ def model_numbers(model: ModelSpec) -> dict:
     )
 
 
+def attention_precision(precision: Precision) -> Precision:
+    """The precision attention and the LM head run in: 16-bit even in an fp8 plan (Transformer
+    Engine casts only the linear layers to fp8)."""
+    return Precision.BF16 if precision is Precision.FP8 else precision
+
+
 def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
-    """A profile's numbers in base units, for one precision. Attention and the LM head run in
-    16-bit even in an fp8 plan (Transformer Engine casts only the linear layers to fp8)."""
-    sixteen = Precision.BF16 if precision is Precision.FP8 else precision
+    """A profile's numbers in base units, for one precision (attention and the LM head at
+    attention_precision's)."""
+    sixteen = attention_precision(precision)
     return dict(
         peak_flops=hw.peak_flops_per_s(precision), gemm_eff=hw.gemm_efficiency(precision),
         peak_flops_16=hw.peak_flops_per_s(sixteen), gemm_eff_16=hw.gemm_efficiency(sixteen),

@@ -18,6 +18,7 @@ from planner.calibrate import (
     calibration_toml,
     load_measurements,
     profile_to_toml,
+    profile_with,
 )
 from planner.catalog import hardware_presets, load_hardware
 from planner.cost import Choices, numbers, plan_costs
@@ -49,14 +50,7 @@ IN_NODE = [
 
 
 def with_factors(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
-    data = hw.model_dump()
-    for key, value in values.items():
-        *parents, leaf = PATHS[key].split(".")
-        node = data
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
-    return HardwareProfile(**data)
+    return profile_with(hw, {PATHS[key]: value for key, value in values.items()})
 
 
 def step_s(m: Measurement, hw: HardwareProfile) -> float:
