@@ -105,13 +105,22 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
 
     `note(name, value)` is called on each named intermediate (see TERMS) and its return value is
     used downstream: the identity for numbers; `explain` records the expression and hands back a
-    symbol, so that every term's formula is shown in terms of the terms before it."""
+    symbol, so that every term's formula is shown in terms of the terms before it.
+
+    Composed of two halves, so that the search can share the first among the ZeRO stages:
+    layout_costs (what the ZeRO stage does not change) and zero_costs (what it does)."""
+    return zero_costs(x, c, layout_costs(x, c, note), note)
+
+
+def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
+    """The half of plan_costs that the ZeRO stage does not change (c.zero_stage is not read):
+    parameters, activations, FLOPs, the layer times, TP/CP/PP traffic and the links. Returns the
+    intermediates zero_costs needs, by name."""
     L, h, s, b, t, p, cp, v, m = (x.n_layers, x.hidden, x.seq_len, x.mbs, x.tp, x.pp, x.cp, x.vpp,
                                   x.n_micro)
     d_shard = x.dp * cp  # ZeRO and the gradient reduction span data × context parallel ranks
     single_stage = _ops.le(p, 1)
     layers = note("stage_layers", P.layers_per_stage(L, p, v))
-    z = int(c.zero_stage)
 
     # ---- parameters -------------------------------------------------------------------------
     n_params = note("n_params", P.model_params(
@@ -149,31 +158,6 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
                  + working_act)
     act_last = inflight_last * layers * layer_act + logits_act + working_act
 
-    # ---- memory of the most loaded stage -----------------------------------------------------
-    # ZeRO-3 materialises whole layers, except on a single rank, where FSDP falls back to NO_SHARD
-    prefetch = (M.zero3_prefetch_bytes(layer_sharded, layer_replicated, t, x.w_bytes)
-                * (1 - _ops.le(d_shard, 1)) if c.zero_stage is ZeroStage.PARAMETERS else 0)
-
-    def memory(psi, act):
-        # the model states (weights, gradients, optimizer) are exactly ZeRO's; ZeRO-3's gathered
-        # layers are transient buffers and are counted with the runtime's
-        w = M.weight_bytes(psi, x.w_bytes, d_shard, z)
-        g = M.gradient_bytes(psi, x.g_bytes, d_shard, z)
-        o = M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z)
-        overhead = M.runtime_overhead_bytes(x.reserved, x.frag, w + g + o + act + prefetch)
-        return w, g, o, act, overhead + prefetch
-
-    first, last = memory(params_first, act_first), memory(params_last, act_last)
-    is_first = _ops.le(sum(last), sum(first))  # 1 where the first stage is the most loaded
-    worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
-    stage_params = note("stage_params", _ops.select(is_first, params_first, params_last))
-    weights = note("weights_bytes", worst[0])
-    grads = note("gradients_bytes", worst[1])
-    optimizer = note("optimizer_bytes", worst[2])
-    activations = note("activations_bytes", worst[3])
-    overhead = note("overhead_bytes", worst[4])
-    total_bytes = note("total_bytes", weights + grads + optimizer + activations + overhead)
-
     # ---- communication volume per GPU per step, and the bubble --------------------------------
     tp_layer = note("tp_layer_bytes", C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes))
     fwd_passes = 2 if c.recompute is Recompute.FULL else 1
@@ -182,8 +166,6 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v, boundary))
     cp_layer = C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes)
     cp_bytes = note("cp_bytes", C.cp_step_bytes(layers, m, cp_layer))
-    dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
-                                                    z))
     bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v))
 
     # ---- FLOPs per step ---------------------------------------------------------------------
@@ -268,49 +250,96 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     dp_inside = C.inside_domain(dp_span, x.domain)
     dp_bw = C.on_link(dp_inside, x.fast_bw, x.net_bw)
     dp_lat = C.on_link(dp_inside, x.fast_lat, x.net_lat)
+    return SimpleNamespace(
+        L=L, s=s, t=t, p=p, cp=cp, v=v, m=m, d_shard=d_shard, layers=layers, n_params=n_params,
+        layer_sharded=layer_sharded, layer_replicated=layer_replicated, vocab_padded=vocab_padded,
+        params_first=params_first, params_last=params_last, layer_act=layer_act,
+        act_first=act_first, act_last=act_last, inflight_first=inflight_first,
+        inflight_last=inflight_last, tp_bytes=tp_bytes, pp_bytes=pp_bytes, cp_bytes=cp_bytes,
+        bubble=bubble, model_flops=model_flops, hardware_flops=hardware_flops, fwd_s=fwd_s,
+        bwd_s=bwd_s, recompute_s=recompute_s, layer_fwd_total=layer_fwd_total,
+        layer_bwd_total=layer_bwd_total, compute_mb_s=compute_mb_s, tp_mb_s=tp_mb_s,
+        cp_mb_s=cp_mb_s, pp_mb_s=pp_mb_s, dp_bw=dp_bw, dp_lat=dp_lat, tp_inside=tp_inside,
+        cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside)
+
+
+def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
+    """The half of plan_costs that depends on the ZeRO stage, on layout_costs' intermediates `k`:
+    the memory of the most loaded stage, data-parallel traffic and its exposed time, the optimizer
+    step, and the step time, throughput and MFU they lead to."""
+    t, p, cp, v, m, d_shard, layers = k.t, k.p, k.cp, k.v, k.m, k.d_shard, k.layers
+    z = int(c.zero_stage)
+    # ---- memory of the most loaded stage -----------------------------------------------------
+    # ZeRO-3 materialises whole layers, except on a single rank, where FSDP falls back to NO_SHARD
+    prefetch = (M.zero3_prefetch_bytes(k.layer_sharded, k.layer_replicated, t, x.w_bytes)
+                * (1 - _ops.le(d_shard, 1)) if c.zero_stage is ZeroStage.PARAMETERS else 0)
+
+    def memory(psi, act):
+        # the model states (weights, gradients, optimizer) are exactly ZeRO's; ZeRO-3's gathered
+        # layers are transient buffers and are counted with the runtime's
+        w = M.weight_bytes(psi, x.w_bytes, d_shard, z)
+        g = M.gradient_bytes(psi, x.g_bytes, d_shard, z)
+        o = M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z)
+        overhead = M.runtime_overhead_bytes(x.reserved, x.frag, w + g + o + act + prefetch)
+        return w, g, o, act, overhead + prefetch
+
+    first, last = memory(k.params_first, k.act_first), memory(k.params_last, k.act_last)
+    is_first = _ops.le(sum(last), sum(first))  # 1 where the first stage is the most loaded
+    worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
+    stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
+    weights = note("weights_bytes", worst[0])
+    grads = note("gradients_bytes", worst[1])
+    optimizer = note("optimizer_bytes", worst[2])
+    activations = note("activations_bytes", worst[3])
+    overhead = note("overhead_bytes", worst[4])
+    total_bytes = note("total_bytes", weights + grads + optimizer + activations + overhead)
+
+    dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
+                                                    z))
+
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction)
     zero_mb_bytes = C.zero_microbatch_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
-    zero_mb_s = C.collective_time_s(zero_mb_bytes, dp_bw, 2 * (d_shard - 1), dp_lat) if z >= 2 else 0
-    zero3_mb_s = T.exposed_time_s(zero_mb_s, compute_mb_s) if z >= 2 else 0
+    zero_mb_s = C.collective_time_s(zero_mb_bytes, k.dp_bw, 2 * (d_shard - 1), k.dp_lat) if z >= 2 else 0
+    zero3_mb_s = T.exposed_time_s(zero_mb_s, k.compute_mb_s) if z >= 2 else 0
     tail_bytes = C.zero_step_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
-    dp_tail_s = note("dp_tail_s", C.collective_time_s(tail_bytes, dp_bw, 2 * (d_shard - 1), dp_lat)
+    dp_tail_s = note("dp_tail_s", C.collective_time_s(tail_bytes, k.dp_bw, 2 * (d_shard - 1), k.dp_lat)
                      if z <= 2 else 0)
     # with overlap the reduction runs under the last micro-batch's backward pass
-    dp_tail_exposed = T.exposed_time_s(dp_tail_s, x.overlap * layers * (bwd_s + recompute_s))
+    dp_tail_exposed = T.exposed_time_s(dp_tail_s, x.overlap * layers * (k.bwd_s + k.recompute_s))
 
     opt_shard = d_shard if z >= 1 else 1
     optimizer_s = note("optimizer_s", T.memory_bound_time_s(
         T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard), x.hbm_bw, x.hbm_eff))
 
-    stage_mb_s = note("stage_microbatch_s", compute_mb_s + tp_mb_s + cp_mb_s + pp_mb_s + zero3_mb_s)
+    stage_mb_s = note("stage_microbatch_s", k.compute_mb_s + k.tp_mb_s + k.cp_mb_s + k.pp_mb_s + zero3_mb_s)
     slots = PL.pipeline_slots(p, m, v)
     step_s = note("step_s", T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s))
     n_gpus = x.dp * t * p * cp
 
-    tp_exposed = note("tp_exposed_s", m * tp_mb_s)
-    cp_exposed = note("cp_exposed_s", m * cp_mb_s)
-    pp_exposed = note("pp_exposed_s", m * pp_mb_s)
+    tp_exposed = note("tp_exposed_s", m * k.tp_mb_s)
+    cp_exposed = note("cp_exposed_s", m * k.cp_mb_s)
+    pp_exposed = note("pp_exposed_s", m * k.pp_mb_s)
     dp_exposed = note("dp_exposed_s", m * zero3_mb_s + dp_tail_exposed)
     return dict(
-        n_params=n_params, vocab_padded=vocab_padded, stage_layers=layers,
-        params_first_stage=params_first, params_last_stage=params_last, stage_params=stage_params,
+        n_params=k.n_params, vocab_padded=k.vocab_padded, stage_layers=layers,
+        params_first_stage=k.params_first, params_last_stage=k.params_last, stage_params=stage_params,
         is_first_stage=is_first,
         weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optimizer,
         activations_bytes=activations, overhead_bytes=overhead, total_bytes=total_bytes,
-        capacity_bytes=x.capacity, layer_activation_bytes=layer_act,
-        inflight_first=inflight_first, inflight_last=inflight_last,
-        dp_bytes=dp_bytes, tp_bytes=tp_bytes, pp_bytes=pp_bytes, cp_bytes=cp_bytes,
-        bubble_fraction=bubble, model_flops=model_flops, hardware_flops=hardware_flops,
-        compute_s=note("compute_s", m * compute_mb_s), tp_exposed_s=tp_exposed,
+        capacity_bytes=x.capacity, layer_activation_bytes=k.layer_act,
+        inflight_first=k.inflight_first, inflight_last=k.inflight_last,
+        dp_bytes=dp_bytes, tp_bytes=k.tp_bytes, pp_bytes=k.pp_bytes, cp_bytes=k.cp_bytes,
+        bubble_fraction=k.bubble, model_flops=k.model_flops, hardware_flops=k.hardware_flops,
+        compute_s=note("compute_s", m * k.compute_mb_s), tp_exposed_s=tp_exposed,
         cp_exposed_s=cp_exposed, pp_exposed_s=pp_exposed, dp_exposed_s=dp_exposed,
         exposed_comm_s=tp_exposed + cp_exposed + pp_exposed + dp_exposed,
         bubble_s=note("bubble_s", stage_mb_s * (p - 1) / v), optimizer_s=optimizer_s,
-        step_s=step_s, stage_microbatch_s=stage_mb_s, forward_layer_s=fwd_s,
-        layer_forward_total_s=layer_fwd_total, layer_backward_total_s=layer_bwd_total,
-        tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, s, step_s)),
-        mfu=note("mfu", T.mfu(model_flops, step_s, n_gpus, x.peak_flops)),
-        hfu=T.mfu(hardware_flops, step_s, n_gpus, x.peak_flops),
+        step_s=step_s, stage_microbatch_s=stage_mb_s, forward_layer_s=k.fwd_s,
+        layer_forward_total_s=k.layer_fwd_total, layer_backward_total_s=k.layer_bwd_total,
+        tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, k.s, step_s)),
+        mfu=note("mfu", T.mfu(k.model_flops, step_s, n_gpus, x.peak_flops)),
+        hfu=T.mfu(k.hardware_flops, step_s, n_gpus, x.peak_flops),
         # which link each kind of traffic crosses: 1 = inside the NVLink domain, 0 = network
-        tp_inside=tp_inside, cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside,
+        tp_inside=k.tp_inside, cp_inside=k.cp_inside, dp_inside=k.dp_inside, pp_inside=k.pp_inside,
     )

@@ -8,12 +8,22 @@ scalar estimate — the same formulas, so search and explain agree."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .cost import ACT_BYTES, BYTES, WEIGHT_BYTES, Choices, hardware_numbers, model_numbers, plan_costs
+from .cost import (
+    ACT_BYTES,
+    BYTES,
+    WEIGHT_BYTES,
+    Choices,
+    hardware_numbers,
+    layout_costs,
+    model_numbers,
+    zero_costs,
+)
 from .errors import NoFeasiblePlan, PlanError
 from .estimate import estimate
 from .formulas.choices import Recompute, Schedule, ZeroStage
@@ -90,33 +100,41 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
 
 
 def _choice_groups(req: PlanRequest):
+    """(recompute, sp, schedule) combinations, each with the ZeRO stages evaluated on it."""
     zeros = req.zero or list(ZeroStage)
     recomputes = req.recompute or list(Recompute)
     sps = req.sp if req.sp is not None else [True, False]
     schedules = req.schedule or [Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED]
-    yield from itertools.product(zeros, recomputes, sps, schedules)
+    for r, sp, sched in itertools.product(recomputes, sps, schedules):
+        yield r, sp, sched, zeros
 
 
-CHUNK = 16_384
+CHUNK = 4096
 """Candidates per plan_costs call. float64 columns of this length stay in the CPU's cache between
-the formulas' array operations: 10⁶ candidates evaluate ~1.6× faster in such chunks than in one
-pass (benchmarks/bench_search.py)."""
+the formulas' array operations: on the 2-core CI-sized machine, 10⁶ candidates (with their ZeRO
+stages sharing the layout half) evaluate at ~3.6 M/s in chunks of 4,096, 3.3 M/s in chunks of
+16,384 and 2.8 M/s in chunks of 2,048 (benchmarks/bench_search.py)."""
 
 
 def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices,
-                    keys: tuple[str, ...] = KEPT_COSTS) -> dict[str, np.ndarray]:
-    """plan_costs over many candidates of one choice group: `base` holds the numbers they share,
-    `columns` the float64 arrays they differ in; evaluated CHUNK rows at a time."""
+                    zeros=None, keys: tuple[str, ...] = KEPT_COSTS) -> list[dict[str, np.ndarray]]:
+    """plan_costs over many candidates of one choice group, once per ZeRO stage in `zeros`
+    (default: choices.zero_stage alone): `base` holds the numbers the candidates share, `columns`
+    the float64 arrays they differ in; evaluated CHUNK rows at a time. The layout half of the
+    model (cost.layout_costs) is evaluated once and shared by the stages."""
+    zeros = [choices.zero_stage] if zeros is None else list(zeros)
     n = len(next(iter(columns.values())))
-    parts: dict[str, list] = {k: [] for k in keys}
+    parts: list[dict[str, list]] = [{k: [] for k in keys} for _ in zeros]
     for start in range(0, n, CHUNK):
         rows = min(CHUNK, n - start)
         x = SimpleNamespace(**base, **{k: v[start:start + rows] for k, v in columns.items()})
-        out = plan_costs(x, choices)
-        for k in keys:
-            v = out[k]
-            parts[k].append(v if np.ndim(v) else np.full(rows, float(v)))
-    return {k: np.concatenate(v) for k, v in parts.items()}
+        layout = layout_costs(x, choices)
+        for z, part in zip(zeros, parts):
+            out = zero_costs(x, replace(choices, zero_stage=z), layout)
+            for k in keys:
+                v = out[k]
+                part[k].append(v if np.ndim(v) else np.full(rows, float(v)))
+    return [{k: np.concatenate(v) for k, v in part.items()} for part in parts]
 
 
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
@@ -131,7 +149,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
     cols: dict[str, list] = {k: [] for k in ("tp", "cp", "pp", "mbs", "vpp", "dp", "zero",
                                              "recompute", "sp", "schedule")}
     costs: dict[str, list] = {}
-    for z, r, sp, sched in _choice_groups(req):
+    for r, sp, sched, zeros in _choice_groups(req):
         mask = (space["tp"] > 1) if sp else np.ones_like(space["tp"], dtype=bool)
         mask &= (space["vpp"] > 1) if sched is Schedule.INTERLEAVED else (space["vpp"] == 1)
         if not mask.any():
@@ -139,17 +157,19 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
         sub = {k: v[mask] for k, v in space.items()}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
         f["n_micro"] = gbs / (f["dp"] * f["mbs"])
-        out = costs_in_chunks(base, f, Choices(zero_stage=z, recompute=r, schedule=sched,
-                                               sequence_parallel=sp, attention=req.attention))
+        outs = costs_in_chunks(base, f, Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
+                                                sequence_parallel=sp, attention=req.attention),
+                               zeros)
         size = len(sub["tp"])
-        for k, v in sub.items():
-            cols[k].append(v)
-        cols["zero"].append(np.full(size, int(z)))
-        cols["recompute"].append(np.full(size, list(Recompute).index(r)))
-        cols["sp"].append(np.full(size, sp))
-        cols["schedule"].append(np.full(size, list(Schedule).index(sched)))
-        for k in KEPT_COSTS:
-            costs.setdefault(k, []).append(out[k])
+        for z, out in zip(zeros, outs):
+            for k, v in sub.items():
+                cols[k].append(v)
+            cols["zero"].append(np.full(size, int(z)))
+            cols["recompute"].append(np.full(size, list(Recompute).index(r)))
+            cols["sp"].append(np.full(size, sp))
+            cols["schedule"].append(np.full(size, list(Schedule).index(sched)))
+            for k in KEPT_COSTS:
+                costs.setdefault(k, []).append(out[k])
     if not cols["tp"]:
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
