@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import tomllib
 from functools import cache
@@ -130,6 +129,8 @@ def _read_file(path: Path) -> dict:
 
 
 def _unknown(kind: str, name: str, known: list[str]) -> PlanError:
+    import difflib
+
     close = difflib.get_close_matches(name.strip().lower(), known, n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     shown = name if len(name) <= 60 else name[:57] + "..."
