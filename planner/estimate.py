@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import constraints
 from .cost import Choices, numbers, plan_costs
 from .errors import PlanError
 from .results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
@@ -13,34 +14,12 @@ MFU_CONVENTION_WARN = 1.2  # model FLOPs 20 % above what runs: attention-dominat
 
 
 def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> None:
-    """The divisibility and support rules real frameworks enforce; one clear error each."""
+    """The divisibility and support rules real frameworks enforce (planner.constraints), and the
+    profile's support of the precision; one clear error for the first broken."""
     c = config
-    if c.gbs != c.mbs * c.n_micro * c.dp:
-        raise PlanError(f"global batch {c.gbs} must equal mbs·n_micro·dp = "
-                        f"{c.mbs}·{c.n_micro}·{c.dp} = {c.mbs * c.n_micro * c.dp}")
-    if model.n_heads % c.tp or model.kv_heads % c.tp:
-        raise PlanError(f"tp={c.tp} must divide the attention heads ({model.n_heads}) and the "
-                        f"KV heads ({model.kv_heads}) of {model.name}")
-    if model.ffn % c.tp:
-        raise PlanError(f"tp={c.tp} must divide the FFN size ({model.ffn}) of {model.name}")
-    if model.n_layers < c.pp * c.vpp:
-        raise PlanError(f"pp·vpp = {c.pp}·{c.vpp} exceeds the {model.n_layers} layers of "
-                        f"{model.name}: every pipeline chunk needs at least one layer")
-    if c.seq_len % (2 * c.cp) and c.cp > 1:
-        raise PlanError(f"seq_len {c.seq_len} must be divisible by 2·cp = {2 * c.cp} "
-                        "(load-balanced context parallelism splits it in 2·cp chunks)")
-    if c.vpp > 1 and c.schedule.value != "interleaved":
-        raise PlanError(f"vpp={c.vpp} needs --schedule interleaved")
-    if c.schedule.value == "interleaved":
-        if c.pp < 2 or c.vpp < 2:
-            raise PlanError(f"the interleaved schedule needs pp ≥ 2 and vpp ≥ 2 (got pp={c.pp}, "
-                            f"vpp={c.vpp}); with one chunk per GPU use --schedule 1f1b")
-        if c.n_micro % c.pp:
-            raise PlanError(f"the interleaved schedule needs n_micro to be a multiple of pp "
-                            f"({c.n_micro} micro-batches, pp={c.pp}); Megatron groups "
-                            "micro-batches pp at a time")
-    if c.sequence_parallel and c.tp == 1:
-        raise PlanError("sequence parallelism needs tp > 1 (use --no-sp with tp = 1)")
+    rule = constraints.broken(model, constraints.of(c))
+    if rule is not None:
+        raise PlanError(rule.message(model, constraints.of(c)))
     if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
         raise PlanError(f"{hw.name} has no {c.precision.value} figures "
                         f"(its profile lists no peak or efficiency for it)")

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from . import constraints
 from .cost import (
     ACT_BYTES,
     BYTES,
@@ -60,25 +61,21 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
 
 CONSTRAINTS = [
     "dp·tp·pp·cp = gpus",
-    "tp divides the attention heads, the KV heads and the FFN size",
     "tp ≤ GPUs per NVLink domain unless --allow-tp-across-nodes (or --tp names it)",
-    "pp·vpp ≤ layers; uneven stages allowed (the fullest stage, v·⌈L/(p·v)⌉ layers, is sized "
-    "and sets the pace)",
-    "gbs divisible by dp·mbs; n_micro = gbs/(dp·mbs)",
-    "interleaved schedule iff vpp > 1, with pp ≥ 2 and n_micro a multiple of pp",
-    "sequence parallelism only with tp > 1",
-    "cp: seq_len divisible by 2·cp",
+    f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: 1F1B for vpp = 1, "
+    "interleaved for vpp > 1",
+    *(rule.text for rule in constraints.RULES),
 ]
 
 
 def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> dict[str, np.ndarray]:
-    """Every admissible (tp, cp, pp, dp, mbs, vpp), as int64 columns."""
-    n, L, seq, gbs = req.gpus, model.n_layers, req.seq(model), req.global_batch(model)
-    heads_ok = [d for d in divisors(n) if model.n_heads % d == 0 and model.kv_heads % d == 0
-                and model.ffn % d == 0]
-    tp_vals = req.tp or [d for d in heads_ok
+    """Every (tp, cp, pp, dp, mbs, vpp, n_micro) with dp·tp·pp·cp = gpus and the degrees the
+    request allows, as int64 columns; the rules of planner.constraints are applied per choice
+    group (they also read the schedule and sequence parallelism)."""
+    n, L, gbs = req.gpus, model.n_layers, req.global_batch(model)
+    tp_vals = req.tp or [d for d in divisors(n)
                          if d <= hw.gpus_per_domain or req.allow_tp_across_nodes]
-    cp_vals = req.cp or [d for d in divisors(n, MAX_OPEN_CP) if d == 1 or seq % (2 * d) == 0]
+    cp_vals = req.cp or divisors(n, MAX_OPEN_CP)
     pp_vals = req.pp or divisors(n, L)
     mbs_vals = req.mbs or list(DEFAULT_MBS)
     vpp_vals = req.vpp or list(range(1, MAX_OPEN_VPP + 1))
@@ -88,14 +85,10 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
     inner = tp * cp * pp
     ok = n % inner == 0
     dp = np.where(ok, n // np.maximum(inner, 1), 0)
-    ok &= dp >= 1
-    ok &= gbs % np.maximum(dp * mbs, 1) == 0
-    ok &= pp * vpp <= L
-    ok &= (vpp == 1) | ((pp >= 2) & ((gbs // np.maximum(dp * mbs, 1)) % pp == 0))
-    ok &= (cp == 1) | (seq % (2 * cp) == 0)
     if req.dp:
         ok &= np.isin(dp, req.dp)
-    cols = dict(tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vpp, dp=dp)
+    n_micro = gbs // np.maximum(dp * mbs, 1)
+    cols = dict(tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vpp, dp=dp, n_micro=n_micro)
     return {k: v[ok] for k, v in cols.items()}
 
 
@@ -150,13 +143,15 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
                                              "recompute", "sp", "schedule")}
     costs: dict[str, list] = {}
     for r, sp, sched, zeros in _choice_groups(req):
-        mask = (space["tp"] > 1) if sp else np.ones_like(space["tp"], dtype=bool)
-        mask &= (space["vpp"] > 1) if sched is Schedule.INTERLEAVED else (space["vpp"] == 1)
+        interleaved = sched is Schedule.INTERLEAVED
+        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp)
+        # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
+        mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         if not mask.any():
             continue
-        sub = {k: v[mask] for k, v in space.items()}
+        sub = {k: v[mask] for k, v in space.items() if k != "n_micro"}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
-        f["n_micro"] = gbs / (f["dp"] * f["mbs"])
+        f["n_micro"] = space["n_micro"][mask].astype(np.float64)
         outs = costs_in_chunks(base, f, Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
                                                 sequence_parallel=sp, attention=req.attention),
                                zeros)
