@@ -70,17 +70,7 @@ class Measurement(BaseModel):
 
     @property
     def layout(self) -> str:
-        c = self.config
-        parts = [f"dp{c.dp}", f"tp{c.tp}", f"pp{c.pp}"]
-        if c.cp > 1:
-            parts.append(f"cp{c.cp}")
-        if c.vpp > 1:
-            parts.append(f"v{c.vpp}")
-        parts += [f"mbs{c.mbs}", f"gbs{c.gbs}", f"s{c.seq_len}", f"z{int(c.zero_stage)}",
-                  c.recompute.value, c.precision.value]
-        if c.sequence_parallel:
-            parts.append("sp")
-        return " ".join(parts)
+        return self.config.label(precision=True)
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any], where: str = "",

@@ -217,3 +217,21 @@ class PlanConfig(_Strict):
     @property
     def n_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    def label(self, *, batch: bool = True, precision: bool = False) -> str:
+        """The layout in one short line, as tables and reasons quote it:
+        dp8 tp8 pp4 [cp2] [v2] mbs1 [gbs512 s8192] z1 selective [bf16] [sp]."""
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.vpp > 1:
+            parts.append(f"v{self.vpp}")
+        parts.append(f"mbs{self.mbs}")
+        if batch:
+            parts += [f"gbs{self.gbs}", f"s{self.seq_len}"]
+        parts += [f"z{int(self.zero_stage)}", self.recompute.value]
+        if precision:
+            parts.append(self.precision.value)
+        if self.sequence_parallel:
+            parts.append("sp")
+        return " ".join(parts)

@@ -204,7 +204,8 @@ def _why(plans: list[Plan]) -> str:
         return ""
     best = plans[0]
     t = best.time
-    parts = [f"Best: {_short(best)} — step {t.step_s:.3g} s ({t.tokens_per_s:,.0f} tokens/s, "
+    parts = [f"Best: {best.config.label(batch=False)} — step {t.step_s:.3g} s "
+             f"({t.tokens_per_s:,.0f} tokens/s, "
              f"MFU {t.mfu:.1%}): of the step, compute {t.compute_s / t.step_s:.0%}, bubble "
              f"{t.bubble_s / t.step_s:.0%}, exposed communication "
              f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
@@ -218,7 +219,7 @@ def _why(plans: list[Plan]) -> str:
         worse = max(deltas, key=deltas.get)
         better = min(deltas, key=deltas.get)
         tiny = 1e-6 * t.step_s
-        text = f"{_short(other)} is {o.step_s / t.step_s - 1:.1%} slower"
+        text = f"{other.config.label(batch=False)} is {o.step_s / t.step_s - 1:.1%} slower"
         if deltas[worse] > tiny:
             text += f": {labels[worse]} +{deltas[worse]:.3g} s"
             if deltas[better] < -tiny:
@@ -227,13 +228,6 @@ def _why(plans: list[Plan]) -> str:
             text += f" (same step time; it needs {other.memory.total_bytes / 2**30:.1f} GiB)"
         parts.append(text + ".")
     return " ".join(parts)
-
-
-def _short(plan: Plan) -> str:
-    c = plan.config
-    vpp = f" vpp{c.vpp}" if c.vpp > 1 else ""
-    return (f"dp{c.dp} tp{c.tp} pp{c.pp} cp{c.cp}{vpp} mbs{c.mbs} zero{int(c.zero_stage)} "
-            f"{c.recompute.value}{' sp' if c.sequence_parallel else ''}")
 
 
 def gpu_counts(max_gpus: int, domain: int) -> list[int]:

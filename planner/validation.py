@@ -188,12 +188,8 @@ def validate(hw: HardwareProfile) -> ValidationReport:
         config, assumed = case_config(case)
         plan = estimate(case_model(case), hw, config)
         measured = measured_step_s(case)
-        c = config
-        layout = (f"dp{c.dp} tp{c.tp} pp{c.pp}" + (f" v{c.vpp}" if c.vpp > 1 else "")
-                  + f" mbs{c.mbs} B{c.gbs} {c.recompute.value}"
-                  + (" sp" if c.sequence_parallel else ""))
         results.append(CaseResult(
-            id=case["id"], source=case["source"], gpus=c.n_gpus, layout=layout,
+            id=case["id"], source=case["source"], gpus=config.n_gpus, layout=config.label(),
             measured_s=measured, predicted_s=plan.time.step_s,
             error=plan.time.step_s / measured - 1, assumed=assumed))
     errors = [abs(r.error) for r in results]
