@@ -299,14 +299,25 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
 
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction)
+    ring_steps = d_shard - 1
     zero_mb_bytes = C.zero_microbatch_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
-    zero_mb_s = C.collective_time_s(zero_mb_bytes, k.dp_bw, 2 * (d_shard - 1), k.dp_lat) if z >= 2 else 0
+    zero_mb_s = (C.collective_time_s(zero_mb_bytes, k.dp_bw,
+                                     C.ZERO_MICROBATCH_RING_PASSES[z] * ring_steps, k.dp_lat)
+                 if z >= 2 else 0)
     zero3_mb_s = T.exposed_time_s(zero_mb_s, k.compute_mb_s) if z >= 2 else 0
-    tail_bytes = C.zero_step_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
-    dp_tail_s = note("dp_tail_s", C.collective_time_s(tail_bytes, k.dp_bw, 2 * (d_shard - 1), k.dp_lat)
-                     if z <= 2 else 0)
-    # with overlap the reduction runs under the last micro-batch's backward pass
-    dp_tail_exposed = T.exposed_time_s(dp_tail_s, x.overlap * layers * (k.bwd_s + k.recompute_s))
+    reduce_passes, gather_passes = C.ZERO_STEP_RING_PASSES[z]
+    reduce_s = (C.collective_time_s(C.zero_step_reduce_bytes(
+        stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, reduce_passes * ring_steps,
+        k.dp_lat) if reduce_passes else 0)
+    gather_s = (C.collective_time_s(C.zero_step_gather_bytes(
+        stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, gather_passes * ring_steps,
+        k.dp_lat) if gather_passes else 0)
+    note("dp_tail_s", reduce_s + gather_s)
+    # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
+    # of the updated weights (after the optimizer step) under the next step's first forward pass
+    # (Megatron's --overlap-grad-reduce and --overlap-param-gather, taken as set together)
+    dp_tail_exposed = (T.exposed_time_s(reduce_s, x.overlap * layers * (k.bwd_s + k.recompute_s))
+                       + T.exposed_time_s(gather_s, x.overlap * layers * k.fwd_s))
 
     opt_shard = d_shard if z >= 1 else 1
     optimizer_s = note("optimizer_s", T.memory_bound_time_s(

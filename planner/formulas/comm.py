@@ -33,17 +33,45 @@ def zero_microbatch_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, ze
     return ring_gather_bytes(dp_shard, per_micro[zero_stage] * params)
 
 
+ZERO_MICROBATCH_RING_PASSES = {0: 0, 1: 0, 2: 1, 3: 3}
+"""Ring passes of d − 1 steps each per micro-batch (for the latency term): ZeRO-2 one
+reduce-scatter; ZeRO-3 two all-gathers and one reduce-scatter."""
+
+
+def zero_step_reduce_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage):
+    """The gradient reduction once per step, after the last micro-batch's backward (which it
+    overlaps, bucket by bucket, under overlap_grad_reduce):
+
+    ZeRO 0: all-reduce of the gradients          2(d−1)/d · gΨ
+    ZeRO 1: reduce-scatter into the shards        (d−1)/d · gΨ
+    ZeRO 2, 3: none (reduced every micro-batch)."""
+    if zero_stage == 0:
+        return ring_allreduce_bytes(dp_shard, bytes_per_grad * params)
+    return ring_gather_bytes(dp_shard, bytes_per_grad * params) if zero_stage == 1 else 0
+
+
+def zero_step_gather_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage):
+    """The all-gather of the updated weight shards once per step, after the optimizer step (so it
+    cannot overlap the backward; Megatron's --overlap-param-gather hides it under the next step's
+    forward): ZeRO 1, 2: (d−1)/d · wΨ;  ZeRO 0, 3: none."""
+    return ring_gather_bytes(dp_shard, bytes_per_weight * params) if zero_stage in (1, 2) else 0
+
+
+ZERO_STEP_RING_PASSES = {0: (2, 0), 1: (1, 1), 2: (0, 1), 3: (0, 0)}
+"""(reduction, gather) ring passes of d − 1 steps each once per step: an all-reduce is two."""
+
+
 def zero_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage):
-    """Data-parallel traffic once per step, after the last micro-batch.
+    """Data-parallel traffic once per step, after the last micro-batch: the reduction and the
+    weight gather above.
 
     ZeRO 0: all-reduce of the gradients                       2(d−1)/d · gΨ
     ZeRO 1: reduce-scatter gradients + all-gather new weights   (d−1)/d · (g + w)Ψ
     ZeRO 2: all-gather of the updated weights                   (d−1)/d · wΨ
     ZeRO 3: none (the weights stay sharded)."""
-    if zero_stage == 0:
-        return ring_allreduce_bytes(dp_shard, bytes_per_grad * params)
-    per_step = {1: bytes_per_grad + bytes_per_weight, 2: bytes_per_weight, 3: 0}
-    return ring_gather_bytes(dp_shard, per_step[zero_stage] * params)
+    return (zero_step_reduce_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage)
+            + zero_step_gather_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard,
+                                     zero_stage))
 
 
 def dp_gradient_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, n_micro, zero_stage):
