@@ -306,12 +306,12 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
                  if z >= 2 else 0)
     zero3_mb_s = T.exposed_time_s(zero_mb_s, k.compute_mb_s) if z >= 2 else 0
     reduce_passes, gather_passes = C.ZERO_STEP_RING_PASSES[z]
-    reduce_s = (C.collective_time_s(C.zero_step_reduce_bytes(
+    reduce_s = C.collective_time_s(C.zero_step_reduce_bytes(
         stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, reduce_passes * ring_steps,
-        k.dp_lat) if reduce_passes else 0)
-    gather_s = (C.collective_time_s(C.zero_step_gather_bytes(
+        k.dp_lat)
+    gather_s = C.collective_time_s(C.zero_step_gather_bytes(
         stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, gather_passes * ring_steps,
-        k.dp_lat) if gather_passes else 0)
+        k.dp_lat)
     note("dp_tail_s", reduce_s + gather_s)
     # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
     # of the updated weights (after the optimizer step) under the next step's first forward pass

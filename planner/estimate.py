@@ -17,9 +17,10 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
     """The divisibility and support rules real frameworks enforce (planner.constraints), and the
     profile's support of the precision; one clear error for the first broken."""
     c = config
-    rule = constraints.broken(model, constraints.of(c))
+    layout = constraints.of(c)
+    rule = constraints.broken(model, layout)
     if rule is not None:
-        raise PlanError(rule.message(model, constraints.of(c)))
+        raise PlanError(rule.message(model, layout))
     if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
         raise PlanError(f"{hw.name} has no {c.precision.value} figures "
                         f"(its profile lists no peak or efficiency for it)")

@@ -139,8 +139,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
     base = {**model_numbers(model), **hardware_numbers(hw, req.precision),
             "w_bytes": WEIGHT_BYTES, "g_bytes": BYTES[req.grad_dtype], "act_bytes": ACT_BYTES,
             "overlap": int(req.overlap_grad_reduce), "gbs": gbs, "seq_len": seq}
-    cols: dict[str, list] = {k: [] for k in ("tp", "cp", "pp", "mbs", "vpp", "dp", "zero",
-                                             "recompute", "sp", "schedule")}
+    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp")
+    cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule")}
     costs: dict[str, list] = {}
     for r, sp, sched, zeros in _choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
@@ -149,16 +149,15 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         if not mask.any():
             continue
-        sub = {k: v[mask] for k, v in space.items() if k != "n_micro"}
+        sub = {k: v[mask] for k, v in space.items()}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
-        f["n_micro"] = space["n_micro"][mask].astype(np.float64)
         outs = costs_in_chunks(base, f, Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
                                                 sequence_parallel=sp, attention=req.attention),
                                zeros)
         size = len(sub["tp"])
         for z, out in zip(zeros, outs):
-            for k, v in sub.items():
-                cols[k].append(v)
+            for k in layout_keys:
+                cols[k].append(sub[k])
             cols["zero"].append(np.full(size, int(z)))
             cols["recompute"].append(np.full(size, list(Recompute).index(r)))
             cols["sp"].append(np.full(size, sp))
