@@ -392,8 +392,10 @@ def test_deepspeed_gpipe_note(llama70b):
     ("torchtitan", INTERLEAVED, ["torchtitan", "ZeRO-1"]),
     ("torchtitan", GPIPE_ZERO1, ["torchtitan", "fp16"]),
     ("torchtitan", replace(ZERO3_NO_PP, {"zero_stage": 0}), ["torchtitan", "DDP"]),
-    ("megatron", replace(INTERLEAVED, {"pp": 3, "dp": 16, "gbs": 1024}),
-     ["megatron", "80 layers"]),
+    # pp·vpp = 41·4 = 164 chunks > 80 layers + embedding + loss = 82
+    ("megatron", replace(INTERLEAVED, {"pp": 41, "vpp": 4, "dp": 1, "tp": 8, "n_micro": 41,
+                                       "gbs": 41}),
+     ["megatron", "164", "80 layers"]),
     ("nemo", replace(ZERO3_NO_PP, {"cp": 3, "seq_len": 8192, "dp": 64}),
      ["nemo", "seq_len"]),
 ])
@@ -463,3 +465,32 @@ def test_sweep_parses_or_explains(framework):
         PARSE[r.format](r.text)
         emitted += 1
     assert emitted > 0
+
+
+def test_megatron_uneven_interleaved_uses_the_pipeline_layout(llama70b):
+    # 80 layers in pp·vpp = 3·2 = 6 chunks: 80 = 13·6 + 2, so chunks 0 and 1 hold 14 layers and
+    # the other four 13; chunk k runs on rank k mod 3: rank 0 holds chunks 0 and 3 (14 + 13 = 27),
+    # rank 1 chunks 1 and 4 (27), rank 2 chunks 2 and 5 (26) — no rank above ⌈80/3⌉ = 27
+    plan = replace(INTERLEAVED, {"pp": 3, "dp": 16, "tp": 8, "gbs": 1536, "n_micro": 96})
+    a = parse_args(emit("megatron", plan, llama70b).text)
+    layout = a["--pipeline-model-parallel-layout"].split("|")
+    assert [c.count("t") for c in layout] == [14, 14, 13, 13, 13, 13]
+    assert layout[0].startswith("E") and layout[-1].endswith("L")
+    assert "--num-virtual-stages-per-pipeline-rank" not in a
+    per_rank = [sum(layout[k].count("t") for k in range(r, 6, 3)) for r in range(3)]
+    assert per_rank == [27, 27, 26]
+
+
+def test_megatron_embedding_and_loss_as_chunks_of_their_own():
+    # Llama 3.1 405B: 126 layers in pp·vpp = 16·8 = 128 chunks (a published layout): the
+    # embedding and the loss stand alone, every other chunk holds one layer
+    model = load_model("405b")
+    plan = PlanConfig(dp=8, tp=8, pp=16, vpp=8, mbs=1, n_micro=32, gbs=256, seq_len=8192,
+                      zero_stage=1, recompute="selective", sequence_parallel=True,
+                      schedule="interleaved")
+    layout = parse_args(emit("megatron", plan, model).text)["--pipeline-model-parallel-layout"]
+    chunks = layout.split("|")
+    assert len(chunks) == 128 and chunks[0] == "E" and chunks[-1] == "L"
+    assert chunks[1:-1] == ["t"] * 126
+    yaml_text = emit("nemo", plan, model).text
+    assert "pipeline_model_parallel_layout" in yaml_text

@@ -1,0 +1,250 @@
+"""What a training framework is to plan3d: the plans it runs, how it lays memory out, what it
+overlaps, and the launch settings it reads — one `Framework` value per framework module.
+
+A framework chooses terms and constants for the cost model (`planner.cost`); it never holds a copy
+of a formula. Its rules are `constraints.Rule`s, evaluated on one layout (explain) or on arrays of
+layouts (the search), like the rules every framework shares."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..constraints import Rule
+from ..errors import PlanError
+from ..formulas.choices import Precision, Schedule, ZeroStage
+from ..schema import ModelSpec, PlanConfig
+
+
+class LossKind(str, Enum):
+    """How the framework computes the cross-entropy over the vocabulary (what is alive at the
+    loss: see formulas.activations)."""
+
+    VOCAB_PARALLEL = "vocab-parallel"
+    """Megatron-Core's fused vocab-parallel cross entropy on 16-bit logits sharded over tp."""
+    FP32_UPCAST = "fp32-upcast"
+    """`cross_entropy(logits.float())` in eager PyTorch (torchtitan), sharded over tp only with
+    loss parallelism."""
+
+
+class ActivationStyle(str, Enum):
+    """What a transformer layer saves for the backward pass."""
+
+    FUSED = "fused"
+    """Transformer Engine's fused kernels (Megatron-Core): Korthikanti et al. 2022's terms."""
+    EAGER = "eager"
+    """Eager PyTorch modules (torchtitan's Llama): what autograd saves op by op, and per-op
+    selective checkpointing for 'selective'."""
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes per parameter of each persistent model state, and whether the data-parallel sharding
+    (ZeRO / FSDP) divides it over the d = dp·cp ranks."""
+
+    weight_bytes: float
+    weight_sharded: bool
+    grad_bytes: float
+    grad_sharded: bool
+    optimizer_bytes: float
+    optimizer_sharded: bool
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryConventions:
+    """How a framework lays a GPU's memory out, beyond the model states.
+
+    states: (zero stage, gradient bytes the plan asks for) → ModelStates.
+    activations / loss: which formulas describe the saved activations and the loss.
+    gathered_layers: under ZeRO-3, whole (unsharded, 16-bit) layers alive at once: the one being
+        computed and those prefetched.
+    head_unsharded: under ZeRO-3, the output layer stays gathered from the loss into the backward.
+    pp_unsharded: under ZeRO-3 with pp > 1, (weight, gradient) bytes per parameter of the stage
+        held unsharded across the micro-batches of a step (gradient sync off until the last one).
+    fp8_weight_bytes: per parameter, the cached fp8 copies of the weights an fp8 plan holds.
+    bucket_bytes: fixed communication buckets the framework allocates (bytes), by ZeRO stage.
+    fragmentation: the caching allocator's reserved-over-allocated excess, as a fraction of the
+        allocated bytes (None: the hardware profile's figure).
+    """
+
+    states: Callable[[ZeroStage, float], ModelStates]
+    activations: ActivationStyle
+    loss: LossKind
+    gathered_layers: int = 2
+    head_unsharded: bool = False
+    pp_unsharded: tuple[float, float] = (0.0, 0.0)
+    fp8_weight_bytes: float = 0.0
+    bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
+    fragmentation: float | None = None
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One training framework, as plan3d knows it.
+
+    name: the `--framework` value. release: which release and source its conventions follow.
+    zero_stages / schedules: what it runs. rules: what else it requires of a layout (on top of
+    constraints.RULES; each Rule's predicate also reads the layout's `zero`). memory: its memory
+    conventions. stage_split: "flexible" when the fullest GPU holds ⌈L/p⌉ layers (an explicit
+    pipeline layout), "chunks" when each of its v chunks holds ⌈L/(p·v)⌉. extra_stage_units:
+    how many non-transformer pieces (embedding, loss) may stand as pipeline chunks of their own,
+    so pp·vpp may reach L + extra_stage_units. emitters: launch-settings formats it writes."""
+
+    name: str
+    title: str
+    release: str
+    zero_stages: tuple[ZeroStage, ...]
+    schedules: tuple[Schedule, ...]
+    rules: tuple[Rule, ...]
+    memory: MemoryConventions
+    stage_split: str = "chunks"
+    extra_stage_units: int = 0
+    emitters: dict[str, Callable[[PlanConfig, ModelSpec], EmitResult]] = field(
+        default_factory=dict, hash=False, compare=False)
+    notes: tuple[str, ...] = ()
+
+    def broken(self, model: ModelSpec, layout) -> Rule | None:
+        """The first of the framework's own rules one layout breaks, or None."""
+        for rule in self.rules:
+            if not rule.holds(model, layout):
+                return rule
+        return None
+
+    def admissible(self, model: ModelSpec, layouts):
+        """The mask of layouts (arrays) the framework runs."""
+        ok = True
+        for rule in self.rules:
+            ok = ok & rule.holds(model, layouts)
+        return ok
+
+
+# --------------------------------------------------------------------------------------------
+# Launch settings: what every emitter shares
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """Launch settings for one framework.
+
+    framework: the format's name. format: "args", "yaml", "toml" or "json". text: the settings,
+    ready to paste. version_note: which framework revision / document the option names follow.
+    notes: what was assumed, approximated, or has to be set elsewhere.
+    """
+
+    framework: str
+    format: str
+    text: str
+    version_note: str
+    notes: list[str] = field(default_factory=list)
+
+
+def check_plan(fw: str, c: PlanConfig) -> None:
+    """Reject plans that are inconsistent in themselves, whatever the framework."""
+    if c.gbs != c.mbs * c.n_micro * c.dp:
+        raise PlanError(
+            f"{fw}: the plan's gbs ({c.gbs}) is not mbs·n_micro·dp "
+            f"({c.mbs}·{c.n_micro}·{c.dp} = {c.mbs * c.n_micro * c.dp})")
+    if c.vpp > 1 and c.pp == 1:
+        raise PlanError(f"{fw}: vpp = {c.vpp} needs pipeline parallelism (pp > 1)")
+    if c.vpp > 1 and c.schedule is not Schedule.INTERLEAVED:
+        raise PlanError(
+            f"{fw}: vpp = {c.vpp} model chunks per GPU needs the interleaved schedule, "
+            f"not {c.schedule.value}")
+    if c.precision is Precision.FP16 and c.grad_dtype == "bf16":
+        raise PlanError(f"{fw}: bf16 gradients with fp16 compute is not a mode any framework has")
+
+
+def interleaved(c: PlanConfig) -> bool:
+    """The plan runs the interleaved schedule with more than one chunk per GPU."""
+    return c.pp > 1 and c.vpp > 1
+
+
+def common_notes(c: PlanConfig, m: ModelSpec) -> list[str]:
+    """Notes that hold for every framework."""
+    notes = [
+        f"Launch on dp·tp·pp·cp = {c.dp}·{c.tp}·{c.pp}·{c.cp} = {c.n_gpus} GPUs; "
+        "the data-parallel degree is what is left of the world size.",
+    ]
+    if c.schedule is Schedule.INTERLEAVED and c.vpp == 1 and c.pp > 1:
+        notes.append("The plan says 'interleaved' with vpp = 1, which is plain 1F1B; emitted as "
+                     "1F1B.")
+    if m.n_experts > 1:
+        notes.append(f"{m.name} is a mixture of experts ({m.n_experts} experts, top-{m.top_k}); "
+                     "the plan has no expert parallelism, so expert-parallel size stays 1.")
+    return notes
+
+
+def gpipe_note(fw: str, c: PlanConfig, schedule_name: str) -> str | None:
+    """A note when the plan asks for GPipe and the framework only runs a 1F1B-style schedule."""
+    if c.pp > 1 and c.schedule is Schedule.GPIPE:
+        return (f"{fw} has no GPipe (all-forwards-then-all-backwards) schedule; it runs "
+                f"{schedule_name}, with the same bubble but at most pp = {c.pp} micro-batches in "
+                f"flight instead of n_micro = {c.n_micro}, so peak activation memory is at or "
+                "below the plan's.")
+    return None
+
+
+def check_cp_seq(fw: str, c: PlanConfig) -> None:
+    """Context parallelism splits each sequence into 2·cp chunks (load-balanced causal)."""
+    if c.cp > 1 and c.seq_len % (2 * c.cp):
+        raise PlanError(
+            f"{fw}: seq_len {c.seq_len} must be a multiple of 2·cp = {2 * c.cp} for context "
+            "parallelism")
+
+
+class Args:
+    """An ordered list of `--flag [value]` pairs, rendered one per line."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str | None]] = []
+
+    def add(self, flag: str, value: object = None) -> None:
+        """Append a flag, with its value if it takes one."""
+        self.items.append((flag, None if value is None else str(value)))
+
+    def inline(self) -> str:
+        """All flags on one line."""
+        return " ".join(f if v is None else f"{f} {v}" for f, v in self.items)
+
+    def render(self) -> str:
+        """One `--flag value` per line, each but the last ending in a shell continuation."""
+        lines = [f if v is None else f"{f} {v}" for f, v in self.items]
+        return "\n".join(f"    {line} \\" for line in lines[:-1]) + f"\n    {lines[-1]}\n"
+
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "none", "~"}
+
+
+def yaml_scalar(value: object) -> str:
+    """One YAML scalar: null, true/false, a number, or a (quoted when needed) string."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text)
+
+
+def yaml_text(doc: dict[str, object], indent: int = 0) -> str:
+    """Block-style YAML for nested mappings of scalars and lists of scalars (a small, regular
+    subset; the tests parse every output back)."""
+    pad = "  " * indent
+    out = []
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            out.append(f"{pad}{key}:\n{yaml_text(value, indent + 1)}")
+        elif isinstance(value, list):
+            items = "".join(f"{pad}  - {yaml_scalar(v)}\n" for v in value)
+            out.append(f"{pad}{key}:\n{items}")
+        else:
+            out.append(f"{pad}{key}: {yaml_scalar(value)}\n")
+    return "".join(out)

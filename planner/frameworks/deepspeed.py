@@ -1,0 +1,197 @@
+"""DeepSpeed (with Megatron-DeepSpeed for tensor and pipeline parallelism): what plan3d knows of
+it.
+
+Conventions follow deepspeedai/DeepSpeed @ 00376da (docs/_pages/config-json.md,
+deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, pipe/engine.py) and
+deepspeedai/Megatron-DeepSpeed megatron/arguments.py @ 207b2d5.
+
+What it runs: ZeRO stages 0–3, but the pipeline engine only with ZeRO 0 or 1 ("ZeRO-2 and ZeRO-3
+are incompatible with pipeline parallelism"); its TrainSchedule is 1F1B-style, with no
+interleaving and no GPipe; context parallelism is DeepSpeed-Ulysses (all-to-all over the heads),
+not combined with Megatron's sequence parallelism; no FP8 mode in the config.
+
+Memory: 16-bit weights and gradients; the optimizer keeps fp32 master weights, Adam's m and v
+(12 B/param) and, in step(), an fp32 copy of its gradient partition (4 B/param): under ZeRO-2/3
+the sharded states are 2 + 4 + 12 = 18 B/param per rank.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..constraints import Rule
+from ..errors import PlanError
+from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..schema import ModelSpec, PlanConfig
+from .base import (
+    ActivationStyle,
+    Args,
+    EmitResult,
+    Framework,
+    LossKind,
+    MemoryConventions,
+    ModelStates,
+    common_notes,
+    gpipe_note,
+    interleaved,
+)
+
+RELEASE = (
+    "deepspeedai/DeepSpeed docs/_pages/config-json.md @ 00376da (deepspeed.ai/docs/"
+    "config-json); PipelineEngine's 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+    "parallelism'; TP/PP/SP launch arguments from deepspeedai/Megatron-DeepSpeed "
+    "megatron/arguments.py @ 207b2d5.")
+
+HALF = 2  # 16-bit weights and gradients
+FP32_GRAD_COPY = 4  # the optimizer's fp32 copy of its gradient partition (step())
+OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + v
+
+
+def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
+    """ZeRO 0: 16-bit weights, gradients in the accumulation dtype, 12 + 4 B of optimizer state
+    on every rank; ZeRO-1 shards the optimizer's 16 B; ZeRO-2 also the 16-bit gradients (2 + 4 +
+    12 = 18 B/param sharded); ZeRO-3 also the weights."""
+    z = int(zero)
+    grads = HALF if z >= 2 else grad_bytes
+    return ModelStates(HALF, z >= 3, grads, z >= 2, OPTIMIZER_BYTES + FP32_GRAD_COPY, z >= 1,
+                       source="deepspeed/runtime/zero/stage_1_and_2.py, stage3.py @ 00376da")
+
+
+RULES = (
+    Rule("pipeline parallelism only with ZeRO 0 or 1",
+         lambda m, c: (c.pp == 1) | (c.zero < 2),
+         lambda m, c: f"deepspeed: ZeRO-{int(c.zero)} with pipeline parallelism is not supported "
+                      "(the pipeline engine needs ZeRO stage 0 or 1)"),
+    Rule("no interleaved or GPipe schedule (the pipeline engine runs 1F1B)",
+         lambda m, c: (c.pp == 1) | ((c.interleaved == 0) & (c.gpipe == 0)),
+         lambda m, c: "deepspeed: the pipeline engine runs its 1F1B TrainSchedule only; use "
+                      "--schedule 1f1b"),
+    Rule("pp ≤ layers",
+         lambda m, c: c.pp * c.vpp <= m.n_layers,
+         lambda m, c: f"deepspeed: pp = {c.pp} stages exceed the {m.n_layers} layers of {m.name}"),
+    Rule("cp > 1 is Ulysses: heads divisible by tp·cp, without sequence parallelism",
+         lambda m, c: (c.cp == 1) | ((m.n_heads % (c.tp * c.cp) == 0) & (c.sp == 0)),
+         lambda m, c: f"deepspeed: context parallelism is DeepSpeed-Ulysses: the {m.n_heads} heads "
+                      f"must divide by tp·cp = {c.tp * c.cp} and Megatron's sequence parallelism "
+                      "must be off (--no-sp)"),
+    Rule("no fp8 (the config has no FP8 training mode)",
+         lambda m, c: c.fp8 == 0,
+         lambda m, c: "deepspeed: the DeepSpeed config has no FP8 training mode; use --precision "
+                      "bf16"),
+)
+
+
+def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
+    """A DeepSpeed JSON config, with the Megatron-DeepSpeed arguments for TP/PP in the notes."""
+    fw = "deepspeed"
+    notes = common_notes(c, m)
+    if interleaved(c):
+        raise PlanError(f"{fw}: the pipeline engine has no interleaved 1F1B schedule "
+                        f"(vpp = {c.vpp}); re-plan with vpp 1")
+    if c.pp > 1 and c.zero_stage >= ZeroStage.GRADIENTS:
+        raise PlanError(f"{fw}: ZeRO-{int(c.zero_stage)} with pipeline parallelism is not "
+                        "supported (the pipeline engine needs ZeRO stage 0 or 1)")
+    if c.precision is Precision.FP8:
+        raise PlanError(f"{fw}: the DeepSpeed config has no FP8 training mode (FP8 needs "
+                        "Transformer Engine layers in the model code)")
+    if c.cp > 1 and c.sequence_parallel and c.tp > 1:
+        raise PlanError(f"{fw}: context parallelism (DeepSpeed-Ulysses, "
+                        "--ds-sequence-parallel-size) cannot be combined with Megatron sequence "
+                        "parallelism")
+
+    cfg: dict[str, object] = {
+        "train_batch_size": c.gbs,
+        "train_micro_batch_size_per_gpu": c.mbs,
+        "gradient_accumulation_steps": c.n_micro,
+    }
+    if c.precision is Precision.FP16:
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0}
+    else:
+        cfg["bf16"] = {"enabled": True}
+    cfg["data_types"] = {"grad_accum_dtype": c.grad_dtype}
+    zero: dict[str, object] = {"stage": int(c.zero_stage)}
+    if c.zero_stage >= ZeroStage.OPTIMIZER:
+        zero["overlap_comm"] = c.overlap_grad_reduce
+        zero["contiguous_gradients"] = True
+        zero["reduce_scatter"] = True
+    cfg["zero_optimization"] = zero
+    if c.recompute is Recompute.FULL:
+        cfg["activation_checkpointing"] = {
+            "partition_activations": c.tp > 1 and not c.sequence_parallel,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+
+    # Megatron-DeepSpeed arguments: where TP, PP, SP and recomputation are set.
+    a = Args()
+    a.add("--tensor-model-parallel-size", c.tp)
+    a.add("--pipeline-model-parallel-size", c.pp)
+    if c.pp == 1:
+        a.add("--no-pipeline-parallel")
+    if c.sequence_parallel and c.tp > 1:
+        a.add("--sequence-parallel")
+    if c.cp > 1:
+        a.add("--ds-sequence-parallel-size", c.cp)
+    a.add("--micro-batch-size", c.mbs)
+    a.add("--global-batch-size", c.gbs)
+    a.add("--seq-length", c.seq_len)
+    a.add("--fp16" if c.precision is Precision.FP16 else "--bf16")
+    a.add("--zero-stage", int(c.zero_stage))
+    if c.recompute is Recompute.SELECTIVE:
+        a.add("--recompute-granularity", "selective")
+    elif c.recompute is Recompute.FULL:
+        a.add("--checkpoint-activations")
+        a.add("--checkpoint-num-layers", 1)
+        a.add("--deepspeed-activation-checkpointing")
+    if c.attention is Attention.FLASH:
+        a.add("--use-flash-attn-v2")
+    a.add("--deepspeed")
+    a.add("--deepspeed_config", "ds_config.json")
+    notes.append("Megatron-DeepSpeed args: " + a.inline())
+    notes.append("DeepSpeed's JSON has no TP/PP keys: TP comes from the model code (Megatron-"
+                 "DeepSpeed --tensor-model-parallel-size, passed to deepspeed.initialize as mpu), "
+                 "PP from PipelineModule(num_stages=pp) in code; train_batch_size counts "
+                 "data-parallel ranks only.")
+    if c.cp > 1:
+        notes.append(f"cp = {c.cp} maps to DeepSpeed-Ulysses (all-to-all over heads, needs "
+                     f"{m.n_heads} heads divisible by {c.cp}), not ring attention; activation "
+                     "memory splits the same way, communication differs.")
+    if c.pp > 1:
+        gpipe = gpipe_note("DeepSpeed", c, "its TrainSchedule (1F1B-style)")
+        if gpipe:
+            notes.append(gpipe)
+        notes.append("The pipeline engine partitions layers by PipelineModule's partition_method "
+                     "(Megatron-DeepSpeed: parameters-balanced), not necessarily evenly.")
+    if c.recompute is Recompute.SELECTIVE:
+        notes.append("Selective recomputation is a model-code switch (Megatron-DeepSpeed "
+                     "--recompute-granularity selective); the JSON has no key for it.")
+    elif c.recompute is Recompute.FULL:
+        notes.append("Full recomputation: the JSON's activation_checkpointing only configures "
+                     "deepspeed.checkpointing; layers are checkpointed by the model code "
+                     "(--checkpoint-activations).")
+    if c.attention is Attention.CLASSIC:
+        notes.append("The attention kernel is chosen in the model code; leave out "
+                     "--use-flash-attn-v2 for classic attention.")
+    if c.precision is not Precision.FP16 and c.zero_stage <= ZeroStage.OPTIMIZER:
+        notes.append("With bf16 at ZeRO stage 0 (and stage 1 under the pipeline engine) "
+                     "DeepSpeed may pick its BF16_Optimizer, which partitions the fp32 master "
+                     "weights and optimizer state over data-parallel ranks like ZeRO-1.")
+    return EmitResult(fw, "json", json.dumps(cfg, indent=2) + "\n", RELEASE, notes)
+
+
+FRAMEWORK = Framework(
+    name="deepspeed",
+    title="DeepSpeed (ZeRO, pipeline engine; Megatron-DeepSpeed for TP)",
+    release=RELEASE,
+    zero_stages=tuple(ZeroStage),
+    schedules=(Schedule.ONE_F_ONE_B,),
+    rules=RULES,
+    memory=MemoryConventions(
+        states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
+        gathered_layers=2),
+    stage_split="chunks",
+    extra_stage_units=0,
+    emitters={"deepspeed": _deepspeed},
+)

@@ -1,0 +1,414 @@
+"""Megatron-Core (Megatron-LM, and NeMo / Megatron-Bridge, which run it): what plan3d knows of it.
+
+Conventions follow Megatron-Core 0.14 (NVIDIA/Megatron-LM @ 000c4ac, 2025), with its launch
+settings in `pretrain_gpt.py` argument names; Megatron-Bridge's YAML overrides for NeMo users.
+
+What it runs (megatron/training/arguments.py `validate_args`):
+- data parallelism as plain DDP (ZeRO-0), the distributed optimizer (ZeRO-1:
+  `--use-distributed-optimizer`), or Megatron-FSDP (`--use-megatron-fsdp`,
+  `--data-parallel-sharding-strategy optim_grads` = ZeRO-2, `optim_grads_params` = ZeRO-3),
+  which its user guide documents with TP, CP and EP but not PP;
+- the 1F1B and interleaved 1F1B schedules (no GPipe);
+- uneven pipelines through `--pipeline-model-parallel-layout` (any split of the layers, with the
+  embedding `E` and the loss `L` as chunks of their own when wanted: pp·vpp may reach L + 2), so
+  the fullest GPU holds ⌈L/p⌉ layers.
+
+Memory (megatron/training/theoretical_memory_usage.py): 16-bit weights, an fp32 gradient buffer
+(main_grad; `--grad-reduce-in-bf16` makes it 16-bit), Adam's fp32 master weights, m and v
+(12 B/param) — 18 B/param, or 6 + 12/d with the distributed optimizer. Activations are
+Transformer Engine's fused kernels' (Korthikanti et al. 2022); the loss is the vocab-parallel
+cross entropy over 16-bit logits sharded tp ways.
+"""
+
+from __future__ import annotations
+
+from ..constraints import Rule
+from ..errors import PlanError
+from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.memory import ZERO_SHARDS
+from ..schema import ModelSpec, PlanConfig
+from .base import (
+    ActivationStyle,
+    Args,
+    EmitResult,
+    Framework,
+    LossKind,
+    MemoryConventions,
+    ModelStates,
+    check_cp_seq,
+    common_notes,
+    gpipe_note,
+    interleaved,
+    yaml_text,
+)
+
+RELEASE = (
+    "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac (2025, Megatron-Core ≥ 0.14: "
+    "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout, "
+    "--attention-backend, --use-megatron-fsdp, --data-parallel-sharding-strategy); ZeRO-2/3 flags "
+    "from the Megatron-FSDP user guide (docs.nvidia.com/megatron-core/developer-guide/latest/"
+    "discussions/megatron-fsdp-user-guide).")
+BRIDGE_RELEASE = (
+    "NVIDIA-NeMo/Megatron-Bridge ConfigContainer YAML override (the format of "
+    "examples/recipes/llama/conf/*_override_example*.yaml): keys from "
+    "src/megatron/bridge/training/config.py @ 003e863, mixed-precision recipe names from "
+    "training/mixed_precision.py @ 0509780, key mapping from "
+    "docs/megatron-lm-to-megatron-bridge.md @ 167ba2a. NeMo 2.0 (nemo.collections.llm) "
+    "equivalents are listed in the notes.")
+
+WEIGHT_BYTES = 2  # 16-bit weights (under fp8 too: Transformer Engine casts them per GEMM)
+OPTIMIZER_BYTES = 12  # Adam: fp32 master weights (4) + m (4) + v (4)
+
+
+def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
+    """Megatron's states: 16-bit weights, the main_grad buffer (fp32 by default), Adam's 12 B;
+    sharded as ZeRO's stages say (the distributed optimizer shards the optimizer; Megatron-FSDP
+    also the gradients, and the weights for optim_grads_params)."""
+    w, g, o = ZERO_SHARDS[int(zero)]
+    return ModelStates(WEIGHT_BYTES, w, grad_bytes, g, OPTIMIZER_BYTES, o,
+                       source="megatron/training/theoretical_memory_usage.py @ 000c4ac")
+
+
+def _pp_fsdp(m, c):
+    return (c.pp == 1) | (c.zero < 2)
+
+
+def _no_gpipe(m, c):
+    return (c.pp == 1) | (c.gpipe == 0)
+
+
+RULES = (
+    Rule("Megatron-FSDP (ZeRO-2/3) only without pipeline parallelism",
+         _pp_fsdp,
+         lambda m, c: f"megatron: ZeRO-{int(c.zero)} is Megatron-FSDP, which is documented with "
+                      f"TP, CP and EP but not PP (pp={c.pp}); use --zero 0 or 1 with pipeline "
+                      "parallelism, or --framework torchtitan"),
+    Rule("no GPipe schedule (Megatron runs 1F1B and interleaved 1F1B)",
+         _no_gpipe,
+         lambda m, c: "megatron: there is no GPipe schedule; use --schedule 1f1b or interleaved "
+                      "(or --framework torchtitan, which runs GPipe)"),
+    Rule("pp·vpp ≤ layers + 2 (the embedding and the loss may stand as pipeline chunks of their "
+         "own: --pipeline-model-parallel-layout)",
+         lambda m, c: c.pp * c.vpp <= m.n_layers + 2,
+         lambda m, c: f"megatron: pp·vpp = {c.pp}·{c.vpp} = {c.pp * c.vpp} chunks exceed the "
+                      f"{m.n_layers} layers of {m.name} plus the embedding and the loss"),
+)
+
+
+def pipeline_layout(n_layers: int, pp: int, vpp: int) -> list[str]:
+    """The pp·vpp chunks of `--pipeline-model-parallel-layout` in model order (chunk k runs on
+    pipeline rank k mod pp), each a string of E (embedding), t (transformer layer), L (loss).
+
+    With S = pp·vpp ≤ L chunks, L = q·S + r: the first r chunks hold q + 1 layers, the others q;
+    they fall round-robin on the ranks, so no rank holds more than ⌈L/p⌉ layers. With
+    L < S ≤ L + 2 the embedding (and, at S = L + 2, the loss) stand as chunks of their own."""
+    chunks = pp * vpp
+    if chunks > n_layers + 2:
+        raise PlanError(f"megatron: {chunks} pipeline chunks for {n_layers} layers: at most "
+                        f"{n_layers + 2} (the embedding and the loss as chunks of their own)")
+    own_embedding = chunks > n_layers
+    own_loss = chunks > n_layers + 1
+    layer_chunks = chunks - own_embedding - own_loss
+    q, r = divmod(n_layers, layer_chunks)
+    body = ["t" * (q + 1 if i < r else q) for i in range(layer_chunks)]
+    if own_embedding:
+        body.insert(0, "E")
+    else:
+        body[0] = "E" + body[0]
+    if own_loss:
+        body.append("L")
+    else:
+        body[-1] = body[-1] + "L"
+    return body
+
+
+def layout_text(chunks: list[str]) -> str:
+    """The layout as Megatron's string: chunks joined by '|'."""
+    return "|".join(chunks)
+
+
+def _uneven_split(fw: str, c: PlanConfig, m: ModelSpec) -> tuple[int, int] | None:
+    """For pp not dividing the layers (vpp = 1): layers on the first and last stages when every
+    middle stage holds ⌈L/p⌉, the planner's fullest stage; None when the split is even."""
+    if c.pp < 2 or m.n_layers % c.pp == 0:
+        return None
+    full = -(-m.n_layers // c.pp)
+    rest = m.n_layers - (c.pp - 2) * full
+    first, last = rest // 2, rest - rest // 2
+    if first < 1 or last > full:
+        raise PlanError(f"{fw}: {m.n_layers} layers cannot be split over pp={c.pp} with "
+                        f"{full} layers on each middle stage")
+    return first, last
+
+
+def _needs_layout(c: PlanConfig, m: ModelSpec) -> bool:
+    """An interleaved plan whose chunks are not all L/(p·v) layers, or a plan with more chunks
+    than layers, needs an explicit pipeline layout."""
+    return c.pp > 1 and (m.n_layers % (c.pp * c.vpp) != 0 and c.vpp > 1
+                         or c.pp * c.vpp > m.n_layers)
+
+
+def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec) -> None:
+    """The model's shape in Megatron-LM's argument names."""
+    a.add("--num-layers", m.n_layers)
+    a.add("--hidden-size", m.hidden)
+    a.add("--ffn-hidden-size", m.ffn)
+    a.add("--num-attention-heads", m.n_heads)
+    if m.kv_heads != m.n_heads:
+        a.add("--group-query-attention")
+        a.add("--num-query-groups", m.kv_heads)
+    if m.dim_head * m.n_heads != m.hidden:
+        a.add("--kv-channels", m.dim_head)
+    a.add("--seq-length", c.seq_len)
+    a.add("--max-position-embeddings", max(m.positions, c.seq_len))
+    if m.mlp.value == "swiglu":
+        a.add("--swiglu")
+    if m.norm == "rmsnorm":
+        a.add("--normalization", "RMSNorm")
+    if m.position_embedding == "rotary":
+        a.add("--position-embedding-type", "rope")
+    if not m.tied_embeddings:
+        a.add("--untie-embeddings-and-output-weights")
+    if not m.bias:
+        a.add("--disable-bias-linear")
+    if not m.dropout:
+        a.add("--attention-dropout", "0.0")
+        a.add("--hidden-dropout", "0.0")
+    if m.n_experts > 1:
+        a.add("--num-experts", m.n_experts)
+        a.add("--moe-router-topk", m.top_k)
+
+
+def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
+    """Megatron-LM `pretrain_gpt.py` arguments."""
+    fw = "megatron"
+    check_cp_seq(fw, c)
+    notes = common_notes(c, m)
+    a = Args()
+
+    a.add("--tensor-model-parallel-size", c.tp)
+    a.add("--pipeline-model-parallel-size", c.pp)
+    layout = pipeline_layout(m.n_layers, c.pp, c.vpp) if _needs_layout(c, m) else None
+    split = None if layout is not None else _uneven_split(fw, c, m)
+    if layout is not None:
+        a.add("--pipeline-model-parallel-layout", repr(layout_text(layout)).replace("'", '"'))
+        notes.append(
+            f"{m.n_layers} layers in pp·vpp = {c.pp * c.vpp} chunks through "
+            "--pipeline-model-parallel-layout (E embedding, t layer, L loss; chunk k on pipeline "
+            f"rank k mod {c.pp}): no rank holds more than {-(-m.n_layers // c.pp)} layers, the "
+            "planner's fullest GPU.")
+    if split is not None:
+        a.add("--decoder-first-pipeline-num-layers", split[0])
+        a.add("--decoder-last-pipeline-num-layers", split[1])
+        notes.append(f"{m.n_layers} layers over pp={c.pp}: {split[0]} on the first stage, "
+                     f"{split[1]} on the last, {-(-m.n_layers // c.pp)} on each other stage (the "
+                     "planner sized the fullest stage).")
+    if interleaved(c) and layout is None:
+        a.add("--num-virtual-stages-per-pipeline-rank", c.vpp)
+        notes.append(
+            "Releases without --num-virtual-stages-per-pipeline-rank take the same split as "
+            f"--num-layers-per-virtual-pipeline-stage {m.n_layers // (c.pp * c.vpp)} (the two "
+            "are mutually exclusive).")
+    gpipe = gpipe_note("Megatron-LM", c, "1F1B")
+    if gpipe:
+        notes.append(gpipe)
+    a.add("--context-parallel-size", c.cp)
+    if c.sequence_parallel and c.tp > 1:
+        a.add("--sequence-parallel")
+    elif c.sequence_parallel:
+        notes.append("Sequence parallelism needs tp > 1; Megatron turns it off at tp = 1.")
+
+    a.add("--micro-batch-size", c.mbs)
+    a.add("--global-batch-size", c.gbs)
+    _megatron_model_args(a, c, m)
+    notes.append(
+        f"The vocabulary ({m.vocab}) comes from the tokenizer (--tokenizer-type/--tokenizer-model) "
+        "and is padded to a multiple of 128·tp; --vocab-size applies only to NullTokenizer.")
+
+    # Precision and gradient dtype.
+    if c.precision is Precision.FP16:
+        a.add("--fp16")
+    else:
+        a.add("--bf16")
+    if c.precision is Precision.FP8:
+        a.add("--fp8-format", "hybrid")
+        notes.append("FP8 via Transformer Engine: --fp8-format hybrid (E4M3 forward, E5M2 "
+                     "backward) with this revision's default --fp8-recipe delayed; tensorwise, "
+                     "blockwise or mxfp8 are the other --fp8-recipe choices.")
+    if c.grad_dtype == "bf16":
+        a.add("--grad-reduce-in-bf16")
+    else:
+        a.add("--accumulate-allreduce-grads-in-fp32")
+
+    # Activation recomputation.
+    if c.recompute is Recompute.SELECTIVE:
+        a.add("--recompute-granularity", "selective")
+    elif c.recompute is Recompute.FULL:
+        a.add("--recompute-granularity", "full")
+        a.add("--recompute-method", "uniform")
+        a.add("--recompute-num-layers", 1)
+
+    # Data-parallel sharding (ZeRO).
+    if c.zero_stage is ZeroStage.OPTIMIZER:
+        a.add("--use-distributed-optimizer")
+    elif c.zero_stage in (ZeroStage.GRADIENTS, ZeroStage.PARAMETERS):
+        strategy = "optim_grads" if c.zero_stage is ZeroStage.GRADIENTS else "optim_grads_params"
+        a.add("--use-megatron-fsdp")
+        a.add("--data-parallel-sharding-strategy", strategy)
+        a.add("--use-distributed-optimizer")
+        a.add("--no-gradient-accumulation-fusion")
+        a.add("--ckpt-format", "fsdp_dtensor")
+        notes.append(
+            f"ZeRO-{int(c.zero_stage)} maps to Megatron-FSDP with "
+            f"--data-parallel-sharding-strategy {strategy}; Megatron has no ZeRO-2/3 outside "
+            "its FSDP paths. Megatron-FSDP wants CUDA_DEVICE_MAX_CONNECTIONS unset.")
+        if c.pp > 1:
+            notes.append(
+                "Megatron-FSDP documents compatibility with TP, CP and EP, not PP: pp > 1 with "
+                "it is untested; --use-torch-fsdp2 is rejected outright with pp > 1.")
+    else:
+        notes.append("ZeRO-0: plain data parallelism (no --use-distributed-optimizer).")
+    if c.overlap_grad_reduce:
+        a.add("--overlap-grad-reduce")
+        if c.zero_stage >= ZeroStage.OPTIMIZER:
+            a.add("--overlap-param-gather")
+
+    a.add("--attention-backend", "flash" if c.attention is Attention.FLASH else "unfused")
+    if c.attention is Attention.FLASH:
+        notes.append("--attention-backend fused (cuDNN) stores as little as flash and is often "
+                     "faster on Hopper; auto lets Transformer Engine choose.")
+    if (c.tp > 1 or c.cp > 1) and c.zero_stage < ZeroStage.GRADIENTS:
+        notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it for TP/CP on "
+                     "GPUs before Blackwell.")
+    return EmitResult(fw, "args", a.render(), RELEASE, notes)
+
+
+_MIXED_PRECISION = {
+    Precision.BF16: "bf16_mixed",
+    Precision.FP16: "fp16_mixed",
+    Precision.FP8: "bf16_with_fp8_delayed_scaling_mixed",
+}
+
+
+def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
+    """A Megatron-Bridge ConfigContainer override (YAML)."""
+    fw = "nemo"
+    check_cp_seq(fw, c)
+    notes = common_notes(c, m)
+    layout = pipeline_layout(m.n_layers, c.pp, c.vpp) if _needs_layout(c, m) else None
+
+    model: dict[str, object] = {
+        "tensor_model_parallel_size": c.tp,
+        "pipeline_model_parallel_size": c.pp,
+        "virtual_pipeline_model_parallel_size": c.vpp if interleaved(c) else None,
+        "context_parallel_size": c.cp,
+        "sequence_parallel": c.sequence_parallel and c.tp > 1,
+        "num_layers": m.n_layers,
+        "hidden_size": m.hidden,
+        "ffn_hidden_size": m.ffn,
+        "num_attention_heads": m.n_heads,
+        "num_query_groups": m.kv_heads,
+        "seq_length": c.seq_len,
+    }
+    split = None if layout is not None else _uneven_split(fw, c, m)
+    if layout is not None:
+        model["pipeline_model_parallel_layout"] = layout_text(layout)
+        notes.append(f"{m.n_layers} layers in pp·vpp = {c.pp * c.vpp} chunks through "
+                     "model.pipeline_model_parallel_layout (E embedding, t layer, L loss).")
+    if split is not None:
+        model["num_layers_in_first_pipeline_stage"] = split[0]
+        model["num_layers_in_last_pipeline_stage"] = split[1]
+        notes.append(f"{m.n_layers} layers over pp={c.pp}: {split[0]} on the first stage, "
+                     f"{split[1]} on the last, the rest {-(-m.n_layers // c.pp)} each.")
+    if c.recompute is Recompute.SELECTIVE:
+        model["recompute_granularity"] = "selective"
+        model["recompute_modules"] = ["core_attn"]
+    elif c.recompute is Recompute.FULL:
+        model["recompute_granularity"] = "full"
+        model["recompute_method"] = "uniform"
+        model["recompute_num_layers"] = 1
+    else:
+        model["recompute_granularity"] = None
+    if c.attention is Attention.CLASSIC:
+        model["attention_backend"] = "unfused"
+        notes.append("model.attention_backend takes an AttnBackend name (flash, fused, unfused, "
+                     "local, auto); 'unfused' materialises the score matrix as the plan assumes.")
+    else:
+        notes.append("Attention is left at the default backend (auto: Transformer Engine picks "
+                     "a flash or cuDNN fused kernel, neither stores the s×s scores).")
+
+    doc: dict[str, object] = {
+        "model": model,
+        "train": {"micro_batch_size": c.mbs, "global_batch_size": c.gbs},
+        "dataset": {"seq_length": c.seq_len},
+        "mixed_precision": _MIXED_PRECISION[c.precision],
+    }
+    ddp: dict[str, object] = {"overlap_grad_reduce": c.overlap_grad_reduce}
+    optimizer: dict[str, object] = {}
+    if c.zero_stage >= ZeroStage.OPTIMIZER:
+        ddp["use_distributed_optimizer"] = True
+        optimizer["use_distributed_optimizer"] = True
+    else:
+        ddp["use_distributed_optimizer"] = False
+        optimizer["use_distributed_optimizer"] = False
+    if c.zero_stage >= ZeroStage.GRADIENTS:
+        strategy = "optim_grads" if c.zero_stage is ZeroStage.GRADIENTS else "optim_grads_params"
+        ddp["use_megatron_fsdp"] = True
+        ddp["data_parallel_sharding_strategy"] = strategy
+        model["gradient_accumulation_fusion"] = False
+        doc["dist"] = {"use_megatron_fsdp": True, "use_torch_fsdp2": False}
+        doc["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}
+        notes.append(f"ZeRO-{int(c.zero_stage)} maps to Megatron-FSDP ({strategy}); Bridge "
+                     "requires checkpoint.ckpt_format fsdp_dtensor with it.")
+        if c.pp > 1:
+            notes.append("Megatron-FSDP with pp > 1 is code-supported but not validated by "
+                         "Megatron-Bridge; torch FSDP2 does not work with pipeline parallelism.")
+    doc["ddp"] = ddp
+    doc["optimizer"] = optimizer
+
+    recipe_fp32 = c.precision is not Precision.FP16
+    want_fp32 = c.grad_dtype == "fp32"
+    if recipe_fp32 != want_fp32:
+        notes.append(
+            f"The {_MIXED_PRECISION[c.precision]} recipe sets grad_reduce_in_fp32={recipe_fp32} "
+            "and copies it onto ddp, overriding any ddp value; for this plan set "
+            f"cfg.mixed_precision.grad_reduce_in_fp32 = {want_fp32} on the recipe object in "
+            "Python.")
+    if c.precision is Precision.FP8:
+        notes.append("FP8 uses the hybrid format with delayed scaling; "
+                     "bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed are the "
+                     "other FP8 recipes.")
+    gpipe = gpipe_note("Megatron-Bridge", c, "1F1B")
+    if gpipe:
+        notes.append(gpipe)
+    notes.append(
+        "Model-shape keys assume a GPT provider recipe (e.g. a Llama recipe); the recipe supplies "
+        "the rest of the architecture and the tokenizer. dataset.seq_length must equal "
+        "model.seq_length (older releases call it dataset.sequence_length).")
+    notes.append(
+        "NeMo 2.0 (nemo.collections.llm) equivalents: trainer.strategy.tensor_model_parallel_size, "
+        "pipeline_model_parallel_size, virtual_pipeline_model_parallel_size, "
+        "context_parallel_size, sequence_parallel; data.micro_batch_size, data.global_batch_size, "
+        "data.seq_length; model.config.recompute_granularity/recompute_method/"
+        "recompute_num_layers; precision through trainer.plugins (the matching plugin in "
+        "nemo.collections.llm.recipes.precision.mixed_precision).")
+
+    header = ("# Megatron-Bridge ConfigContainer overrides written by plan3d\n"
+              f"# plan: dp{c.dp} tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp}, model {m.name}\n")
+    return EmitResult(fw, "yaml", header + yaml_text(doc), BRIDGE_RELEASE, notes)
+
+
+FRAMEWORK = Framework(
+    name="megatron",
+    title="Megatron-Core (Megatron-LM, NeMo, Megatron-Bridge)",
+    release=RELEASE,
+    zero_stages=tuple(ZeroStage),
+    schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED),
+    rules=RULES,
+    memory=MemoryConventions(
+        states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
+        gathered_layers=2),
+    stage_split="flexible",
+    extra_stage_units=2,
+    emitters={"megatron": _megatron, "nemo": _nemo},
+)
