@@ -47,7 +47,7 @@ from .units import GB, GIB
 
 REQUIRED_COLUMNS = ("model", "dp", "tp", "pp", "mbs", "gbs", "step_s")
 OPTIONAL_COLUMNS = ("id", "gpus", "cp", "vpp", "seq_len", "zero", "recompute", "sp", "precision",
-                    "schedule", "attention", "overlap", "grad_dtype", "peak_mem_gib")
+                    "framework", "schedule", "attention", "overlap", "grad_dtype", "peak_mem_gib")
 COLUMN_ALIASES = {"zero_stage": "zero", "sequence_parallel": "sp", "overlap_grad_reduce": "overlap",
                   "name": "id", "n_gpus": "gpus"}
 KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
@@ -177,7 +177,7 @@ def _resolve_model(value: Any, where: str, base_dir: Path | None) -> ModelSpec:
 
 
 def _measurement(fields: Mapping[str, Any], where: str, base_dir: Path | None,
-                 default_id: str | None = None) -> Measurement:
+                 default_id: str | None = None, framework: str = "megatron") -> Measurement:
     fields = {COLUMN_ALIASES.get(k, k): v for k, v in fields.items()}
     unknown = sorted(set(fields) - set(KNOWN_COLUMNS))
     if unknown:
@@ -214,6 +214,7 @@ def _measurement(fields: Mapping[str, Any], where: str, base_dir: Path | None,
         attention=_choice(fields, "attention", where, Attention, Attention.FLASH),
         overlap_grad_reduce=_bool(fields, "overlap", where, True),
         grad_dtype=str(_get(fields, "grad_dtype", where) or "fp32").lower(),
+        framework=str(_get(fields, "framework", where) or framework).lower(),
     )
     try:
         config = PlanConfig(**values)
@@ -289,12 +290,13 @@ def _json_rows(path: Path, text: str) -> list[tuple[int, dict]]:
     return rows
 
 
-def load_measurements(path: str | Path, hw: HardwareProfile | None = None) -> list[Measurement]:
+def load_measurements(path: str | Path, hw: HardwareProfile | None = None,
+                      framework: str = "megatron") -> list[Measurement]:
     """The measured runs of a CSV (header row; `#` lines are comments) or JSON file (a list of
     objects, or {"runs": [...]}). Columns: model, dp, tp, pp, mbs, gbs, step_s (required); id,
     gpus, cp, vpp, seq_len, zero, recompute, sp, precision, schedule, attention, overlap,
-    grad_dtype, peak_mem_gib (optional). With `hw`, each layout is also checked against the
-    profile (divisibility, precision support)."""
+    grad_dtype, peak_mem_gib, framework (optional; default: the `framework` argument). With `hw`,
+    each layout is also checked against the profile (divisibility, precision support)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -304,7 +306,8 @@ def load_measurements(path: str | Path, hw: HardwareProfile | None = None) -> li
     rows = _json_rows(path, text) if is_json else _csv_rows(path, text)
     if not rows:
         raise PlanError(f"{path}: no runs (the file has a header but no data rows)")
-    out = [_measurement(fields, f"{path} row {n}", path.parent, f"row {n}") for n, fields in rows]
+    out = [_measurement(fields, f"{path} row {n}", path.parent, f"row {n}", framework)
+           for n, fields in rows]
     if hw is not None:
         for m in out:
             _check(m, hw)

@@ -205,6 +205,9 @@ AttnOpt = Annotated[str, typer.Option(help="Attention kernel: flash or classic."
 OverlapOpt = Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
                                           help="Overlap the DP gradient reduction with backward.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+FrameworkOpt = Annotated[str | None, typer.Option(
+    help="The training framework the plan is for: megatron (Megatron-Core, NeMo; default), "
+         "torchtitan, deepspeed. --emit X implies X's framework.")]
 EmitOpt = Annotated[str | None, typer.Option(
     help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
 TrainTokensOpt = Annotated[str | None, typer.Option(
@@ -317,17 +320,18 @@ def _not_fit_message(plan) -> str:
 
 def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs, tokens, seq,
              precision, grad_dtype, attention, overlap, allow_tp_across_nodes=False,
-             auto_default=False):
+             auto_default=False, framework=None, emit=None):
     from pydantic import ValidationError
 
-    from .options import parse_request
+    from .options import parse_request, resolve_framework
 
     try:
         return parse_request(
             gpus=gpus, dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero,
             recompute=recompute, schedule=schedule, sp=sp, gbs=gbs, tokens_per_step=tokens,
             seq_len=seq, precision=precision, grad_dtype=grad_dtype, attention=attention,
-            overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes)
+            overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes,
+            framework=resolve_framework(framework, emit))
     except ValidationError as err:
         from .options import validation_message
 
@@ -346,6 +350,7 @@ def explain(
     tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False, emit: EmitOpt = None,
+    framework: FrameworkOpt = None,
     timeline: Annotated[bool, typer.Option(
         "--timeline", help="Draw the pipeline schedule, to scale.")] = False,
     timeline_out: Annotated[str | None, typer.Option(
@@ -362,7 +367,7 @@ def explain(
                             f"got '{timeline_out}'")
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
-                       overlap_grad_reduce)
+                       overlap_grad_reduce, framework=framework, emit=emit)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
         data = plan.model_dump(mode="json")
@@ -424,16 +429,18 @@ def search(
         help="With --sort gpus: the step time to reach, in seconds.")] = None,
     headroom: Annotated[float, typer.Option(
         help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
-    json_: JsonOpt = False, emit: EmitOpt = None, train_tokens: TrainTokensOpt = None,
+    json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
+    train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None,
 ) -> None:
-    """Find and rank the layouts that fit."""
+    """Find and rank the layouts that fit and the framework runs."""
     from . import api, render
 
     try:
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
-                       overlap_grad_reduce, allow_tp_across_nodes)
+                       overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
+                       emit=emit)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")
@@ -493,14 +500,16 @@ def hardware(json_: JsonOpt = False) -> None:
 
 
 @app.command()
-def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False) -> None:
+def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False,
+             framework: FrameworkOpt = None) -> None:
     """Run every published A100 run through the model: predicted vs measured step time."""
     from . import render
     from .catalog import load_hardware
+    from .options import resolve_framework
     from .validation import validate as run
 
     try:
-        report = run(load_hardware(hw))
+        report = run(load_hardware(hw), framework=resolve_framework(framework, None))
         data = _checked_json(report.model_dump(mode="json"))
     except PlanError as exc:
         raise _fail(exc) from None
@@ -520,7 +529,7 @@ def calibrate(
     fit: Annotated[str, typer.Option(help="Factors to fit: gemm, hbm, fast_busbw, "
                                      "net_busbw (comma list).")] = "gemm,hbm,fast_busbw,net_busbw",
     name: Annotated[str | None, typer.Option(help="Name of the new profile.")] = None,
-    json_: JsonOpt = False,
+    json_: JsonOpt = False, framework: FrameworkOpt = None,
 ) -> None:
     """Fit a profile's efficiency factors to your cluster's measured step times."""
     from pathlib import Path
@@ -531,7 +540,10 @@ def calibrate(
 
     try:
         profile = load_hardware(hw)
-        runs = cal.load_measurements(Path(measurements), profile)
+        from .options import resolve_framework
+
+        runs = cal.load_measurements(Path(measurements), profile,
+                                     framework=resolve_framework(framework, None))
         factors = tuple(s.strip() for s in fit.split(",") if s.strip())
         if not factors:
             raise PlanError(f"--fit was given no factor ({fit!r}); name some of gemm, hbm, "

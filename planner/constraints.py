@@ -4,10 +4,13 @@ Each rule is a predicate on a layout's integers that holds on Python ints (one p
 explain refuse the first rule broken, with a message naming what is wrong and what would be right)
 and on int64 arrays (the search's whole space at once, as a mask). A layout is any object with the
 attributes dp, tp, pp, cp, vpp, mbs, n_micro, gbs, seq_len, interleaved (the interleaved 1F1B
-schedule) and sp (sequence parallelism); `of(config)` builds one from a PlanConfig.
+schedule), sp (sequence parallelism) and the choices zero, gpipe, fp16, fp8; `of(config)` builds
+one from a PlanConfig.
 
-They are the rules Megatron-LM enforces (megatron/training/arguments.py `validate_args`), which
-are also the strictest of the frameworks plan3d emits launch settings for.
+These are the rules every framework plan3d plans for enforces (Megatron-LM's
+megatron/training/arguments.py `validate_args` states each); what one framework runs beyond them
+(its ZeRO stages, schedules, how many pipeline chunks the layers allow) is in that framework's
+module, planner/frameworks/, as rules of the same form.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from .formulas.choices import Schedule
+from .formulas.choices import Precision, Schedule
 from .schema import ModelSpec, PlanConfig
 
 
@@ -35,7 +38,15 @@ def of(config: PlanConfig) -> SimpleNamespace:
     return SimpleNamespace(
         dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
-        interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel)
+        interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
+        **choices(config.zero_stage, config.schedule, config.precision))
+
+
+def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
+    """The discrete choices the framework rules read, as numbers: zero (the ZeRO stage), gpipe,
+    fp16 and fp8 (1 when the plan uses them)."""
+    return dict(zero=int(zero_stage), gpipe=int(schedule is Schedule.GPIPE),
+                fp16=int(precision is Precision.FP16), fp8=int(precision is Precision.FP8))
 
 
 RULES = (
@@ -51,13 +62,6 @@ RULES = (
     Rule("tp divides the FFN size",
          lambda m, c: m.ffn % c.tp == 0,
          lambda m, c: f"tp={c.tp} must divide the FFN size ({m.ffn}) of {m.name}"),
-    # stages may be uneven (Megatron's --decoder-first/last-pipeline-num-layers); the fullest,
-    # v·⌈L/(p·v)⌉ layers, is the one sized, and it sets the pace
-    Rule("pp·vpp ≤ layers (uneven stages allowed: the fullest stage, v·⌈L/(p·v)⌉ layers, is sized "
-         "and sets the pace)",
-         lambda m, c: c.pp * c.vpp <= m.n_layers,
-         lambda m, c: f"pp·vpp = {c.pp}·{c.vpp} exceeds the {m.n_layers} layers of {m.name}: "
-                      "every pipeline chunk needs at least one layer"),
     # load-balanced context parallelism gives each rank two of 2·cp chunks (one early, one late)
     Rule("cp > 1: seq_len divisible by 2·cp",
          lambda m, c: (c.cp == 1) | (c.seq_len % (2 * c.cp) == 0),

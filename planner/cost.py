@@ -20,11 +20,11 @@ from .formulas import params as P
 from .formulas import pipeline as PL
 from .formulas import timing as T
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .frameworks import FRAMEWORKS
+from .frameworks.base import Framework
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-MASTER_BYTES = 4  # fp32 master weights
-MOMENT_BYTES = 8  # Adam m and v in fp32
 ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
 WEIGHT_BYTES = 2  # 16-bit weights; under fp8, Transformer Engine keeps them in 16-bit and casts
 
@@ -38,10 +38,12 @@ class Choices:
     schedule: Schedule
     sequence_parallel: bool
     attention: Attention
+    framework: Framework = FRAMEWORKS["megatron"]
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name != "framework"},
+                   framework=FRAMEWORKS[config.framework])
 
 
 def model_numbers(model: ModelSpec) -> dict:
@@ -85,9 +87,16 @@ def config_numbers(config: PlanConfig) -> dict:
     return dict(
         dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
-        w_bytes=WEIGHT_BYTES, g_bytes=BYTES[config.grad_dtype], act_bytes=ACT_BYTES,
-        overlap=int(config.overlap_grad_reduce),
+        **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
+        overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
     )
+
+
+def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
+    """Bytes per element the plan's tensors take: 16-bit weights as gathered and computed with,
+    gradients as the framework reduces them (torchtitan always in fp32), 16-bit activations."""
+    return dict(w_bytes=WEIGHT_BYTES, g_bytes=framework.grad_bytes(BYTES[grad_dtype]),
+                act_bytes=ACT_BYTES)
 
 
 def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> SimpleNamespace:
@@ -120,7 +129,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                                   x.n_micro)
     d_shard = x.dp * cp  # ZeRO and the gradient reduction span data × context parallel ranks
     single_stage = _ops.le(p, 1)
-    layers = note("stage_layers", P.layers_per_stage(L, p, v))
+    # the fullest GPU's layers: ⌈L/p⌉ where the framework places layers freely (Megatron's
+    # pipeline layout), v·⌈L/(p·v)⌉ where each of its v chunks is cut the same
+    layers = note("stage_layers", P.layers_per_gpu(L, p) if c.framework.stage_split == "flexible"
+                  else P.layers_per_stage(L, p, v))
 
     # ---- parameters -------------------------------------------------------------------------
     n_params = note("n_params", P.model_params(
@@ -269,22 +281,51 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     step, and the step time, throughput and MFU they lead to."""
     t, p, cp, v, m, d_shard, layers = k.t, k.p, k.cp, k.v, k.m, k.d_shard, k.layers
     z = int(c.zero_stage)
-    # ---- memory of the most loaded stage -----------------------------------------------------
-    # ZeRO-3 materialises whole layers, except on a single rank, where FSDP falls back to NO_SHARD
-    prefetch = (M.zero3_prefetch_bytes(k.layer_sharded, k.layer_replicated, t, x.w_bytes)
-                * (1 - _ops.le(d_shard, 1)) if c.zero_stage is ZeroStage.PARAMETERS else 0)
+    # ---- memory of the most loaded stage, as the plan's framework lays it out ----------------
+    conv = c.framework.memory
+    states = conv.states(c.zero_stage, x.g_bytes)
+    # data-parallel sharding on one rank falls back to no sharding (FSDP's NO_SHARD)
+    shards = 1 - _ops.le(d_shard, 1)
+    single_stage = _ops.le(p, 1)
+    layer_w = M.layer_gpu_params(k.layer_sharded, k.layer_replicated, t)
+    end_w = k.vocab_padded * x.hidden / t  # the embedding or the LM head on one GPU
+    pp_w, pp_g = conv.pp_unsharded
 
-    def memory(psi, act):
-        # the model states (weights, gradients, optimizer) are exactly ZeRO's; ZeRO-3's gathered
-        # layers are transient buffers and are counted with the runtime's
-        w = M.weight_bytes(psi, x.w_bytes, d_shard, z)
-        g = M.gradient_bytes(psi, x.g_bytes, d_shard, z)
-        o = M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z)
-        overhead = M.runtime_overhead_bytes(x.reserved, x.frag, w + g + o + act + prefetch)
-        return w, g, o, act, overhead + prefetch
+    def buffers(psi, ends):
+        """What the framework holds beside the model states and activations, for a stage of psi
+        parameters per GPU with `ends` embedding/head matrices: gathered ZeRO-3 layers, weights
+        and gradients kept unsharded across a pipelined step, fixed buckets, fp8 weight copies."""
+        held = conv.bucket_bytes(c.zero_stage) + conv.fp8_weight_bytes * x.fp8 * psi
+        if z == 3:
+            # the layer computed and those prefetched; under pp > 1 where the framework keeps the
+            # stage gathered, the whole stage instead
+            layers = M.gathered_layers_bytes(layer_w, x.w_bytes, conv.gathered_layers)
+            whole = M.unsharded_stage_bytes(psi, pp_w)
+            held = held + shards * (_ops.select(single_stage, layers, _ops.maximum(layers, whole))
+                                    + int(conv.head_unsharded) * ends * x.w_bytes * end_w
+                                    + M.gathered_layers_bytes(layer_w, x.g_bytes,
+                                                              conv.reduce_buffer_layers))
+        if z == 2 and conv.zero2_keeps_weights_gathered:
+            held = held + shards * M.unsharded_stage_bytes(psi, x.w_bytes)
+        if z >= 2:
+            held = held + shards * (1 - single_stage) * M.unsharded_stage_bytes(psi, pp_g)
+        return held
 
-    first, last = memory(k.params_first, k.act_first), memory(k.params_last, k.act_last)
-    is_first = _ops.le(sum(last), sum(first))  # 1 where the first stage is the most loaded
+    def memory(psi, act, ends):
+        # the model states (weights, gradients, optimizer) as the framework keeps them
+        w = M.state_bytes(psi, states.weight_bytes, d_shard, states.weight_sharded)
+        g = M.state_bytes(psi, states.grad_bytes, d_shard, states.grad_sharded)
+        o = M.state_bytes(psi, states.optimizer_bytes, d_shard, states.optimizer_sharded)
+        held = buffers(psi, ends)
+        allocated = w + g + o + act + held
+        frag = x.frag if conv.fragmentation is None else conv.fragmentation
+        overhead = M.runtime_overhead_bytes(x.reserved, frag, allocated)
+        return w, g, o, act, overhead + held, allocated, allocated * (1 + frag)
+
+    first_ends = _ops.select(single_stage, 2 - x.tied, 1)
+    first = memory(k.params_first, k.act_first, first_ends)
+    last = memory(k.params_last, k.act_last, first_ends)
+    is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
     stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
     weights = note("weights_bytes", worst[0])
@@ -293,6 +334,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     activations = note("activations_bytes", worst[3])
     overhead = note("overhead_bytes", worst[4])
     total_bytes = note("total_bytes", weights + grads + optimizer + activations + overhead)
+    allocated_bytes, reserved_bytes = worst[5], worst[6]
 
     dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
                                                     z))
@@ -339,6 +381,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optimizer,
         activations_bytes=activations, overhead_bytes=overhead, total_bytes=total_bytes,
         capacity_bytes=x.capacity, layer_activation_bytes=k.layer_act,
+        allocated_bytes=allocated_bytes, reserved_bytes=reserved_bytes,
         inflight_first=k.inflight_first, inflight_last=k.inflight_last,
         dp_bytes=dp_bytes, tp_bytes=k.tp_bytes, pp_bytes=k.pp_bytes, cp_bytes=k.cp_bytes,
         bubble_fraction=k.bubble, model_flops=k.model_flops, hardware_flops=k.hardware_flops,

@@ -14,11 +14,14 @@ MFU_CONVENTION_WARN = 1.2  # model FLOPs 20 % above what runs: attention-dominat
 
 
 def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> None:
-    """The divisibility and support rules real frameworks enforce (planner.constraints), and the
-    profile's support of the precision; one clear error for the first broken."""
+    """The divisibility and support rules every framework enforces (planner.constraints), what the
+    plan's framework runs (planner.frameworks), and the profile's support of the precision; one
+    clear error for the first broken."""
+    from .frameworks import get as framework_named
+
     c = config
     layout = constraints.of(c)
-    rule = constraints.broken(model, layout)
+    rule = constraints.broken(model, layout) or framework_named(c.framework).broken(model, layout)
     if rule is not None:
         raise PlanError(rule.message(model, layout))
     if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
@@ -92,16 +95,37 @@ def model_warnings(model: ModelSpec) -> list[PlanWarning]:
     return []
 
 
+def peak_moment(config: PlanConfig, first: bool, costs: dict) -> str:
+    """When the most loaded GPU peaks, and what coexists there."""
+    c = config
+    if c.pp == 1:
+        where = "the loss of the last micro-batch's forward"
+    elif first:
+        where = (f"the first stage's first backward, {costs['inflight_first']:g} micro-batches' "
+                 "activations in flight")
+    else:
+        where = (f"the last stage's loss, {costs['inflight_last']:g} micro-batch's activations "
+                 "in flight")
+    held = "model states + activations"
+    if c.zero_stage == 3:
+        held += " + gathered layers"
+    return f"{where}: {held} + the allocator's reserve + runtime"
+
+
 def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
                     costs: dict) -> Plan:
     """The typed result from the cost dictionary of one plan (floats)."""
     f = {k: float(v) for k, v in costs.items()}
+    first = f["is_first_stage"] >= 0.5
     memory = Memory(
         weights_bytes=f["weights_bytes"], gradients_bytes=f["gradients_bytes"],
         optimizer_bytes=f["optimizer_bytes"], activations_bytes=f["activations_bytes"],
         overhead_bytes=f["overhead_bytes"], total_bytes=f["total_bytes"],
         capacity_bytes=f["capacity_bytes"], fits=f["total_bytes"] <= f["capacity_bytes"],
-        stage="first" if f["is_first_stage"] >= 0.5 else "last", params_per_gpu=f["stage_params"])
+        stage="first" if first else "last", params_per_gpu=f["stage_params"],
+        stage_layers=f["stage_layers"], allocated_bytes=f["allocated_bytes"],
+        reserved_bytes=f["reserved_bytes"], margin_bytes=f["capacity_bytes"] - f["total_bytes"],
+        peak_at=peak_moment(config, first, f), framework=config.framework)
     time = Time(**{k: f[k] for k in Time.model_fields})
     return Plan(
         config=config, model=ModelSummary(name=model.name, n_params=f["n_params"],

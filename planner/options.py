@@ -86,7 +86,8 @@ def validation_message(err: ValidationError) -> str:
 
 def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                   tokens_per_step, seq_len, precision, grad_dtype, attention,
-                  overlap_grad_reduce, allow_tp_across_nodes=False) -> PlanRequest:
+                  overlap_grad_reduce, allow_tp_across_nodes=False,
+                  framework: str = "megatron") -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -107,7 +108,23 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         sp=None if sp is None else [sp], gbs=gbs, tokens_per_step=tokens_per_step,
         seq_len=seq_len, precision=one_enum(precision, Precision, "precision"),
         grad_dtype=grad_dtype, attention=one_enum(attention, Attention, "attention"),
-        overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes)
+        overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes,
+        framework=framework)
+
+
+def resolve_framework(framework: str | None, emit: str | None) -> str:
+    """--framework, or the framework whose settings --emit writes, or the default (megatron);
+    an error when the two name different frameworks."""
+    from .frameworks import DEFAULT, get, of_format
+
+    chosen = get(framework).name if framework is not None else None
+    if emit is not None:
+        fmt, writer = of_format(emit)
+        if chosen is not None and chosen != writer.name:
+            raise PlanError(f"--emit {fmt} writes {writer.name} settings, but --framework is "
+                            f"{chosen}; drop one, or make them agree")
+        return writer.name
+    return chosen or DEFAULT
 
 
 SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}

@@ -57,6 +57,7 @@ class PlanRequest(BaseModel):
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
     allow_tp_across_nodes: bool = False
+    framework: Literal["megatron", "torchtitan", "deepspeed"] = "megatron"
 
     def seq(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len
@@ -102,11 +103,14 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     default_schedule = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
     schedule = _one(req.schedule, "schedule", default_schedule)
     sp = _one(req.sp, "sp", tp > 1)
-    zeros = req.zero if req.zero is not None else list(ZeroStage)
+    from .frameworks import get as framework_named
+
+    supported = framework_named(req.framework).zero_stages
+    zeros = req.zero if req.zero is not None else list(supported)
     recomputes = req.recompute if req.recompute is not None else list(Recompute)
     return [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        grad_dtype=req.grad_dtype, attention=req.attention,
-                       overlap_grad_reduce=req.overlap_grad_reduce)
+                       overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework)
             for z in zeros for r in recomputes]

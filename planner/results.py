@@ -25,7 +25,11 @@ class ModelSummary(_Out):
 
 
 class Memory(_Out):
-    """Per GPU, for the most loaded GPU (`stage`), in bytes."""
+    """Per GPU, for the most loaded GPU (`stage`), in bytes, at its peak (`peak_at` says when and
+    what coexists there). allocated_bytes: the tensors alive at the peak; reserved_bytes: what
+    PyTorch's caching allocator holds for them (torch.cuda.max_memory_reserved); total_bytes adds
+    the runtime outside the allocator (CUDA context, NCCL, workspaces) and is what must fit in
+    capacity_bytes; margin_bytes = capacity − total."""
 
     weights_bytes: float
     gradients_bytes: float
@@ -37,6 +41,12 @@ class Memory(_Out):
     fits: bool
     stage: Literal["first", "last"]
     params_per_gpu: float
+    stage_layers: float = 0.0
+    allocated_bytes: float = 0.0
+    reserved_bytes: float = 0.0
+    margin_bytes: float = 0.0
+    peak_at: str = ""
+    framework: str = "megatron"
 
 
 class Comm(_Out):

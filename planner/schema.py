@@ -213,6 +213,9 @@ class PlanConfig(_Strict):
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
+    framework: Literal["megatron", "torchtitan", "deepspeed"] = Field(
+        "megatron", description="The training framework the plan is costed for and runs under "
+        "(planner/frameworks/).")
 
     @property
     def n_gpus(self) -> int:

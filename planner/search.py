@@ -16,10 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from . import constraints
 from .cost import (
-    ACT_BYTES,
-    BYTES,
-    WEIGHT_BYTES,
     Choices,
+    dtype_numbers,
     hardware_numbers,
     layout_costs,
     model_numbers,
@@ -27,7 +25,8 @@ from .cost import (
 )
 from .errors import NoFeasiblePlan, PlanError
 from .estimate import estimate
-from .formulas.choices import Recompute, Schedule, ZeroStage
+from .formulas.choices import Precision, Recompute, Schedule, ZeroStage
+from .frameworks import FRAMEWORKS
 from .request import DEFAULT_MBS, PlanRequest
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec, PlanConfig
@@ -92,12 +91,20 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
     return {k: v[ok] for k, v in cols.items()}
 
 
+OPEN_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+"""The schedules an open search tries (where the framework runs them); GPipe only when named."""
+
+
 def _choice_groups(req: PlanRequest):
-    """(recompute, sp, schedule) combinations, each with the ZeRO stages evaluated on it."""
-    zeros = req.zero or list(ZeroStage)
+    """(recompute, sp, schedule) combinations, each with the ZeRO stages evaluated on it: those
+    the request allows and the framework runs."""
+    framework = FRAMEWORKS[req.framework]
+    zeros = [z for z in (req.zero or list(ZeroStage)) if z in framework.zero_stages]
     recomputes = req.recompute or list(Recompute)
     sps = req.sp if req.sp is not None else [True, False]
-    schedules = req.schedule or [Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED]
+    schedules = [s for s in (req.schedule or OPEN_SCHEDULES) if s in framework.schedules]
+    if not zeros or not schedules:
+        return
     for r, sp, sched in itertools.product(recomputes, sps, schedules):
         yield r, sp, sched, zeros
 
@@ -136,9 +143,11 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
         raise PlanError(f"{hw.name} has no {req.precision.value} figures")
     space = _numeric_space(model, hw, req)
     seq, gbs = req.seq(model), req.global_batch(model)
+    framework = FRAMEWORKS[req.framework]
     base = {**model_numbers(model), **hardware_numbers(hw, req.precision),
-            "w_bytes": WEIGHT_BYTES, "g_bytes": BYTES[req.grad_dtype], "act_bytes": ACT_BYTES,
-            "overlap": int(req.overlap_grad_reduce), "gbs": gbs, "seq_len": seq}
+            **dtype_numbers(framework, req.grad_dtype),
+            "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
+            "gbs": gbs, "seq_len": seq}
     layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp")
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule")}
     costs: dict[str, list] = {}
@@ -147,17 +156,26 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp)
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        # what the framework runs, stage by stage (its rules read the ZeRO stage)
+        runs = {z: mask & framework.admissible(model, SimpleNamespace(
+            **vars(layouts), **constraints.choices(z, sched, req.precision))) for z in zeros}
+        mask = np.logical_or.reduce(list(runs.values()))
         if not mask.any():
             continue
         sub = {k: v[mask] for k, v in space.items()}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
         outs = costs_in_chunks(base, f, Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
-                                                sequence_parallel=sp, attention=req.attention),
+                                                sequence_parallel=sp, attention=req.attention,
+                                                framework=framework),
                                zeros)
-        size = len(sub["tp"])
         for z, out in zip(zeros, outs):
+            keep = runs[z][mask]
+            if not keep.any():
+                continue
+            size = int(keep.sum())
+            out = {k: v[keep] for k, v in out.items()}
             for k in layout_keys:
-                cols[k].append(sub[k])
+                cols[k].append(sub[k][keep])
             cols["zero"].append(np.full(size, int(z)))
             cols["recompute"].append(np.full(size, list(Recompute).index(r)))
             cols["sp"].append(np.full(size, sp))
@@ -181,7 +199,7 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         recompute=list(Recompute)[int(cols["recompute"][i])],
         sequence_parallel=bool(cols["sp"][i]), schedule=list(Schedule)[int(cols["schedule"][i])],
         precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
-        overlap_grad_reduce=req.overlap_grad_reduce)
+        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework)
 
 
 def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:
@@ -300,8 +318,9 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
     if folded:
         reason += (f" {folded} other layouts with exactly the step time and memory of a plan shown "
                    "(e.g. context parallelism traded for micro-batch size) are folded into it.")
+    rules = CONSTRAINTS + [f"{req.framework}: {rule.text}" for rule in FRAMEWORKS[req.framework].rules]
     return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
-                        constraints=CONSTRAINTS, reason=reason, folded=folded)
+                        constraints=rules, reason=reason, folded=folded)
 
 
 def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]:

@@ -179,8 +179,14 @@ def calibrate_layer_gemm(hw: HardwareProfile) -> LayerFit:
     return LayerFit(efficiency=eta, rows=rows)
 
 
-def validate(hw: HardwareProfile) -> ValidationReport:
-    """Every published end-to-end A100 run: predicted vs measured step time."""
+def validate(hw: HardwareProfile, framework: str = "megatron") -> ValidationReport:
+    """Every published end-to-end A100 run: predicted vs measured step time. They ran Megatron-LM
+    (2021–22); no published step-time run of another framework is collected for A100."""
+    if framework != "megatron":
+        from .errors import PlanError
+
+        raise PlanError(f"no published A100 runs of {framework} are collected; the A100 runs ran "
+                        "Megatron-LM (use --framework megatron)")
     results = []
     for case in published_cases():
         if case["kind"] != "measured_throughput":

@@ -27,8 +27,6 @@ def _layout(**kw):
     (dict(mbs=2), "gbs = mbs·n_micro·dp"),
     # 8 KV heads are not divisible by 16 (1·32·4 = 128 keeps the batch)
     (dict(tp=16, dp=4, n_micro=32), "tp divides the attention heads"),
-    # pp·vpp = 16·6 = 96 > 80 layers
-    (dict(pp=16, vpp=6, dp=4, n_micro=32, interleaved=True), "pp·vpp ≤ layers"),
     # 8192 mod (2·3) = 2
     (dict(cp=3), "cp > 1: seq_len divisible by 2·cp"),
     (dict(vpp=2), "vpp > 1 only with the interleaved schedule"),

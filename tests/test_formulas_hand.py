@@ -285,7 +285,10 @@ def test_padded_vocab():
 
 
 def test_adam_state_is_K_12():
-    assert cost.MASTER_BYTES + cost.MOMENT_BYTES == 12
+    # Megatron-Core: fp32 master (4) + Adam m (4) + v (4) = K = 12; 16-bit weights
+    from planner.frameworks import megatron
+
+    assert megatron.OPTIMIZER_BYTES == 12
     assert cost.WEIGHT_BYTES == 2 and cost.BYTES["bf16"] == 2
 
 

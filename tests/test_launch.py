@@ -45,8 +45,11 @@ def test_plan_budget_matches_narayanans_estimate_at_the_same_throughput():
 def test_picture_bubble_equals_formula(schedule, pp, vpp, gbs):
     model, hw = load_model("8b"), load_hardware("h100-nvlink")
     # dp = 32/(1·4) = 8, n_micro = 64/8 = 8
+    # GPipe runs under torchtitan (Megatron has no GPipe schedule)
     config = PlanConfig(dp=8, tp=1, pp=pp, vpp=vpp, mbs=1, n_micro=gbs // 8, gbs=gbs,
-                        seq_len=8192, sequence_parallel=False, schedule=schedule)
+                        seq_len=8192, sequence_parallel=False, schedule=schedule,
+                        zero_stage=3 if schedule == "gpipe" else 1,
+                        framework="torchtitan" if schedule == "gpipe" else "megatron")
     plan = estimate(model, hw, config)
     timeline = api.plan_timeline("8b", "h100-nvlink", plan)
     assert timeline.bubble_fraction == pytest.approx(bubble_fraction(pp, 8, vpp), abs=1e-9)

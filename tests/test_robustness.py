@@ -74,7 +74,7 @@ def assert_one_line_error(r, code=2, *needles):
     (["explain", "-m", "70b", "-n", "512", "--gbs", "100"], ["divisible by dp·mbs",
                                                             "multiple of"]),
     (["explain", "-m", "70b", "-n", "64", "--tp", "8", "--pp", "4", "--vpp", "32", "--gbs", "64"],
-     ["exceeds the 80 layers"]),
+     ["exceed the 80 layers"]),
     (["explain", "-m", "70b", "-n", "64", "--tp", "8", "--vpp", "2", "--gbs", "64"],
      ["interleaved schedule needs pp ≥ 2"]),
     (["explain", "-m", "70b", "-n", "64", "--tp", "8", "--pp", "4", "--vpp", "2", "--gbs", "50"],
@@ -131,13 +131,21 @@ def test_bad_input_is_one_line_and_exit_2(args, needles):
 
 
 def test_vpp_that_does_not_divide_the_stage_is_a_plan_with_its_warning():
-    # 80 layers over pp·vpp = 4·3 = 12 chunks: uneven; Megatron takes it with
-    # --decoder-first/last-pipeline-num-layers, so the plan is sized by its fullest stage
+    # 80 layers over pp·vpp = 4·3 = 12 chunks: uneven. Megatron places the layers with
+    # --pipeline-model-parallel-layout so that every GPU holds 80/4 = 20: no warning, 20 layers;
+    # torchtitan cuts 12 stages of ⌈80/12⌉ = 7 layers, so its fullest GPU holds 3·7 = 21
     r = run("explain", "-m", "70b", "-n", "64", "--tp", "8", "--pp", "4", "--vpp", "3",
             "--gbs", "64", "--json")
     assert r.exit_code == 0, r.output
     plan = strict_json(r.stdout)
+    assert "uneven-stages" not in {w["code"] for w in plan["warnings"]}
+    assert plan["memory"]["stage_layers"] == 20
+    r = run("explain", "-m", "70b", "-n", "64", "--tp", "8", "--pp", "4", "--vpp", "3",
+            "--gbs", "64", "--zero", "3", "--framework", "torchtitan", "--json")
+    assert r.exit_code == 0, r.output
+    plan = strict_json(r.stdout)
     assert {w["code"] for w in plan["warnings"]} >= {"uneven-stages"}
+    assert plan["memory"]["stage_layers"] == 21
 
 
 def test_a_billion_gpus_is_refused_at_once_and_a_million_answers_quickly():

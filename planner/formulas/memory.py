@@ -51,7 +51,8 @@ def zero3_prefetch_bytes(layer_sharded_params, layer_replicated_params, tp, byte
                          n_prefetch_layers=2):
     """Under ZeRO-3 a GPU materialises whole layers before using them: the layer being computed and
     the one prefetched (FSDP's default forward/backward prefetch of one unit), 2·w·(layer/t)."""
-    return n_prefetch_layers * bytes_per_weight * (layer_sharded_params / tp + layer_replicated_params)
+    return gathered_layers_bytes(layer_gpu_params(layer_sharded_params, layer_replicated_params, tp),
+                                 bytes_per_weight, n_prefetch_layers)
 
 
 def runtime_overhead_bytes(reserved_bytes, fragmentation_fraction, dynamic_bytes):
@@ -59,3 +60,28 @@ def runtime_overhead_bytes(reserved_bytes, fragmentation_fraction, dynamic_bytes
     buffers; from the hardware profile) plus the caching allocator's fragmentation, taken as a
     fraction of everything else."""
     return reserved_bytes + fragmentation_fraction * dynamic_bytes
+
+
+def state_bytes(params, bytes_per_param, dp_shard, sharded: bool):
+    """One model state: bytes·Ψ, divided by d where the framework shards it (the ZeRO stages
+    above are this with the stage's choice of which states are sharded)."""
+    return _shard(bytes_per_param * params, dp_shard, sharded)
+
+
+def layer_gpu_params(layer_sharded_params, layer_replicated_params, tp):
+    """One layer's parameters on one GPU: the tensor-parallel part over t plus the replicated
+    norms and biases."""
+    return layer_sharded_params / tp + layer_replicated_params
+
+
+def gathered_layers_bytes(layer_params, bytes_per_param, n_layers):
+    """n whole layers materialised at once under ZeRO-3 / FSDP (the one computed and those
+    prefetched; or a layer's reduce-scatter input in the backward): n·bytes·(layer/t)."""
+    return n_layers * bytes_per_param * layer_params
+
+
+def unsharded_stage_bytes(params, bytes_per_param):
+    """A whole stage's parameters (or gradients) held unsharded, bytes·Ψ_stage: FSDP2 under
+    pipeline parallelism keeps the weights gathered and accumulates gradients unsharded until the
+    last micro-batch (torch.distributed.pipelining stage.py backward_maybe_with_nosync)."""
+    return bytes_per_param * params

@@ -112,6 +112,13 @@ def layers_per_stage(n_layers, pp, vpp=1):
     return _ops.ceil(n_layers / (pp * vpp)) * vpp
 
 
+def layers_per_gpu(n_layers, pp):
+    """Layers on the fullest GPU when the framework places layers freely over its chunks
+    (Megatron's --pipeline-model-parallel-layout, chunk k on rank k mod p): ⌈L/p⌉, however many
+    chunks v each GPU runs."""
+    return _ops.ceil(n_layers / pp)
+
+
 def stage_params_per_gpu(stage_layers, tp, layer_sharded, layer_replicated, vocab_padded, hidden,
                          position_params, norm_width, tied_embeddings, first_stage, single_stage):
     """Parameters held by one GPU of the first (first_stage = 1) or last (0) pipeline stage.

@@ -62,7 +62,13 @@ class MemoryConventions:
     activations / loss: which formulas describe the saved activations and the loss.
     gathered_layers: under ZeRO-3, whole (unsharded, 16-bit) layers alive at once: the one being
         computed and those prefetched.
-    head_unsharded: under ZeRO-3, the output layer stays gathered from the loss into the backward.
+    reduce_buffer_layers: under ZeRO-3, layers' reduce-scatter inputs (in the gradient dtype)
+        alive in the backward.
+    zero2_keeps_weights_gathered: ZeRO-2 is sharded weights kept gathered from forward to
+        backward (FSDP2's reshard_after_forward=False), so the stage's 16-bit weights are held
+        unsharded on top of the sharded states.
+    head_unsharded: under ZeRO-3, the embedding and the output layer stay gathered through the
+        step (they sit in the root FSDP unit, which does not reshard after forward).
     pp_unsharded: under ZeRO-3 with pp > 1, (weight, gradient) bytes per parameter of the stage
         held unsharded across the micro-batches of a step (gradient sync off until the last one).
     fp8_weight_bytes: per parameter, the cached fp8 copies of the weights an fp8 plan holds.
@@ -75,6 +81,8 @@ class MemoryConventions:
     activations: ActivationStyle
     loss: LossKind
     gathered_layers: int = 2
+    reduce_buffer_layers: int = 0
+    zero2_keeps_weights_gathered: bool = False
     head_unsharded: bool = False
     pp_unsharded: tuple[float, float] = (0.0, 0.0)
     fp8_weight_bytes: float = 0.0
@@ -92,7 +100,9 @@ class Framework:
     conventions. stage_split: "flexible" when the fullest GPU holds ⌈L/p⌉ layers (an explicit
     pipeline layout), "chunks" when each of its v chunks holds ⌈L/(p·v)⌉. extra_stage_units:
     how many non-transformer pieces (embedding, loss) may stand as pipeline chunks of their own,
-    so pp·vpp may reach L + extra_stage_units. emitters: launch-settings formats it writes."""
+    so pp·vpp may reach L + extra_stage_units. emitters: launch-settings formats it writes.
+    grad_bytes_fixed: the gradient dtype's bytes when the framework does not let the plan choose
+    (torchtitan reduces and keeps gradients in fp32)."""
 
     name: str
     title: str
@@ -106,6 +116,12 @@ class Framework:
     emitters: dict[str, Callable[[PlanConfig, ModelSpec], EmitResult]] = field(
         default_factory=dict, hash=False, compare=False)
     notes: tuple[str, ...] = ()
+    grad_bytes_fixed: float | None = None
+
+    def grad_bytes(self, requested: float) -> float:
+        """Bytes per gradient element as the framework keeps and reduces them: the plan's
+        --grad-dtype, unless the framework fixes it (grad_bytes_fixed)."""
+        return requested if self.grad_bytes_fixed is None else self.grad_bytes_fixed
 
     def broken(self, model: ModelSpec, layout) -> Rule | None:
         """The first of the framework's own rules one layout breaks, or None."""

@@ -239,8 +239,10 @@ FRAMEWORK = Framework(
     rules=RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.EAGER, loss=LossKind.FP32_UPCAST,
-        gathered_layers=2, head_unsharded=True, pp_unsharded=(2.0, 4.0)),
+        gathered_layers=2, reduce_buffer_layers=1, zero2_keeps_weights_gathered=True,
+        head_unsharded=True, pp_unsharded=(2.0, 4.0)),
     stage_split="chunks",
     extra_stage_units=2,
     emitters={"torchtitan": _torchtitan},
+    grad_bytes_fixed=FP32,
 )
