@@ -1,0 +1,188 @@
+"""Plans for a framework: what each runs, how it lays the model states out, and that the search
+ranks only what its framework runs (planner/frameworks/)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.catalog import load_hardware, load_model
+from planner.cli import app
+from planner.cost import Choices, numbers, plan_costs
+from planner.emit import emit
+from planner.errors import PlanError
+from planner.estimate import estimate
+from planner.formulas import memory as M
+from planner.formulas import params as P
+from planner.formulas.choices import ZeroStage
+from planner.frameworks import FRAMEWORKS, get
+from planner.request import PlanRequest
+from planner.schema import PlanConfig
+from planner.search import search
+
+H100 = load_hardware("h100-nvlink")
+GIB = 2**30
+
+
+def states_bytes(framework: str, zero: int, grad_bytes: float, psi: float, d: int) -> float:
+    s = get(framework).memory.states(ZeroStage(zero), grad_bytes)
+    return (M.state_bytes(psi, s.weight_bytes, d, s.weight_sharded)
+            + M.state_bytes(psi, s.grad_bytes, d, s.grad_sharded)
+            + M.state_bytes(psi, s.optimizer_bytes, d, s.optimizer_sharded))
+
+
+@pytest.mark.parametrize("framework, zero, grad_bytes, expected", [
+    # Megatron-Core (theoretical_memory_usage.py): 18 B/param without the distributed optimizer,
+    # 6 + 12/d with it: Ψ = 1e9, d = 8 → 18e9; 6e9 + 1.5e9 = 7.5e9
+    ("megatron", 0, 4, 18e9),
+    ("megatron", 1, 4, 7.5e9),
+    # --grad-reduce-in-bf16: a 16-bit main_grad buffer, 2 + 2 + 12/8 = 5.5
+    ("megatron", 1, 2, 5.5e9),
+    # Megatron-FSDP optim_grads_params: every state sharded, (2 + 4 + 12)/8 = 2.25
+    ("megatron", 3, 4, 2.25e9),
+    # torchtitan FSDP2: fp32 params + fp32 grads + Adam m, v = 16 B/param, all sharded: 16/8 = 2
+    ("torchtitan", 3, 4, 2.0e9),
+    ("torchtitan", 2, 4, 2.0e9),
+    # torchtitan DDP: the same 16 B on every rank
+    ("torchtitan", 0, 4, 16e9),
+    # DeepSpeed ZeRO-2: 16-bit weights whole, then 2 (16-bit grad partition) + 4 (its fp32 copy in
+    # step()) + 12 sharded: 2 + 18/8 = 4.25
+    ("deepspeed", 2, 2, 4.25e9),
+    # ZeRO-3: 2 + 2 + 4 + 12 = 20 sharded: 2.5
+    ("deepspeed", 3, 2, 2.5e9),
+    # ZeRO-1 with bf16 gradients: 2 + 2 whole, 16 sharded: 4 + 2 = 6
+    ("deepspeed", 1, 2, 6.0e9),
+])
+def test_model_states_per_framework(framework, zero, grad_bytes, expected):
+    assert states_bytes(framework, zero, grad_bytes, 1e9, 8) == pytest.approx(expected)
+
+
+def test_torchtitan_fsdp_holds_16_bytes_over_d_through_the_cost_model():
+    # Llama 3.1 8B, FSDP over 8 ranks, one stage: weights + gradients + optimizer = 16·Ψ/8
+    model = load_model("8b")
+    config = PlanConfig(dp=8, tp=1, pp=1, mbs=2, n_micro=1, gbs=16, seq_len=8192, zero_stage=3,
+                        recompute="selective", sequence_parallel=False, framework="torchtitan")
+    m = estimate(model, H100, config).memory
+    states = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
+    assert states == pytest.approx(16 * m.params_per_gpu / 8)
+    # torchtitan reduces and keeps gradients in fp32 whatever --grad-dtype says
+    bf16 = PlanConfig(**{**config.model_dump(), "grad_dtype": "bf16"})
+    assert estimate(model, H100, bf16).memory.gradients_bytes == m.gradients_bytes
+
+
+def test_fsdp2_under_pp_holds_the_stage_unsharded():
+    # torchtitan, Llama 3.1 70B, FSDP 8 × PP 4 (1F1B): besides the sharded 16·Ψ_s/8, each GPU holds
+    # the stage's bf16 weights (2·Ψ_s, gathered and kept: reshard_after_forward off under PP) and
+    # its fp32 gradients accumulated unsharded (4·Ψ_s, gradient sync off until the last
+    # micro-batch), plus one layer's fp32 reduce-scatter input and its ends (embedding or head)
+    # in bf16; the same plan at pp = 1 holds two gathered layers instead of 2·Ψ_s
+    model = load_model("70b")
+    config = PlanConfig(dp=8, tp=1, pp=4, mbs=1, n_micro=16, gbs=128, seq_len=8192, zero_stage=3,
+                        recompute="full", sequence_parallel=False, framework="torchtitan")
+    r = plan_costs(numbers(model, H100, config), Choices.of(config))
+    psi = float(r["stage_params"])
+    layer = M.layer_gpu_params(
+        P.layer_sharded_params(model.hidden, model.n_heads, model.kv_heads, model.dim_head,
+                               model.ffn, 3, 0), P.layer_replicated_params(model.hidden, 0, 1), 1)
+    end = float(r["vocab_padded"]) * model.hidden
+    held = 2 * psi + 4 * psi + 4 * layer + 2 * end
+    states = 16 * psi / 8
+    assert float(r["allocated_bytes"]) == pytest.approx(states + float(r["activations_bytes"])
+                                                        + held, rel=1e-12)
+
+
+def test_megatron_fullest_gpu_is_ceil_l_over_p_and_torchtitan_cuts_even_chunks():
+    # Llama 3.1 405B, 126 layers, pp = 8, vpp = 5 (40 chunks): Megatron's pipeline layout puts
+    # ⌈126/8⌉ = 16 layers on the fullest GPU; torchtitan's equal chunks of ⌈126/40⌉ = 4 give
+    # 5·4 = 20
+    model = load_model("405b")
+    base = dict(dp=8, tp=8, pp=8, vpp=5, mbs=1, n_micro=64, gbs=512, seq_len=8192,
+                recompute="full", schedule="interleaved")
+    megatron = estimate(model, H100, PlanConfig(**base, zero_stage=1)).memory
+    titan = estimate(model, H100, PlanConfig(**base, zero_stage=3, framework="torchtitan")).memory
+    assert (megatron.stage_layers, titan.stage_layers) == (16, 20)
+
+
+def test_the_published_405b_layout_with_embedding_and_loss_as_chunks_is_a_megatron_plan():
+    # pp·vpp = 16·8 = 128 chunks for 126 layers (Megatron's --pipeline-model-parallel-layout with
+    # E and L alone): accepted, one layer per chunk, 8 per GPU
+    model = load_model("405b")
+    config = PlanConfig(dp=8, tp=8, pp=16, vpp=8, mbs=1, n_micro=64, gbs=512, seq_len=8192,
+                        zero_stage=1, recompute="full", schedule="interleaved")
+    assert estimate(model, H100, config).memory.stage_layers == 8
+    deepspeed = PlanConfig(**{**config.model_dump(), "framework": "deepspeed"})
+    with pytest.raises(PlanError, match="deepspeed"):
+        estimate(model, H100, deepspeed)
+
+
+@pytest.mark.parametrize("framework, config, words", [
+    ("megatron", dict(pp=4, zero_stage=2), ["Megatron-FSDP", "PP"]),
+    ("megatron", dict(pp=4, schedule="gpipe"), ["GPipe"]),
+    ("torchtitan", dict(zero_stage=1), ["ZeRO-1"]),
+    ("torchtitan", dict(zero_stage=0, tp=8, dp=8), ["DDP"]),
+    ("torchtitan", dict(zero_stage=3, precision="fp16"), ["fp16"]),
+    ("deepspeed", dict(pp=4, zero_stage=3), ["ZeRO-3", "pipeline"]),
+    ("deepspeed", dict(pp=4, vpp=2, schedule="interleaved"), ["1F1B"]),
+    ("deepspeed", dict(cp=2, dp=32, tp=1, sequence_parallel=False, precision="fp8"), ["FP8"]),
+])
+def test_each_framework_refuses_what_it_does_not_run(framework, config, words):
+    model = load_model("70b")
+    base = dict(dp=16 if config.get("pp", 1) == 4 else 64, tp=1, pp=1, mbs=1, n_micro=8,
+                seq_len=8192, zero_stage=1, recompute="full", sequence_parallel=False,
+                framework=framework)
+    base.update(config)
+    base["gbs"] = base["dp"] * base["mbs"] * base["n_micro"]
+    with pytest.raises(PlanError) as err:
+        estimate(model, H100, PlanConfig(**base))
+    assert str(err.value).startswith(framework + ":")
+    for word in words:
+        assert word in str(err.value)
+
+
+@pytest.mark.parametrize("framework, fmt", [("megatron", "megatron"), ("megatron", "nemo"),
+                                            ("torchtitan", "torchtitan"),
+                                            ("deepspeed", "deepspeed")])
+def test_the_search_ranks_only_plans_its_framework_runs_and_emits(framework, fmt):
+    # 70B on 512 H100: every plan of the first 40 is one the framework's rules admit and its
+    # launch settings express without refusal
+    model = load_model("70b")
+    result = search(model, H100, PlanRequest(gpus=512, framework=framework), top=40)
+    assert result.plans
+    fw = FRAMEWORKS[framework]
+    for plan in result.plans:
+        c = plan.config
+        assert c.framework == framework
+        assert c.zero_stage in fw.zero_stages and (c.pp == 1 or c.schedule in fw.schedules)
+        emit(fmt, c, model)  # raises PlanError if the framework cannot express it
+    if framework == "megatron":
+        assert not any(p.config.pp > 1 and p.config.zero_stage >= 2 for p in result.plans)
+    if framework == "deepspeed":
+        assert all(p.config.vpp == 1 for p in result.plans)
+    if framework == "torchtitan":
+        assert not any(p.config.zero_stage == 1 for p in result.plans)
+
+
+def test_search_constraints_list_the_framework_rules():
+    r = search(load_model("8b"), H100, PlanRequest(gpus=64, framework="deepspeed"), top=1)
+    assert any(text.startswith("deepspeed: pipeline parallelism only with ZeRO 0 or 1")
+               for text in r.constraints)
+
+
+runner = CliRunner()
+
+
+def test_emit_implies_its_framework_and_a_conflict_is_one_line():
+    r = runner.invoke(app, ["explain", "-m", "8b", "-n", "8", "--zero", "3", "--emit",
+                            "torchtitan", "--json"])
+    assert r.exit_code == 0, r.output
+    assert '"framework": "torchtitan"' in r.stdout
+    r = runner.invoke(app, ["explain", "-m", "8b", "-n", "8", "--zero", "3", "--emit",
+                            "torchtitan", "--framework", "megatron"])
+    assert r.exit_code == 2
+    assert "--emit torchtitan writes torchtitan settings, but --framework is megatron" in r.output
+    r = runner.invoke(app, ["search", "-m", "8b", "-n", "8", "--framework", "jax"])
+    assert r.exit_code == 2 and "unknown framework 'jax'" in r.output
+
+
+def test_nemo_and_megatron_bridge_name_megatron():
+    assert get("nemo") is get("megatron") is get("Megatron-Bridge")
