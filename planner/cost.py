@@ -319,8 +319,11 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         held = buffers(psi, ends)
         allocated = w + g + o + act + held
         frag = x.frag if conv.fragmentation is None else conv.fragmentation
-        overhead = M.runtime_overhead_bytes(x.reserved, frag, allocated)
-        return w, g, o, act, overhead + held, allocated, allocated * (1 + frag)
+        # the allocator's slack is on what the step allocates and frees, not on the model
+        # states, which sit in buffers allocated once
+        slack = frag * (act + held)
+        overhead = M.runtime_overhead_bytes(x.reserved, frag, act + held)
+        return w, g, o, act, overhead + held, allocated, allocated + slack
 
     first_ends = _ops.select(single_stage, 2 - x.tied, 1)
     first = memory(k.params_first, k.act_first, first_ends)

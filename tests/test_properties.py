@@ -138,8 +138,10 @@ def test_zero3_rise_is_bounded_by_the_gathered_layers(plan):
     assert not_above(z3["total_bytes"], z2["total_bytes"] + gathered)
     if d == 1:  # nothing to shard, nothing gathered (FSDP's NO_SHARD at world size 1)
         assert z3["total_bytes"] == pytest.approx(z2["total_bytes"], rel=REL)
+    # the weights ZeRO-3 shards are model states (no allocator slack on them); the layers it
+    # gathers are allocated and freed each step, with the allocator's slack φ
     saving_covers = all(
-        2 * z3[k] * (1 - 1 / d) >= prefetch_bytes(model, config)
+        2 * z3[k] * (1 - 1 / d) >= gathered
         for k in ("params_first_stage", "params_last_stage"))
     if saving_covers:
         assert not_above(z3["total_bytes"], z2["total_bytes"])

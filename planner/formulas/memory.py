@@ -56,9 +56,10 @@ def zero3_prefetch_bytes(layer_sharded_params, layer_replicated_params, tp, byte
 
 
 def runtime_overhead_bytes(reserved_bytes, fragmentation_fraction, dynamic_bytes):
-    """What frameworks add beyond tensors: a fixed reserve (CUDA context, cuBLAS workspaces, NCCL
-    buffers; from the hardware profile) plus the caching allocator's fragmentation, taken as a
-    fraction of everything else."""
+    """What frameworks add beyond tensors: a fixed reserve outside the caching allocator (CUDA
+    context, cuBLAS workspaces, NCCL buffers; from the hardware profile) plus the allocator's
+    slack, a fraction φ of what the step allocates and frees (activations, gathered layers, loss
+    buffers; model states sit in buffers allocated once): R + φ·dynamic."""
     return reserved_bytes + fragmentation_fraction * dynamic_bytes
 
 
