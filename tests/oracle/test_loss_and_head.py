@@ -90,22 +90,6 @@ def test_vocab_parallel_loss_llama31_8b():
     assert peak == pytest.approx(A.vocab_parallel_loss_peak_bytes(*LLAMA31_8B, 1, 1), rel=0.01)
 
 
-@pytest.fixture(scope="module")
-def megatron_one_rank(tmp_path_factory):
-    """megatron-core 0.16 on a one-rank gloo group (skipped when it is not installed)."""
-    pytest.importorskip("megatron.core")
-    import torch.distributed as dist
-    from megatron.core import parallel_state
-
-    if not dist.is_initialized():
-        store = tmp_path_factory.mktemp("gloo") / "store"
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
-    yield
-    parallel_state.destroy_model_parallel()
-    dist.destroy_process_group()
-
-
 def test_emulation_agrees_with_megatron_core(megatron_one_rank):
     """The emulation and megatron-core's own `vocab_parallel_cross_entropy` give the same losses,
     gradients and peak bytes (the logits' s·b·V terms)."""
