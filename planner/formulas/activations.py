@@ -29,6 +29,7 @@ Context parallelism splits the sequence c ways, so every term is divided by c.
 
 from __future__ import annotations
 
+from ._ops import le
 from .choices import Attention, Recompute
 
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti 2022 §4.1)
@@ -92,3 +93,132 @@ def embedding_activation_bytes(seq_len, mbs, hidden, dropout, tp, cp, sequence_p
 def logits_activation_bytes(seq_len, mbs, vocab_padded, tp, cp, logit_bytes=4):
     """The last stage's fp32 logits for the cross-entropy, 4·s·b·V/t (Korthikanti 2022 §4.3)."""
     return logit_bytes * seq_len / cp * mbs * vocab_padded / tp
+
+
+# --- What frameworks really save (proven by the PyTorch oracle in tests/oracle/) ---------------
+#
+# Korthikanti's count above describes Megatron-Core with fused kernels (Transformer Engine's
+# LayerNormLinear, flash attention, fused bias-GELU/SwiGLU): tests/oracle/test_fused_layers.py
+# builds those kernels' saved sets as custom autograd Functions and finds it within 0.1 %. The
+# functions below are what the oracle measures where a framework saves something else: eager
+# PyTorch blocks (torchtitan), torchtitan's per-op selective AC, and the loss and LM head.
+
+FP32_BYTES = 4  # fp32 copies, RMSNorm statistics, log-sum-exp, log-probabilities
+
+
+def eager_layer_activation_bytes(seq_len, mbs, hidden, n_heads, n_sdpa_kv_heads, head_dim, ffn, tp, cp,
+                                 sequence_parallel: bool, act_bytes=2):
+    """Bytes an eager (uncompiled) torchtitan Llama block saves for backward with no AC.
+
+    Per RMSNorm (`_norm(x.float()).type_as(x) * weight`): its fp32 input copy 4sbh, the fp32
+    rstd 4sb and the normalised 16-bit tensor act·sbh (kept by `* weight` for the weight's
+    gradient), all on the sequence shard (/t_sp); and its output act·sbh, kept by the next matmul
+    at full sequence (DTensor saves the all-gathered input).  Attention: RoPE'd Q (a·d_h), K and V
+    as SDPA receives them (k' = a after `repeat_kv`, k with native GQA), the SDPA output (a·d_h,
+    which is also `wo`'s input: CUDA flash returns it in [b, s, a, d] order), and the fp32
+    log-sum-exp 4·a·s·b.  SwiGLU keeps w1(x), silu(w1(x)), w3(x) and their product: 4·act·sbf.
+
+        2·[(4 + act)·sbh/t_sp + 4sb/t_sp + act·sbh] + act·sb·d_h·(2a + 2k')/t + 4asb/t + 4·act·sbf/t
+
+    with s the sequence over c.  For t = 1 this is 2sb(8h + 4) + 2sb·d_h(2a + 2k') + 4asb + 8sbf
+    (act = 2).  Source: measured by tests/oracle/test_torchtitan_block.py on the structure of
+    torchtitan `torchtitan/models/llama/model.py @ ba24697` (repeat_kv, k' = a); the t > 1 and
+    sequence-parallel terms follow torchtitan's DTensor plan and are not measured."""
+    s = seq_len / cp
+    sp = tp if sequence_parallel else 1
+    norms = 2 * (s * mbs * hidden * (FP32_BYTES + act_bytes) / sp + FP32_BYTES * s * mbs / sp
+                 + act_bytes * s * mbs * hidden)
+    attention = (act_bytes * s * mbs * head_dim * (2 * n_heads + 2 * n_sdpa_kv_heads)
+                 + SOFTMAX_STATS_BYTES * n_heads * s * mbs) / tp
+    mlp = 4 * act_bytes * s * mbs * ffn / tp
+    return norms + attention + mlp
+
+
+def torchtitan_sac_layer_activation_bytes(seq_len, mbs, hidden, n_heads, n_kv_heads, head_dim, ffn, tp,
+                                          cp, sequence_parallel: bool, act_bytes=2):
+    """Bytes a torchtitan Llama block keeps under per-op selective AC (`--activation_checkpoint.mode
+    selective --activation_checkpoint.selective_ac_option op`).
+
+    The policy saves the outputs of the ops in `_save_list` (mm, flash/efficient SDPA,
+    reduce_scatter, abs, max) except every second mm, and recomputes everything else.  A block
+    calls its mms in the order wq, wk, wv, wo, w1, w3, w2, so it keeps wq, wv, w1 and w2; plus the
+    SDPA output and its fp32 log-sum-exp, and the checkpoint holds the block input:
+
+        act·sbh/t_sp + act·sb·d_h·(a + k)/t + act·sbf/t + act·sbh + act·sb·a·d_h/t + 4asb/t
+        + 2·act·sbh/t · 1[t > 1]            (sequence parallel only: the two reduce-scatter outputs)
+
+    w2's saved output is h wide at the full sequence: with t > 1 it is RowwiseParallel's partial
+    sum before its reduce-scatter.  For Llama 3.1 8B at t = 1 this is 0.46× the Korthikanti
+    selective set.  Source: torchtitan `torchtitan/parallelisms/parallelize_llama.py @ ba24697`
+    (`_save_list`, `_apply_ac_to_transformer_block`) and `torchtitan/distributed/
+    activation_checkpoint.py @ b5bcd76` (same rule); t = 1 measured by
+    tests/oracle/test_torchtitan_block.py, the t > 1 terms derived from the TP plan, not measured."""
+    s = seq_len / cp
+    sp = tp if sequence_parallel else 1
+    block_input = act_bytes * s * mbs * hidden / sp
+    kept_matmuls = (act_bytes * s * mbs * (head_dim * (n_heads + n_kv_heads) + ffn) / tp
+                    + act_bytes * s * mbs * hidden)
+    sdpa = (act_bytes * s * mbs * n_heads * head_dim + SOFTMAX_STATS_BYTES * n_heads * s * mbs) / tp
+    kept = block_input + kept_matmuls + sdpa
+    if sequence_parallel:
+        kept = kept + 2 * act_bytes * s * mbs * hidden / tp * (1 - le(tp, 1))
+    return kept
+
+
+def fused_head_activation_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool, act_bytes=2):
+    """The final norm's input and the LM head's input, kept for backward by a fused stack
+    (Megatron-Core: TE's norm keeps its input, ColumnParallelLinear its input shard):
+    2·act·sbh/t_sp ≈ 4sbh.  Korthikanti 2022 §4.3 leaves it out; the oracle counts it (the fp32
+    norm statistics, 4sb, are under 0.1 %).  Source: tests/oracle/test_loss_and_head.py."""
+    sp = tp if sequence_parallel else 1
+    return 2 * act_bytes * seq_len / cp * mbs * hidden / sp
+
+
+def eager_head_activation_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool, act_bytes=2):
+    """The final RMSNorm and LM-head input of an eager torchtitan model: the norm's fp32 input copy,
+    rstd and normalised 16-bit tensor on the sequence shard, and the head's (all-gathered) input:
+
+        (4 + act)·sbh/t_sp + 4sb/t_sp + act·sbh          (= 8sbh + 4sb at t = 1)
+
+    Source: measured by tests/oracle/test_step_peak.py (torchtitan model structure @ ba24697)."""
+    s = seq_len / cp
+    sp = tp if sequence_parallel else 1
+    return (s * mbs * hidden * (FP32_BYTES + act_bytes) / sp + FP32_BYTES * s * mbs / sp
+            + act_bytes * s * mbs * hidden)
+
+
+def torchtitan_loss_peak_bytes(seq_len, mbs, vocab_padded, tp, cp):
+    """Peak bytes of torchtitan's loss, `cross_entropy(pred.flatten(0, 1).float(), labels)`, with
+    the 16-bit logits deleted before backward (`del pred`, torchtitan train.py @ ba24697,
+    trainer.py @ b5bcd76):
+
+        3 · 4·s·b·V/t = 12·s·b·V/t
+
+    At the peak, inside the backward of log_softmax, three fp32 s×b×V tensors are alive: the saved
+    log-probabilities, nll_loss's gradient and log_softmax's gradient.  (The forward holds at most
+    10·s·b·V: 16-bit logits, their fp32 copy and the log-probabilities.)  With t > 1 loss parallel
+    is assumed to keep the same three tensors per vocabulary shard (not measured).
+    Source: measured by tests/oracle/test_loss_and_head.py."""
+    return 3 * FP32_BYTES * seq_len / cp * mbs * vocab_padded / tp
+
+
+def vocab_parallel_loss_peak_bytes(seq_len, mbs, vocab_padded, tp, cp, logit_bytes=2):
+    """Peak bytes of Megatron-Core's vocab-parallel cross entropy on 16-bit logits:
+
+        (act + 4)·s·b·V/t = 6·s·b·V/t
+
+    Forward: the 16-bit logits and their fp32 copy (turned in place into the softmax, which is
+    saved); backward: the fp32 gradient (computed in place in the saved softmax) and its cast to
+    the logits' dtype.  Source: Megatron-LM `megatron/core/tensor_parallel/cross_entropy.py @
+    d98e8a6` (`_VocabParallelCrossEntropy`); measured by tests/oracle/test_loss_and_head.py
+    against megatron-core 0.16's own function and a one-rank emulation."""
+    return (logit_bytes + FP32_BYTES) * seq_len / cp * mbs * vocab_padded / tp
+
+
+def loss_phase_activation_bytes(n_layers, layer_bytes, head_bytes, loss_peak_bytes):
+    """Activation bytes alive at a step's peak, during the loss's backward, on a GPU that holds the
+    loss (one micro-batch, no pipeline): every layer's saved set, the final norm's and LM head's
+    saved inputs, and the loss peak:  L·layer + head + loss.  Model states (parameters; no
+    gradient exists yet) come on top.  Source: measured by tests/oracle/test_step_peak.py within
+    5 % on a whole torchtitan-style step."""
+    return n_layers * layer_bytes + head_bytes + loss_peak_bytes
