@@ -21,7 +21,7 @@ from .formulas import pipeline as PL
 from .formulas import timing as T
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .frameworks import FRAMEWORKS
-from .frameworks.base import Framework
+from .frameworks.base import ActivationStyle, Framework, LossKind
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -151,24 +151,44 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     params_first = note("params_first_stage", stage(1))
     params_last = note("params_last_stage", stage(0))
 
-    # ---- activations ------------------------------------------------------------------------
+    # ---- activations, as the plan's framework saves them -------------------------------------
     # a token's MLP activations are kept in each of the top-k experts it is routed to
     routed_ffn = x.ffn * x.top_k
-    layer_act = note("layer_activation_bytes", A.layer_activation_bytes(
-        s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
-        c.sequence_parallel, c.recompute, c.attention, x.act_bytes))
+    conv = c.framework.memory
+
+    def saved(recompute):
+        if conv.activations is ActivationStyle.EAGER and recompute is not Recompute.FULL:
+            # eager PyTorch blocks (torchtitan): SDPA sees K and V repeated to all a heads
+            if recompute is Recompute.SELECTIVE:
+                return A.torchtitan_sac_layer_activation_bytes(
+                    s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, t, cp,
+                    c.sequence_parallel, x.act_bytes)
+            return A.eager_layer_activation_bytes(s, b, h, x.n_heads, x.n_heads, x.head_dim,
+                                                  routed_ffn, t, cp, c.sequence_parallel,
+                                                  x.act_bytes)
+        return A.layer_activation_bytes(
+            s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
+            c.sequence_parallel, recompute, c.attention, x.act_bytes)
+
+    layer_act = note("layer_activation_bytes", saved(c.recompute))
     # under full recompute, the layer being recomputed holds all its activations for a moment
-    working_act = (A.layer_activation_bytes(
-        s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
-        c.sequence_parallel, Recompute.NONE, c.attention, x.act_bytes)
-        if c.recompute is Recompute.FULL else 0)
+    working_act = saved(Recompute.NONE) if c.recompute is Recompute.FULL else 0
     inflight_first = note("inflight_first", PL.in_flight_first_stage(p, m, v, c.schedule))
     inflight_last = note("inflight_last", PL.in_flight_last_stage(p, m, v, c.schedule))
     embed_act = A.embedding_activation_bytes(s, b, h, x.dropout, t, cp, c.sequence_parallel)
     logits_act = note("logits_bytes", A.logits_activation_bytes(s, b, vocab_padded, t, cp))
-    act_first = (inflight_first * (layers * layer_act + embed_act) + single_stage * logits_act
+    # the stage holding the loss: the final norm's and LM head's saved inputs, and the loss at
+    # its peak (the framework's cross entropy: vocab-parallel on 16-bit logits, or fp32 upcast)
+    head_act = (A.eager_head_activation_bytes if conv.activations is ActivationStyle.EAGER
+                else A.fused_head_activation_bytes)(s, b, h, t, cp, c.sequence_parallel,
+                                                    x.act_bytes)
+    loss_act = note("loss_bytes", head_act + (
+        A.torchtitan_loss_peak_bytes(s, b, vocab_padded, t, cp)
+        if conv.loss is LossKind.FP32_UPCAST
+        else A.vocab_parallel_loss_peak_bytes(s, b, vocab_padded, t, cp, x.act_bytes)))
+    act_first = (inflight_first * (layers * layer_act + embed_act) + single_stage * loss_act
                  + working_act)
-    act_last = inflight_last * layers * layer_act + logits_act + working_act
+    act_last = inflight_last * layers * layer_act + loss_act + working_act
 
     # ---- communication volume per GPU per step, and the bubble --------------------------------
     tp_layer = note("tp_layer_bytes", C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes))

@@ -41,7 +41,11 @@ TERMS: dict[str, TermInfo] = {
     "inflight_last": TermInfo("n_l", "micro-batches", "pipeline",
                               "micro-batches the last stage holds at its peak"),
     "logits_bytes": TermInfo("A_logits", "bytes", "memory",
-                             "fp32 logits for the loss on the last stage"),
+                             "fp32 logits the loss passes over on the last stage (its time)"),
+    "loss_bytes": TermInfo("A_loss", "bytes", "memory",
+                           "the loss at its peak on the last stage: the final norm's and LM "
+                           "head's inputs and the framework's cross entropy (Megatron: 16-bit "
+                           "logits + fp32 softmax, 6·s·b·V/t; torchtitan: 12·s·b·V/t)"),
     "activations_bytes": TermInfo("M_act", "bytes", "memory",
                                   "in-flight micro-batches × layers × per-layer activations"),
     "overhead_bytes": TermInfo("M_rt", "bytes", "memory",

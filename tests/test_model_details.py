@@ -82,11 +82,14 @@ def test_full_recompute_holds_one_working_layer():
     base = dict(dp=1, tp=8, pp=1, mbs=1, n_micro=1, gbs=1, seq_len=4096, sequence_parallel=True)
     full = costs("70b", "h100-nvlink", recompute="full", **base)
     none = costs("70b", "h100-nvlink", recompute="none", **base)
-    # 80 layers' inputs 2·s·h/t + one whole layer + the logits (single stage, one micro-batch)
+    # 80 layers' inputs 2·s·h/t + one whole layer + the loss (single stage, one micro-batch):
+    # Megatron's vocab-parallel cross entropy holds the 16-bit logits and the fp32 softmax,
+    # (2 + 4)·s·V/t, and the final norm's and LM head's inputs 2·2·s·h/t (sequence parallel)
     inputs = 80 * 2 * 4096 * 8192 / 8
-    logits = 4 * 4096 * 129024 / 8  # V padded to a multiple of 128·8: 129,024
+    loss = 6 * 4096 * 129024 / 8  # V padded to a multiple of 128·8: 129,024
+    head = 2 * 2 * 4096 * 8192 / 8
     assert full["activations_bytes"] == pytest.approx(
-        inputs + none["layer_activation_bytes"] + logits, rel=1e-12)
+        inputs + none["layer_activation_bytes"] + loss + head, rel=1e-12)
 
 
 def test_megatron_uneven_stages():
