@@ -170,7 +170,12 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
             s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
             c.sequence_parallel, recompute, c.attention, x.act_bytes)
 
-    layer_act = note("layer_activation_bytes", saved(c.recompute))
+    # under an fp8 recipe Transformer Engine keeps linear layers' inputs in 1 byte, not 2
+    fp8_saving = (x.fp8 * conv.fp8_saves_linear_inputs * (x.act_bytes - 1)
+                  * A.fp8_linear_input_bytes(s, b, h, x.n_heads, x.head_dim, routed_ffn, t, cp,
+                                             c.sequence_parallel)
+                  if c.recompute is not Recompute.FULL else 0)
+    layer_act = note("layer_activation_bytes", saved(c.recompute) - fp8_saving)
     # under full recompute, the layer being recomputed holds all its activations for a moment
     working_act = saved(Recompute.NONE) if c.recompute is Recompute.FULL else 0
     inflight_first = note("inflight_first", PL.in_flight_first_stage(p, m, v, c.schedule))
@@ -315,13 +320,16 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         """What the framework holds beside the model states and activations, for a stage of psi
         parameters per GPU with `ends` embedding/head matrices: gathered ZeRO-3 layers, weights
         and gradients kept unsharded across a pipelined step, fixed buckets, fp8 weight copies."""
-        held = conv.bucket_bytes(c.zero_stage) + conv.fp8_weight_bytes * x.fp8 * psi
+        # fp8 copies of the layers' linear weights (not of the embedding or the head)
+        held = (conv.bucket_bytes(c.zero_stage)
+                + conv.fp8_weight_bytes * x.fp8 * layers * k.layer_sharded / t)
         if z == 3:
             # the layer computed and those prefetched; under pp > 1 where the framework keeps the
             # stage gathered, the whole stage instead
-            layers = M.gathered_layers_bytes(layer_w, x.w_bytes, conv.gathered_layers)
+            gathered = M.gathered_layers_bytes(layer_w, x.w_bytes, conv.gathered_layers)
             whole = M.unsharded_stage_bytes(psi, pp_w)
-            held = held + shards * (_ops.select(single_stage, layers, _ops.maximum(layers, whole))
+            held = held + shards * (_ops.select(single_stage, gathered,
+                                                _ops.maximum(gathered, whole))
                                     + int(conv.head_unsharded) * ends * x.w_bytes * end_w
                                     + M.gathered_layers_bytes(layer_w, x.g_bytes,
                                                               conv.reduce_buffer_layers))

@@ -186,3 +186,25 @@ def test_emit_implies_its_framework_and_a_conflict_is_one_line():
 
 def test_nemo_and_megatron_bridge_name_megatron():
     assert get("nemo") is get("megatron") is get("Megatron-Bridge")
+
+
+def test_fp8_under_megatron_holds_what_transformer_engine_holds():
+    # GPT-3 175B, tp 4, pp 8, fp8 vs bf16 (one layout): Transformer Engine caches an fp8 copy of
+    # each linear weight and of its transpose (2 B per layer parameter on the GPU) and keeps the
+    # linear layers' saved inputs in 1 byte: per layer s·b·(2h/t + a·d_h/t + f/t) bytes fewer
+    # = 2048·1·(2·12288 + 12288 + 49152)/4 = 44,040,192 B (sequence parallel, b = 1)
+    from planner.formulas import activations as A
+
+    model = load_model("175b")
+    base = dict(dp=4, tp=4, pp=8, mbs=1, n_micro=32, gbs=128, seq_len=2048, zero_stage=1,
+                recompute="selective", sequence_parallel=True)
+    bf16 = plan_costs(numbers(model, H100, PlanConfig(**base)), Choices.of(PlanConfig(**base)))
+    fp8c = PlanConfig(**base, precision="fp8")
+    fp8 = plan_costs(numbers(model, H100, fp8c), Choices.of(fp8c))
+    per_layer = A.fp8_linear_input_bytes(2048, 1, 12288, 96, 128, 49152, 4, 1, True)
+    assert per_layer == 44_040_192
+    assert float(bf16["layer_activation_bytes"] - fp8["layer_activation_bytes"]) == per_layer
+    layer_linear = P.layer_sharded_params(12288, 96, 96, 128, 49152, 2, 1)
+    cache = 2 * float(fp8["stage_layers"]) * layer_linear / 4
+    assert float(fp8["allocated_bytes"] - bf16["allocated_bytes"]) == pytest.approx(
+        cache - float(fp8["inflight_first"] * fp8["stage_layers"]) * per_layer, rel=1e-9)

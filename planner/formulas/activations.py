@@ -222,3 +222,23 @@ def loss_phase_activation_bytes(n_layers, layer_bytes, head_bytes, loss_peak_byt
     gradient exists yet) come on top.  Source: measured by tests/oracle/test_step_peak.py within
     5 % on a whole torchtitan-style step."""
     return n_layers * layer_bytes + head_bytes + loss_peak_bytes
+
+
+def fp8_linear_input_bytes(seq_len, mbs, hidden, n_heads, head_dim, ffn, tp, cp,
+                           sequence_parallel: bool):
+    """Elements of one layer's saved tensors that are linear layers' inputs, which Transformer
+    Engine keeps in fp8 (1 byte) instead of 16-bit under an fp8 recipe: the QKV input (the first
+    norm's output, h wide), the output projection's input (a·d_h), the MLP's first input (the
+    second norm's output, h) and its last input (the activation's output, f):
+
+        sb·(2h/t_sp + a·d_h/t + f/t)      (s over c)
+
+    What stays 16-bit: the norms' inputs, the core attention's Q, K, V and the activation's input.
+    Source: TransformerEngine module/linear.py @ d0067d0 (the quantized input saved with only
+    its columnwise data, l.599-617) and module/layernorm_linear.py (the 16-bit input and the fp8
+    ln_out, l.526-536); Megatron-Core transformer_config.py @ d98e8a6 (core attention in 16-bit
+    unless fp8_dot_product_attention, the activation's input unless
+    activation_func_fp8_input_store)."""
+    s = seq_len / cp
+    sp = tp if sequence_parallel else 1
+    return s * mbs * (2 * hidden / sp + (n_heads * head_dim + ffn) / tp)

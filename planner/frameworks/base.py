@@ -71,7 +71,9 @@ class MemoryConventions:
         step (they sit in the root FSDP unit, which does not reshard after forward).
     pp_unsharded: under ZeRO-3 with pp > 1, (weight, gradient) bytes per parameter of the stage
         held unsharded across the micro-batches of a step (gradient sync off until the last one).
-    fp8_weight_bytes: per parameter, the cached fp8 copies of the weights an fp8 plan holds.
+    fp8_weight_bytes: per linear-layer parameter, the cached fp8 copies of the weights an fp8
+        plan holds (Transformer Engine: the fp8 weight and its transpose, 2 B).
+    fp8_saves_linear_inputs: 1 when an fp8 plan keeps linear layers' saved inputs in fp8.
     bucket_bytes: fixed communication buckets the framework allocates (bytes), by ZeRO stage.
     fragmentation: the caching allocator's reserved-over-allocated excess, as a fraction of the
         allocated bytes (None: the hardware profile's figure).
@@ -86,6 +88,7 @@ class MemoryConventions:
     head_unsharded: bool = False
     pp_unsharded: tuple[float, float] = (0.0, 0.0)
     fp8_weight_bytes: float = 0.0
+    fp8_saves_linear_inputs: int = 0
     bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
     fragmentation: float | None = None
 

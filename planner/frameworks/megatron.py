@@ -17,7 +17,8 @@ Memory (megatron/training/theoretical_memory_usage.py): 16-bit weights, an fp32 
 (main_grad; `--grad-reduce-in-bf16` makes it 16-bit), Adam's fp32 master weights, m and v
 (12 B/param) — 18 B/param, or 6 + 12/d with the distributed optimizer. Activations are
 Transformer Engine's fused kernels' (Korthikanti et al. 2022); the loss is the vocab-parallel
-cross entropy over 16-bit logits sharded tp ways.
+cross entropy over 16-bit logits sharded tp ways. Under fp8, Transformer Engine keeps the linear
+layers' saved inputs in fp8 and caches an fp8 copy of each linear weight and of its transpose.
 """
 
 from __future__ import annotations
@@ -407,7 +408,12 @@ FRAMEWORK = Framework(
     rules=RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
-        gathered_layers=2),
+        gathered_layers=2,
+        # Transformer Engine under fp8 caches each linear weight quantized, rowwise and
+        # columnwise (its transpose), across micro-batches (is_first_microbatch):
+        # TransformerEngine module/linear.py @ d0067d0 l.467-475, 1958-1960, 2068-2071;
+        # Megatron-Core extensions/transformer_engine.py @ d98e8a6 l.1338-1345
+        fp8_weight_bytes=2.0, fp8_saves_linear_inputs=1),
     stage_split="flexible",
     extra_stage_units=2,
     emitters={"megatron": _megatron, "nemo": _nemo},
