@@ -208,3 +208,10 @@ def test_fp8_under_megatron_holds_what_transformer_engine_holds():
     cache = 2 * float(fp8["stage_layers"]) * layer_linear / 4
     assert float(fp8["allocated_bytes"] - bf16["allocated_bytes"]) == pytest.approx(
         cache - float(fp8["inflight_first"] * fp8["stage_layers"]) * per_layer, rel=1e-9)
+
+
+@pytest.mark.parametrize("zero, expected", [(0, 0.0), (1, 1e9), (2, 1e9), (3, 3e9)])
+def test_deepspeed_buckets_at_their_defaults(zero, expected):
+    # reduce_bucket_size 5e8 elements in 16-bit = 1e9 B from stage 1; stage 3 also up to
+    # stage3_max_live_parameters = 1e9 gathered 16-bit parameters = 2e9 B
+    assert get("deepspeed").memory.bucket_bytes(ZeroStage(zero)) == expected

@@ -57,6 +57,22 @@ def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
                        source="deepspeed/runtime/zero/stage_1_and_2.py, stage3.py @ 00376da")
 
 
+REDUCE_BUCKET_ELEMENTS = 5e8  # zero_optimization.reduce_bucket_size default (zero/config.py l.113)
+MAX_LIVE_PARAMETERS = 1e9  # stage3_max_live_parameters default (zero/config.py l.238)
+
+
+def bucket_bytes(zero: ZeroStage) -> float:
+    """DeepSpeed's fixed buffers at its defaults, in 16-bit elements: ZeRO 1–2 reduce gradients
+    through one bucket of reduce_bucket_size elements (a second only with overlap_comm, off by
+    default below stage 3: stage_1_and_2.py l.2497-2513); ZeRO-3 keeps its reduce bucket and up to
+    stage3_max_live_parameters gathered parameters (it takes the place of the gathered layers)."""
+    z = int(zero)
+    if z == 0:
+        return 0.0
+    bucket = HALF * REDUCE_BUCKET_ELEMENTS
+    return bucket + (HALF * MAX_LIVE_PARAMETERS if z == 3 else 0.0)
+
+
 RULES = (
     Rule("pipeline parallelism only with ZeRO 0 or 1",
          lambda m, c: (c.pp == 1) | (c.zero < 2),
@@ -190,7 +206,7 @@ FRAMEWORK = Framework(
     rules=RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
-        gathered_layers=2),
+        gathered_layers=0, bucket_bytes=bucket_bytes),
     stage_split="chunks",
     extra_stage_units=0,
     emitters={"deepspeed": _deepspeed},
