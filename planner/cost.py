@@ -46,13 +46,16 @@ class Choices:
                    framework=FRAMEWORKS[config.framework])
 
 
-def model_numbers(model: ModelSpec) -> dict:
-    """A model's numbers under the names plan_costs reads."""
+def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
+    """A model's numbers under the names plan_costs reads. A learned position table holds
+    max(positions, seq_len) rows: the job runs sequences of seq_len (Megatron's emitted
+    --max-position-embeddings is that maximum)."""
+    positions = model.positions if seq_len is None else max(model.positions, seq_len)
     return dict(
         n_layers=model.n_layers, hidden=model.hidden, n_heads=model.n_heads,
         n_kv_heads=model.kv_heads, head_dim=model.dim_head, ffn=model.ffn, vocab=model.vocab,
         n_mlp=model.n_mlp_matrices, bias=int(model.bias), norm_width=model.norm_width,
-        learned_positions=model.learned_positions, positions=model.positions,
+        learned_positions=model.learned_positions, positions=positions,
         tied=int(model.tied_embeddings), dropout=int(model.dropout),
         rotary=1 - model.learned_positions, n_experts=model.n_experts, top_k=model.top_k,
         router_experts=model.router_experts,
@@ -101,8 +104,8 @@ def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
 
 def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> SimpleNamespace:
     """Everything plan_costs needs for one plan, as plain floats."""
-    return SimpleNamespace(**model_numbers(model), **hardware_numbers(hw, config.precision),
-                           **config_numbers(config))
+    return SimpleNamespace(**model_numbers(model, config.seq_len),
+                           **hardware_numbers(hw, config.precision), **config_numbers(config))
 
 
 def _same(name, value):

@@ -45,7 +45,7 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
         xs["head_dim"] = sym["hidden"] / sym["n_heads"]
     if model.ffn == 4 * model.hidden:
         xs["ffn"] = 4 * sym["hidden"]
-    if model.positions == x.seq_len:
+    if x.positions == x.seq_len:
         xs["positions"] = sym["seq_len"]
     return SimpleNamespace(**xs), values
 

@@ -144,7 +144,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
     space = _numeric_space(model, hw, req)
     seq, gbs = req.seq(model), req.global_batch(model)
     framework = FRAMEWORKS[req.framework]
-    base = {**model_numbers(model), **hardware_numbers(hw, req.precision),
+    base = {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
             **dtype_numbers(framework, req.grad_dtype),
             "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
             "gbs": gbs, "seq_len": seq}

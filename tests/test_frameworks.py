@@ -215,3 +215,13 @@ def test_deepspeed_buckets_at_their_defaults(zero, expected):
     # reduce_bucket_size 5e8 elements in 16-bit = 1e9 B from stage 1; stage 3 also up to
     # stage3_max_live_parameters = 1e9 gathered 16-bit parameters = 2e9 B
     assert get("deepspeed").memory.bucket_bytes(ZeroStage(zero)) == expected
+
+
+def test_learned_position_table_is_sized_for_the_sequence_the_job_runs():
+    # GPT-3 175B has 2,048 learned positions; at --seq-len 8192 the job holds 8,192 rows of
+    # h = 12,288: (8192 − 2048)·12288 = 75,497,472 more parameters, on the first stage
+    model = load_model("175b")
+    base = dict(dp=8, tp=8, pp=16, mbs=1, n_micro=8, gbs=64, zero_stage=1, recompute="full")
+    short = estimate(model, H100, PlanConfig(**base, seq_len=2048))
+    long = estimate(model, H100, PlanConfig(**base, seq_len=8192))
+    assert long.model.n_params - short.model.n_params == (8192 - 2048) * 12288
