@@ -62,8 +62,8 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
 CONSTRAINTS = [
     "dp·tp·pp·cp = gpus",
     "tp ≤ GPUs per NVLink domain unless --allow-tp-across-nodes (or --tp names it)",
-    f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: 1F1B for vpp = 1, "
-    "interleaved for vpp > 1",
+    f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: 1F1B, ZB-H1, ZB-H2, "
+    "ZB-V, DualPipe or DualPipeV for vpp = 1, interleaved for vpp > 1",
     *(rule.text for rule in constraints.RULES),
 ]
 
@@ -92,12 +92,20 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
     return {k: v[ok] for k, v in cols.items()}
 
 
+SEARCHED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZB_H2,
+                      Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV)
+"""The schedules the search tries when --schedule is not given. For now every schedule with a
+1F1B-like memory profile or better is tried whatever the framework; the --framework option is
+to narrow this list to the schedules its framework runs (GPipe is left out: 1F1B has its
+bubble with less memory)."""
+
+
 def _choice_groups(req: PlanRequest):
     """(recompute, sp, schedule) combinations, each with the ZeRO stages evaluated on it."""
     zeros = req.zero or list(ZeroStage)
     recomputes = req.recompute or list(Recompute)
     sps = req.sp if req.sp is not None else [True, False]
-    schedules = req.schedule or [Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED]
+    schedules = req.schedule or list(SEARCHED_SCHEDULES)
     for r, sp, sched in itertools.product(recomputes, sps, schedules):
         yield r, sp, sched, zeros
 
@@ -144,7 +152,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
     costs: dict[str, list] = {}
     for r, sp, sched, zeros in _choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
-        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp)
+        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                                  schedule=sched)
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         if not mask.any():

@@ -2,6 +2,14 @@
 
 p pipeline stages, m micro-batches per step (per data-parallel rank), v model chunks per GPU
 (virtual stages) for the interleaved schedule.
+
+The zero-bubble family splits a stage's backward into the input gradient B (on the critical path:
+the previous stage waits for it) and the weight gradient W (which can wait), Qi et al. 2024,
+"Zero Bubble Pipeline Parallelism" (ICLR 2024) §2. Their bubbles depend on the times of one
+stage's forward F, input gradient B and weight gradient W for one micro-batch, so the formulas
+for those schedules take the three times; the others ignore them. Every bubble here is that of a
+step whose optimizer step waits for the whole pipeline (as Megatron-LM, torchtitan and DeepSpeed
+run it), checked against planner.timeline's event simulation (tests/test_timeline.py).
 """
 
 from __future__ import annotations
@@ -9,21 +17,87 @@ from __future__ import annotations
 from . import _ops
 from .choices import Schedule
 
+SPLIT_BACKWARD = (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZBV, Schedule.DUALPIPE,
+                  Schedule.DUALPIPEV)
+"""The schedules that run B and W as separate passes (their bubble depends on F, B and W)."""
 
-def bubble_fraction(pp, n_micro, vpp=1):
+
+def bubble_fraction(pp, n_micro, vpp=1, schedule=Schedule.ONE_F_ONE_B, fwd_s=1.0, bgrad_s=1.0,
+                    wgrad_s=1.0):
     """Idle share of the step: (p − 1) / (v·m + p − 1).
 
     GPipe and 1F1B (v = 1): the pipeline fills and drains once per step, p − 1 slots of one
     micro-batch's time out of m + p − 1 (Huang et al. 2019; Narayanan et al. 2021 §2.2.1, whose
     bubble *time over ideal time* is (p − 1)/m). Interleaved: each slot is 1/v as long
-    (Narayanan 2021 §2.2.2: (p − 1)/(v·m) over ideal time). At p = 4, m = 12: 3/15 = 1/5."""
+    (Narayanan 2021 §2.2.2: (p − 1)/(v·m) over ideal time). At p = 4, m = 12: 3/15 = 1/5.
+
+    The schedules that split the backward (SPLIT_BACKWARD): idle / (m·(F + B + W) + idle), with
+    idle = bubble_time_s(p, schedule, F, B, W)."""
+    if schedule in SPLIT_BACKWARD:
+        idle = bubble_time_s(pp, schedule, fwd_s, bgrad_s, wgrad_s)
+        return idle / (n_micro * (fwd_s + bgrad_s + wgrad_s) + idle)
     return (pp - 1) / (vpp * n_micro + pp - 1)
 
 
-def pipeline_slots(pp, n_micro, vpp=1):
+def pipeline_slots(pp, n_micro, vpp=1, schedule=Schedule.ONE_F_ONE_B, fwd_s=1.0, bgrad_s=1.0,
+                   wgrad_s=1.0):
     """The step's length in units of one stage's time for one whole micro-batch:
-    m + (p − 1)/v  (so that bubble_fraction = ((p − 1)/v) / slots)."""
+    m + (p − 1)/v  (so that bubble_fraction = ((p − 1)/v) / slots); for the schedules that split
+    the backward, m + bubble_time_s / (F + B + W)."""
+    if schedule in SPLIT_BACKWARD:
+        return n_micro + bubble_time_s(pp, schedule, fwd_s, bgrad_s, wgrad_s) / (
+            fwd_s + bgrad_s + wgrad_s)
     return n_micro + (pp - 1) / vpp
+
+
+def bubble_time_s(pp, schedule: Schedule, fwd_s, bgrad_s, wgrad_s, vpp=1):
+    """The idle time of one stage in a step, beyond its m·(F + B + W) of work, where F, B and W are
+    one stage's forward, input-gradient and weight-gradient times for one micro-batch (for a
+    V-shaped schedule, the GPU's two chunks together). Valid for W ≤ F and W ≤ B (a layer's
+    forward and input-gradient passes each run at least the weight-gradient GEMMs' FLOPs) and
+    the micro-batch counts of the constraints (ZB-H1 m ≥ p, ZB-H2 m ≥ 2p − 1, the others m ≥ 2p).
+
+    1F1B, GPipe:  (p − 1)(F + B + W)          Narayanan et al. 2021 §2.2.1 (v = 1).
+    Interleaved:  (p − 1)(F + B + W)/v        Narayanan et al. 2021 §2.2.2.
+    ZB-H1:        (p − 1)(F + B − W)          Qi et al. 2024 §2.1 and Table 1 (exact, tested).
+    ZB-H2:        (p − 1)·max(F, F + B − 2W)  Qi et al. 2024 §2.2 give (p − 1)(F + B − 2W), which
+        counts the steady state where the next step's warm-up fills this step's cool-down (their
+        §4 post-validation replaces the optimizer's synchronisation); with the optimizer step
+        waiting for the pipeline, the last stage still starts (p − 1)·F late (exact, tested).
+    ZB-V:         (p − 1)(F + B − W)/2        ZB-H1's form on the V's half-stage chunks (Qi et
+        al. 2024 arXiv v2 §6): (p − 1)·F/2 at F = B = W, where PyTorch's ScheduleZBVZeroBubble
+        is zero-bubble in the steady state; equal to the simulation there, within −6 %…+4 % of
+        the simulated step for W ≤ F ≤ B ≤ 3F (no closed form is published for unequal times).
+    DualPipe:     (p/2 − 1)(F + 2B − W)       DeepSeek-V3 report Table 2, (PP/2 − 1)(F&B + B′ − 3W)
+        with B′ = B + W the whole backward and F&B = F + B′ (the overlapped pair computes both;
+        the overlap hides communication, not compute). Equal to the simulation at F = B = W, and
+        at most 4 % above the simulated step otherwise (the published form is an upper bound).
+    DualPipeV:    (p − 1)(F + 2B − W)/2       deepseek-ai/DualPipe README: DualPipe's bubble on
+        PP = 2p half-stage chunks (PP/2 − 1 = p − 1); equal to the simulation at F = B = W, at
+        most 4 % above it otherwise.
+
+    At p = 4, F = B = W = 1: 1F1B 9, ZB-H1 3, ZB-H2 3, ZB-V 1.5, DualPipe 2, DualPipeV 3."""
+    F, B, W = fwd_s, bgrad_s, wgrad_s
+    if schedule is Schedule.ZB_H1:
+        return (pp - 1) * (F + B - W)
+    if schedule is Schedule.ZB_H2:
+        return (pp - 1) * _ops.maximum(F, F + B - 2 * W)
+    if schedule is Schedule.ZBV:
+        return (pp - 1) * (F + B - W) / 2
+    if schedule is Schedule.DUALPIPE:
+        return (pp / 2 - 1) * (F + 2 * B - W)
+    if schedule is Schedule.DUALPIPEV:
+        return (pp - 1) * (F + 2 * B - W) / 2
+    return (pp - 1) * (F + B + W) / vpp
+
+
+def parameter_copies(schedule: Schedule):
+    """How many pipeline stages' parameters each GPU holds, relative to its share L/p of the
+    layers: 2 for DualPipe (one stage of each direction: DeepSeek-V3 report Table 2,
+    "Parameter 2×"), 1 for every other schedule — DualPipeV's two chunks are halves of one
+    share (deepseek-ai/DualPipe README: DualPipeV's 2× is per device over PP/2 devices). The
+    gradients and optimizer state of the copy are held too."""
+    return 2 if schedule is Schedule.DUALPIPE else 1
 
 
 def in_flight_first_stage(pp, n_micro, vpp, schedule: Schedule):
@@ -33,7 +107,12 @@ def in_flight_first_stage(pp, n_micro, vpp, schedule: Schedule):
     GPipe: m (all forwards before any backward).
     1F1B: min(p, m) (p − 1 warm-up forwards, then one more before the first backward).
     Interleaved: min(p + (p − 1)/v, m): Megatron's first rank runs 2(p − 1) + (v − 1)·p warm-up
-    chunk-forwards plus one, each 1/v of the stage — Korthikanti 2022's factor (1 + (p−1)/(p·v))·p."""
+    chunk-forwards plus one, each 1/v of the stage — Korthikanti 2022's factor (1 + (p−1)/(p·v))·p.
+
+    The split-backward schedules hold a micro-batch from its forward until its W (W reads the
+    saved layer inputs), on every stage alike: see in_flight_split."""
+    if schedule in SPLIT_BACKWARD:
+        return in_flight_split(pp, n_micro, schedule)
     if schedule is Schedule.GPIPE:
         return n_micro
     if schedule is Schedule.ONE_F_ONE_B:
@@ -43,9 +122,36 @@ def in_flight_first_stage(pp, n_micro, vpp, schedule: Schedule):
 
 def in_flight_last_stage(pp, n_micro, vpp, schedule: Schedule):
     """The last stage's peak: GPipe m; 1F1B one (it runs each backward right after its forward);
-    interleaved ((v − 1)·p + 1)/v (its warm-up is (v − 1)·p chunk-forwards)."""
+    interleaved ((v − 1)·p + 1)/v (its warm-up is (v − 1)·p chunk-forwards); the split-backward
+    schedules as the first stage (in_flight_split)."""
+    if schedule in SPLIT_BACKWARD:
+        return in_flight_split(pp, n_micro, schedule)
     if schedule is Schedule.GPIPE:
         return n_micro
     if schedule is Schedule.ONE_F_ONE_B:
         return _ops.minimum(1, n_micro)
     return _ops.minimum(((vpp - 1) * pp + 1) / vpp, n_micro)
+
+
+def in_flight_split(pp, n_micro, schedule: Schedule):
+    """Micro-batches (in units of a whole stage's layers) a stage of a split-backward schedule
+    holds at its peak, counting one from its forward to its W — the same on every stage:
+
+    ZB-H1 min(p, m)          1F1B's peak, on every stage (Qi et al. 2024 §2.1, Table 1: p·M_B);
+    ZB-H2 min(2p − 1, m)     Qi et al. 2024 §2.2, Table 1: (2p − 1)·M_B;
+    ZB-V  p                  2p half-stage chunks: 1F1B's first stage (Qi et al. 2024 v2 §6);
+    DualPipe p + 1           DeepSeek-V3 report Table 2, "Activation PP + 1";
+    DualPipeV p + 1/2        2p + 1 half-stage chunks (deepseek-ai/DualPipe README, PP + 1 with
+                             PP = 2p chunks).
+    A micro-batch waiting only for its W holds less than all of its activations (W needs the
+    inputs of the linear layers, not the attention or activation-function tensors), so these
+    are upper bounds; planner.timeline.peak_in_flight counts the same way."""
+    if schedule is Schedule.ZB_H1:
+        return in_flight_first_stage(pp, n_micro, 1, Schedule.ONE_F_ONE_B)
+    if schedule is Schedule.ZB_H2:
+        return _ops.minimum(2 * pp - 1, n_micro)
+    if schedule is Schedule.ZBV:
+        return pp
+    if schedule is Schedule.DUALPIPE:
+        return pp + 1
+    return pp + 1 / 2
