@@ -600,6 +600,11 @@ _SCHEDULE_NAME = {
     Schedule.GPIPE: "GPipe",
     Schedule.ONE_F_ONE_B: "1F1B",
     Schedule.INTERLEAVED: "interleaved 1F1B",
+    Schedule.ZB_H1: "ZB-H1",
+    Schedule.ZB_H2: "ZB-H2",
+    Schedule.ZBV: "ZB-V",
+    Schedule.DUALPIPE: "DualPipe",
+    Schedule.DUALPIPEV: "DualPipeV",
 }
 
 

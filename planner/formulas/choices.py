@@ -56,6 +56,21 @@ class Schedule(str, Enum):
     into a V, two chunks per GPU, one copy of the parameters. m ≥ 2·pp."""
 
 
+class ContextKind(str, Enum):
+    """How context-parallel ranks exchange attention inputs (Megatron-LM ``--cp-comm-type``; see
+    planner.formulas.context)."""
+
+    RING = "p2p"
+    """Ring attention: K/V chunks passed around the cp ranks, overlapped with the attention
+    blocks (Liu et al. 2023; Megatron-LM/Transformer Engine "p2p"). plan3d's model until now."""
+    ALL_TO_ALL = "a2a"
+    """DeepSpeed-Ulysses (Jacobs et al. 2023): all-to-alls trade the sequence split for a head
+    split around the attention core; the heads and KV heads per TP rank must divide by cp."""
+    HIERARCHICAL = "a2a+p2p"
+    """All-to-all inside groups of cp_a2a ranks, ring across the cp/cp_a2a groups (Megatron-LM
+    ``--hierarchical-context-parallel-sizes``; Fang & Zhao 2024, USP)."""
+
+
 class Attention(str, Enum):
     """How the attention core is computed."""
 
