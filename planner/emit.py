@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import PlanError
+from .formulas import pipeline as PL
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .schema import ModelSpec, PlanConfig
 from .tomltext import toml_tables
@@ -118,6 +119,13 @@ def _check_plan(fw: str, c: PlanConfig) -> None:
             f"not {c.schedule.value}")
     if c.precision is Precision.FP16 and c.grad_dtype == "bf16":
         raise PlanError(f"{fw}: bf16 gradients with fp16 compute is not a mode any framework has")
+    if c.pp > 1 and c.schedule in PL.SPLIT_BACKWARD:
+        # no emitter writes these yet: Megatron-LM and DeepSpeed have no such schedule (ZB-H1/H2
+        # run in sail-sg/zero-bubble-pipeline-parallelism, DualPipe in deepseek-ai/DualPipe);
+        # torchtitan runs zbv and dualpipev (PyTorch "ZBVZeroBubble", "DualPipeV", two stages
+        # per rank), which its framework module is to emit
+        raise PlanError(f"{fw}: launch settings for the {c.schedule.value} schedule are not "
+                        f"written yet; plan with --schedule 1f1b or interleaved to emit them")
 
 
 def _interleaved(c: PlanConfig) -> bool:

@@ -164,3 +164,19 @@ def test_cost_model_uses_the_schedule_bubble():
         assert costs["bubble_s"] < base["bubble_s"]
         assert seen["parameter_copies"] == (2 if schedule is Schedule.DUALPIPE else 1)
     assert base["bubble_s"] == pytest.approx(3 * base["stage_microbatch_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
+def test_emit_refuses_split_schedules_it_cannot_write(framework):
+    # launch settings that silently ran 1F1B would not be the plan: one clear line instead
+    from planner.catalog import load_model
+    from planner.emit import emit
+    from planner.errors import PlanError
+    from planner.formulas.choices import ZeroStage
+    from planner.schema import PlanConfig
+
+    config = PlanConfig(dp=8, tp=1, pp=4, vpp=1, mbs=1, n_micro=8, gbs=64, seq_len=8192,
+                        sequence_parallel=False, schedule=Schedule.ZBV,
+                        zero_stage=ZeroStage.PARAMETERS)
+    with pytest.raises(PlanError, match="zbv schedule are not written yet"):
+        emit(framework, config, load_model("8b"))
