@@ -180,3 +180,23 @@ def test_emit_refuses_split_schedules_it_cannot_write(framework):
                         zero_stage=ZeroStage.PARAMETERS)
     with pytest.raises(PlanError, match="zbv schedule are not written yet"):
         emit(framework, config, load_model("8b"))
+
+
+def test_pipeline_hops():
+    # p = 4: 1F1B 3 sends per micro-batch; interleaved v = 2: 7 (GPU 3 → GPU 0 included);
+    # a V: down 3 and up 3 = 6 (the turn at GPU 3 is local); DualPipe: 3 in its own direction
+    assert PL.pipeline_hops(4, 1, Schedule.ONE_F_ONE_B) == 3
+    assert PL.pipeline_hops(4, 2, Schedule.INTERLEAVED) == 7
+    assert PL.pipeline_hops(4, 1, Schedule.ZBV) == PL.pipeline_hops(4, 1, Schedule.DUALPIPEV) == 6
+    assert PL.pipeline_hops(4, 1, Schedule.DUALPIPE) == PL.pipeline_hops(4, 1, Schedule.ZB_H1) == 3
+    assert PL.pipeline_hops(1, 1, Schedule.ZBV) == 0  # one GPU: the V never leaves it
+
+
+def test_simulated_routes_make_the_hops():
+    from planner.timeline import _route
+
+    for schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE, Schedule.ZB_H1):
+        for micro in (0, 7):
+            route = _route(schedule, 4, 1, micro, 8)
+            sends = sum(a[0] != b[0] for a, b in zip(route, route[1:]))
+            assert sends == PL.pipeline_hops(4, 1, schedule)

@@ -155,3 +155,16 @@ def in_flight_split(pp, n_micro, schedule: Schedule):
     if schedule is Schedule.DUALPIPE:
         return pp + 1
     return pp + 1 / 2
+
+
+def pipeline_hops(pp, vpp, schedule: Schedule):
+    """Stage-to-stage sends one micro-batch's forward makes between GPUs (its backward makes as
+    many): v·p − 1 for GPipe, 1F1B and the interleaved schedule (a chunk boundary from GPU p − 1
+    back to GPU 0 is a send too); 2(p − 1) for the V-shaped ZB-V and DualPipeV (down the GPUs and
+    back up; the turn at the last GPU stays on it); p − 1 for DualPipe and the other one-chunk
+    schedules, in either direction. Sources: the V placement of Qi et al. 2024 v2 §6 and
+    deepseek-ai/DualPipe dualpipev.py (chunk 0 on stage k, chunk 1 on stage 2p − 1 − k).
+    planner.formulas.comm.pp_step_bytes counts v·p − 1: for a V pass it v = (2p − 1)/p."""
+    if schedule in (Schedule.ZBV, Schedule.DUALPIPEV):
+        return 2 * (pp - 1)
+    return vpp * pp - 1
