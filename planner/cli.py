@@ -435,6 +435,9 @@ def search(
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, allow_tp_across_nodes)
+        if emit and req.schedule is None:  # plans whose settings can be written
+            from .search import EMITTED_SCHEDULES
+            req = req.model_copy(update={"schedule": list(EMITTED_SCHEDULES)})
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")

@@ -63,7 +63,7 @@ CONSTRAINTS = [
     "dp·tp·pp·cp = gpus",
     "tp ≤ GPUs per NVLink domain unless --allow-tp-across-nodes (or --tp names it)",
     f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: 1F1B, ZB-H1, ZB-H2, "
-    "ZB-V, DualPipe or DualPipeV for vpp = 1, interleaved for vpp > 1",
+    "ZB-V or DualPipeV for vpp = 1, interleaved for vpp > 1 (DualPipe when named)",
     *(rule.text for rule in constraints.RULES),
 ]
 
@@ -93,11 +93,17 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
 
 
 SEARCHED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZB_H2,
-                      Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV)
-"""The schedules the search tries when --schedule is not given. For now every schedule with a
-1F1B-like memory profile or better is tried whatever the framework; the --framework option is
-to narrow this list to the schedules its framework runs (GPipe is left out: 1F1B has its
-bubble with less memory)."""
+                      Schedule.ZBV, Schedule.DUALPIPEV)
+"""The schedules the search tries when --schedule is not given, whatever the framework for now:
+the --framework option is to narrow this list to the schedules its framework runs. GPipe is left
+out (1F1B has its bubble with less memory); so is DualPipe until the memory model holds its
+second parameter copy (cost.layout_costs' `parameter_copies`): `--schedule dualpipe` plans it,
+with one copy counted."""
+
+
+EMITTED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+"""The schedules planner.emit writes launch settings for: `search --emit` searches these alone
+(until --framework names each framework's own list)."""
 
 
 def _choice_groups(req: PlanRequest):

@@ -17,6 +17,15 @@ Sources for the per-stage orders:
   chunk-forwards (all of them when that reaches v·m), then one chunk-forward and one
   chunk-backward in turn, backwards visiting the chunks in reverse order. Like Megatron (which
   raises for a remainder 0 < m mod p < p), this module requires m to be a multiple of p.
+* ZB-H1 / ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024, §2 and Fig. 3):
+  the backward split into B (input gradient) and W (weight gradient); stage k runs 1F1B's
+  p − k − 1 warm-up forwards with its W k micro-batches late (ZB-H1), or 2(p − k − 1) warm-up
+  forwards with its W 2k late (ZB-H2).
+* ZB-V: PyTorch's ``ScheduleZBVZeroBubble`` (torch/distributed/pipelining/schedules.py), two
+  chunks per GPU in a V (chunk 0 on stage k, chunk 1 on stage 2p − 1 − k).
+* DualPipe and DualPipeV: the eight steps of ``step`` in deepseek-ai/DualPipe (dualpipe.py,
+  dualpipev.py @ 3da1bbe), with its queue of deferred W and its overlapped F&B pairs, which
+  start when both of their inputs have arrived.
 
 ``to_text_rows`` and ``to_svg`` draw the result; neither imports rich nor prints (render.py
 colours the text cells).

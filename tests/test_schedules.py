@@ -43,6 +43,9 @@ def test_dualpipe_deepseek_table_2():
     # DualPipeV on PP = 8 stages = 4 GPUs: the same (8/2 − 1)·2 = 6 in chunk times, whose chunk
     # is half a GPU's stage: F = B = W = 2 per GPU stage gives chunks of 1 and a bubble of 6.
     assert PL.bubble_time_s(4, Schedule.DUALPIPEV, 2.0, 2.0, 2.0) == 6
+    # unequal times, p = 8 (k = 3), F = 1, B = 2, W = 1: max((k − 1)F + 2kB − kW, k(2F + B − W))
+    # = max(2 + 12 − 3, 3·3) = 11, under the table's k(F + 2B − W) = 3·4 = 12
+    assert PL.bubble_time_s(8, Schedule.DUALPIPE, 1.0, 2.0, 1.0) == 11
 
 
 @pytest.mark.parametrize("schedule,first,last", [
@@ -94,13 +97,24 @@ def test_dualpipe_two_stages_have_no_bubble():
     assert PL.bubble_fraction(2, m, 1, Schedule.DUALPIPE, F, B, W) == 0
 
 
-def test_dualpipe_is_deepseek_table_form():
-    # (PP/2 − 1)(F&B + B′ − 3W) with B′ = B + W and F&B = F + B′
-    whole = B + W
-    table = (p / 2 - 1) * ((F + whole) + whole - 3 * W)
-    assert sp.expand(PL.bubble_time_s(p, Schedule.DUALPIPE, F, B, W) - table) == 0
-    chunk = (2 * p / 2 - 1) * ((F + whole) / 2 + whole / 2 - 3 * W / 2)
-    assert sp.expand(PL.bubble_time_s(p, Schedule.DUALPIPEV, F, B, W) - chunk) == 0
+def test_dualpipe_meets_deepseek_table_form_at_equal_times():
+    # DeepSeek-V3 Table 2: (PP/2 − 1)(F&B + B′ − 3W), B′ = B + W, F&B = F + B′; at F = B = W
+    # that is (p/2 − 1)·2F, and DualPipeV's, on 2p half chunks, (p − 1)·F
+    assert sp.simplify(PL.bubble_time_s(p, Schedule.DUALPIPE, F, F, F) - (p / 2 - 1) * 2 * F) == 0
+    assert sp.simplify(PL.bubble_time_s(p, Schedule.DUALPIPEV, F, F, F) - (p - 1) * F) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(pp=st.sampled_from([2, 4, 8, 16, 32]), w=st.floats(0.01, 1.0),
+       f_over_w=st.floats(1.0, 4.0), b_over_f=st.floats(1.0, 4.0))
+def test_deepseek_table_is_an_upper_bound(pp, w, f_over_w, b_over_f):
+    # for W ≤ F ≤ B the published k(F + 2B − W) never undercuts the simulated schedule
+    f = w * f_over_w
+    b = f * b_over_f
+    k = pp / 2 - 1
+    assert PL.bubble_time_s(pp, Schedule.DUALPIPE, f, b, w) <= k * (f + 2 * b - w) + 1e-9
+    kv = pp - 1
+    assert PL.bubble_time_s(pp, Schedule.DUALPIPEV, f, b, w) <= kv * (f + 2 * b - w) / 2 + 1e-9
 
 
 @pytest.mark.parametrize("schedule", SPLIT)

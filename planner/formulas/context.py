@@ -19,6 +19,7 @@ attention (PyTorch ``context_parallel``).
 
 from __future__ import annotations
 
+from . import _ops
 from .choices import ContextKind
 
 
@@ -84,6 +85,6 @@ def ring_messages(cp, cp_a2a):
 def a2a_heads_fit(n_heads, n_kv_heads, tp, cp_a2a):
     """The all-to-all splits each TP rank's heads and KV heads over c_a ranks: the indicator that
     c_a divides a/t and k/t (Transformer Engine's a2a asserts it; Megatron-Bridge: "CP ≤
-    num_kv_heads"), i.e. t·c_a divides a and k. On integers or int arrays: a rule for
+    num_kv_heads"), i.e. t·c_a divides a and k: 1 or 0 on any backend, for a rule of
     planner.constraints."""
-    return (n_heads % (tp * cp_a2a) == 0) & (n_kv_heads % (tp * cp_a2a) == 0)
+    return _ops.divides(tp * cp_a2a, n_heads) * _ops.divides(tp * cp_a2a, n_kv_heads)

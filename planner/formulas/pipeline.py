@@ -53,28 +53,28 @@ def pipeline_slots(pp, n_micro, vpp=1, schedule=Schedule.ONE_F_ONE_B, fwd_s=1.0,
 def bubble_time_s(pp, schedule: Schedule, fwd_s, bgrad_s, wgrad_s, vpp=1):
     """The idle time of one stage in a step, beyond its m·(F + B + W) of work, where F, B and W are
     one stage's forward, input-gradient and weight-gradient times for one micro-batch (for a
-    V-shaped schedule, the GPU's two chunks together). Valid for W ≤ F and W ≤ B (a layer's
-    forward and input-gradient passes each run at least the weight-gradient GEMMs' FLOPs) and
-    the micro-batch counts of the constraints (ZB-H1 m ≥ p, ZB-H2 m ≥ 2p − 1, the others m ≥ 2p).
+    V-shaped schedule, the GPU's two chunks together). Exact — equal to planner.timeline's
+    event simulation of each schedule's order — for W ≤ F ≤ B (a layer's forward runs at least
+    the weight-gradient GEMMs' FLOPs, its input gradient at least the forward's; ZB-H1 and ZB-H2
+    need only W ≤ F and W ≤ B) and the micro-batch counts of planner.constraints.
 
-    1F1B, GPipe:  (p − 1)(F + B + W)          Narayanan et al. 2021 §2.2.1 (v = 1).
-    Interleaved:  (p − 1)(F + B + W)/v        Narayanan et al. 2021 §2.2.2.
-    ZB-H1:        (p − 1)(F + B − W)          Qi et al. 2024 §2.1 and Table 1 (exact, tested).
-    ZB-H2:        (p − 1)·max(F, F + B − 2W)  Qi et al. 2024 §2.2 give (p − 1)(F + B − 2W), which
-        counts the steady state where the next step's warm-up fills this step's cool-down (their
-        §4 post-validation replaces the optimizer's synchronisation); with the optimizer step
-        waiting for the pipeline, the last stage still starts (p − 1)·F late (exact, tested).
-    ZB-V:         (p − 1)(F + B − W)/2        ZB-H1's form on the V's half-stage chunks (Qi et
-        al. 2024 arXiv v2 §6): (p − 1)·F/2 at F = B = W, where PyTorch's ScheduleZBVZeroBubble
-        is zero-bubble in the steady state; equal to the simulation there, within −6 %…+4 % of
-        the simulated step for W ≤ F ≤ B ≤ 3F (no closed form is published for unequal times).
-    DualPipe:     (p/2 − 1)(F + 2B − W)       DeepSeek-V3 report Table 2, (PP/2 − 1)(F&B + B′ − 3W)
-        with B′ = B + W the whole backward and F&B = F + B′ (the overlapped pair computes both;
-        the overlap hides communication, not compute). Equal to the simulation at F = B = W, and
-        at most 4 % above the simulated step otherwise (the published form is an upper bound).
-    DualPipeV:    (p − 1)(F + 2B − W)/2       deepseek-ai/DualPipe README: DualPipe's bubble on
-        PP = 2p half-stage chunks (PP/2 − 1 = p − 1); equal to the simulation at F = B = W, at
-        most 4 % above it otherwise.
+    1F1B, GPipe:  (p − 1)(F + B + W)            Narayanan et al. 2021 §2.2.1 (v = 1).
+    Interleaved:  (p − 1)(F + B + W)/v          Narayanan et al. 2021 §2.2.2.
+    ZB-H1:        (p − 1)(F + B − W)            Qi et al. 2024 §2.1 and Table 1.
+    ZB-H2:        (p − 1)·max(F, F + B − 2W)    Qi et al. 2024 §2.2 give (p − 1)(F + B − 2W), the
+        steady state where the next step's warm-up fills this step's cool-down (their §4
+        post-validation replaces the optimizer's synchronisation); with the optimizer step
+        waiting for the pipeline, the last stage still starts (p − 1)·F late.
+    ZB-V:         (p − 1)·max(F, B, 2(B − W))/2   the order of PyTorch's ScheduleZBVZeroBubble
+        (Qi et al. 2024 arXiv v2 §6): (p − 1)·F/2 at F = B = W, where it is zero-bubble in the
+        steady state; no closed form is published for unequal times: this one is derived from
+        the simulation and checked against it (the F term only bounds F > B).
+    DualPipe:     max((k − 1)F + 2kB − kW, k(2F + B − W)), k = p/2 − 1. DeepSeek-V3 report
+        Table 2 gives k(F&B + B′ − 3W) with the whole backward B′ = B + W and the overlapped pair
+        F&B = F + B′ (the overlap hides communication, not compute): k(F + 2B − W), equal to
+        this at F = B = W and above it for F < B (their figure is an upper bound).
+    DualPipeV:    the DualPipe form on the 2p half-stage chunks (F/2, B/2, W/2) with k = p − 1
+        (deepseek-ai/DualPipe README: the same bubble, PP = 2p stages on PP/2 devices).
 
     At p = 4, F = B = W = 1: 1F1B 9, ZB-H1 3, ZB-H2 3, ZB-V 1.5, DualPipe 2, DualPipeV 3."""
     F, B, W = fwd_s, bgrad_s, wgrad_s
@@ -83,12 +83,21 @@ def bubble_time_s(pp, schedule: Schedule, fwd_s, bgrad_s, wgrad_s, vpp=1):
     if schedule is Schedule.ZB_H2:
         return (pp - 1) * _ops.maximum(F, F + B - 2 * W)
     if schedule is Schedule.ZBV:
-        return (pp - 1) * (F + B - W) / 2
+        return (pp - 1) * _ops.maximum(_ops.maximum(F, B), 2 * (B - W)) / 2
     if schedule is Schedule.DUALPIPE:
-        return (pp / 2 - 1) * (F + 2 * B - W)
+        return dualpipe_bubble_s(pp / 2 - 1, F, B, W)
     if schedule is Schedule.DUALPIPEV:
-        return (pp - 1) * (F + 2 * B - W) / 2
+        return dualpipe_bubble_s(pp - 1, F / 2, B / 2, W / 2)
     return (pp - 1) * (F + B + W) / vpp
+
+
+def dualpipe_bubble_s(k, fwd_s, bgrad_s, wgrad_s):
+    """DualPipe's idle time with k = PP/2 − 1 and one stage's F, B, W:
+    max((k − 1)F + 2kB − kW, k(2F + B − W)). The first term: the (F&B) pairs of the main
+    step wait on the B chain, k(F + 2B − W) as DeepSeek-V3 Table 2 counts it, less one F the
+    middle ranks run unpaired; the second: the warm-up's forwards, when F is long against B."""
+    return _ops.maximum((k - 1) * fwd_s + 2 * k * bgrad_s - k * wgrad_s,
+                        k * (2 * fwd_s + bgrad_s - wgrad_s))
 
 
 def parameter_copies(schedule: Schedule):
