@@ -214,3 +214,15 @@ def test_simulated_routes_make_the_hops():
             route = _route(schedule, 4, 1, micro, 8)
             sends = sum(a[0] != b[0] for a, b in zip(route, route[1:]))
             assert sends == PL.pipeline_hops(4, 1, schedule)
+
+
+def test_ends_on_first_gpu_follows_the_simulated_routes():
+    from planner.timeline import _route
+
+    for schedule in Schedule:
+        if schedule is Schedule.INTERLEAVED:  # its last chunk is on GPU p − 1
+            continue
+        # some micro-batch's last stage (its LM head) runs on GPU 0
+        ends = {_route(schedule, 4, 1, i, 8)[-1][0] for i in range(8)}
+        assert PL.ends_on_first_gpu(schedule) == int(0 in ends)
+    assert PL.ends_on_first_gpu(Schedule.INTERLEAVED) == 0
