@@ -44,10 +44,18 @@ def plan_timeline(model_name: str, hw_name: str, plan: Plan):
     from .timeline import simulate
 
     model, hw, config = load_model(model_name), load_hardware(hw_name), plan.config
-    costs = plan_costs(numbers(model, hw, config), Choices.of(config))
+    terms: dict = {}
+
+    def keep(name, value):
+        terms[name] = value
+        return value
+
+    costs = plan_costs(numbers(model, hw, config), Choices.of(config), keep)
     fwd_s = float(costs["stage_layers"] * costs["layer_forward_total_s"])
     bwd_s = float(costs["stage_microbatch_s"]) - fwd_s
-    return simulate(config.schedule, config.pp, config.n_micro, config.vpp, fwd_s, bwd_s)
+    # the split-backward schedules run the weight-gradient GEMMs as their own W blocks
+    return simulate(config.schedule, config.pp, config.n_micro, config.vpp, fwd_s, bwd_s,
+                    float(terms["wgrad_microbatch_s"]))
 
 
 def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_price: float | None,

@@ -193,7 +193,8 @@ VppOpt = _opt("Virtual pipeline stages per GPU (interleaved schedule).")
 MbsOpt = _opt("Micro-batch size(s) in sequences.")
 ZeroOpt = _opt("ZeRO stage(s) 0-3 (1 = distributed optimizer, 3 = FSDP), or auto.")
 RecomputeOpt = _opt("Activation recompute: none, selective, full (comma list), or auto.")
-ScheduleOpt = _opt("Pipeline schedule: gpipe, 1f1b, interleaved.")
+ScheduleOpt = _opt("Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zbv, dualpipe, "
+                   "dualpipev.")
 SpOpt = Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism.")]
 GbsOpt = Annotated[int | None, typer.Option(help="Global batch size in sequences.")]
 TokensOpt = Annotated[int | None, typer.Option(help="Global batch in tokens (gbs = this/seq).")]

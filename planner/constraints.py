@@ -39,7 +39,7 @@ def of(config: PlanConfig) -> SimpleNamespace:
         dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
         interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
-        **choices(config.zero_stage, config.schedule, config.precision))
+        schedule=config.schedule, **choices(config.zero_stage, config.schedule, config.precision))
 
 
 def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
@@ -47,6 +47,12 @@ def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
     fp16 and fp8 (1 when the plan uses them)."""
     return dict(zero=int(zero_stage), gpipe=int(schedule is Schedule.GPIPE),
                 fp16=int(precision is Precision.FP16), fp8=int(precision is Precision.FP8))
+
+
+def _runs(layout, schedule: Schedule) -> bool:
+    """Whether a layout (or a group of them: the search builds one per schedule) runs
+    `schedule`; a layout without a `schedule` runs 1F1B or the interleaved schedule."""
+    return getattr(layout, "schedule", None) is schedule
 
 
 RULES = (
@@ -83,7 +89,34 @@ RULES = (
     Rule("sequence parallelism only with tp > 1",
          lambda m, c: (c.sp == 0) | (c.tp > 1),
          lambda m, c: "sequence parallelism needs tp > 1 (use --no-sp with tp = 1)"),
+    # ZB-H1 keeps 1F1B's p warm-up micro-batches; its bubble (p − 1)(F + B − W) needs m ≥ p
+    Rule("zb-h1 needs n_micro ≥ pp",
+         lambda m, c: (not _runs(c, Schedule.ZB_H1)) | (c.n_micro >= c.pp),
+         lambda m, c: f"zb-h1 needs n_micro ≥ pp ({c.n_micro} micro-batches, pp={c.pp})"),
+    # ZB-H2's first stage runs 2p − 1 forwards before its first backward (Qi et al. 2024 §2.2)
+    Rule("zb-h2 needs n_micro ≥ 2·pp − 1",
+         lambda m, c: (not _runs(c, Schedule.ZB_H2)) | (c.n_micro >= 2 * c.pp - 1),
+         lambda m, c: f"zb-h2 needs n_micro ≥ 2·pp − 1 = {2 * c.pp - 1} ({c.n_micro} "
+                      "micro-batches): its first stage runs 2·pp − 1 forwards before a backward"),
+    # the V schedules put two chunks on each GPU; DualPipeV's step asserts m ≥ 2p
+    # (deepseek-ai/DualPipe dualpipev.py), and ZB-V's warm-up runs 2p − 1 chunk-0 forwards
+    Rule("zbv and dualpipev need n_micro ≥ 2·pp and 2·pp ≤ layers (two chunks per GPU)",
+         lambda m, c: (not (_runs(c, Schedule.ZBV) or _runs(c, Schedule.DUALPIPEV)))
+         | ((c.n_micro >= 2 * c.pp) & (2 * c.pp <= m.n_layers)),
+         lambda m, c: f"{c.schedule.value} needs n_micro ≥ 2·pp = {2 * c.pp} (got "
+                      f"{c.n_micro}) and 2·pp ≤ the {m.n_layers} layers (two chunks per GPU)"),
+    # DualPipe feeds half the micro-batches from each end and pairs ranks k and p − 1 − k
+    # (deepseek-ai/DualPipe dualpipe.py: num_ranks % 2 == 0, num_chunks even and ≥ 2·num_ranks)
+    Rule("dualpipe needs an even pp and an even n_micro ≥ 2·pp",
+         lambda m, c: (not _runs(c, Schedule.DUALPIPE))
+         | ((c.pp % 2 == 0) & (c.n_micro % 2 == 0) & (c.n_micro >= 2 * c.pp)),
+         lambda m, c: f"dualpipe needs an even pp and an even n_micro ≥ 2·pp (got pp={c.pp}, "
+                      f"n_micro={c.n_micro}): half the micro-batches enter at each end"),
 )
+
+
+SCHEDULE_RULES = RULES[-4:]
+"""The rules of the split-backward schedules (issue 15): they read the layout's `schedule`."""
 
 
 def broken(model: ModelSpec, layout) -> Rule | None:

@@ -206,7 +206,8 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v, boundary))
     cp_layer = C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes)
     cp_bytes = note("cp_bytes", C.cp_step_bytes(layers, m, cp_layer))
-    bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v))
+    # the bubble needs the stage's F, B and W times for the split-backward schedules: zero_costs
+    param_copies = note("parameter_copies", PL.parameter_copies(c.schedule))  # DualPipe: 2
 
     # ---- FLOPs per step ---------------------------------------------------------------------
     attn_w = P.attention_weight_params(h, x.n_heads, x.n_kv_heads, x.head_dim)
@@ -285,6 +286,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     compute_mb_s = note("compute_microbatch_s", layers * (fwd_s + bwd_s + recompute_s) + head_s)
     tp_mb_s = layers * tp_layer_exposed
     cp_mb_s = layers * cp_layer_exposed
+    # the split-backward schedules' W (Qi et al. 2024 §2): the weight-gradient GEMMs, which run the
+    # forward matmuls' FLOPs; F is the forward with its TP all-reduces, B the rest of the stage
+    wgrad_mb_s = note("wgrad_microbatch_s", layers * mm_s)
+    fwd_mb_s = note("forward_microbatch_s", layers * layer_fwd_total)
 
     dp_span = C.dp_group_span(t, cp, x.dp)
     dp_inside = C.inside_domain(dp_span, x.domain)
@@ -296,11 +301,12 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         params_first=params_first, params_last=params_last, layer_act=layer_act,
         act_first=act_first, act_last=act_last, inflight_first=inflight_first,
         inflight_last=inflight_last, tp_bytes=tp_bytes, pp_bytes=pp_bytes, cp_bytes=cp_bytes,
-        bubble=bubble, model_flops=model_flops, hardware_flops=hardware_flops, fwd_s=fwd_s,
+        model_flops=model_flops, hardware_flops=hardware_flops, fwd_s=fwd_s,
         bwd_s=bwd_s, recompute_s=recompute_s, layer_fwd_total=layer_fwd_total,
         layer_bwd_total=layer_bwd_total, compute_mb_s=compute_mb_s, tp_mb_s=tp_mb_s,
         cp_mb_s=cp_mb_s, pp_mb_s=pp_mb_s, dp_bw=dp_bw, dp_lat=dp_lat, tp_inside=tp_inside,
-        cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside)
+        cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside,
+        param_copies=param_copies, wgrad_mb_s=wgrad_mb_s, fwd_mb_s=fwd_mb_s)
 
 
 def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
@@ -400,7 +406,10 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard), x.hbm_bw, x.hbm_eff))
 
     stage_mb_s = note("stage_microbatch_s", k.compute_mb_s + k.tp_mb_s + k.cp_mb_s + k.pp_mb_s + zero3_mb_s)
-    slots = PL.pipeline_slots(p, m, v)
+    bgrad_mb_s = stage_mb_s - k.fwd_mb_s - k.wgrad_mb_s  # B: the backward less its W
+    times = (c.schedule, k.fwd_mb_s, bgrad_mb_s, k.wgrad_mb_s)
+    bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v, *times))
+    slots = PL.pipeline_slots(p, m, v, *times)
     step_s = note("step_s", T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s))
     n_gpus = x.dp * t * p * cp
 
@@ -418,11 +427,11 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         allocated_bytes=allocated_bytes, reserved_bytes=reserved_bytes,
         inflight_first=k.inflight_first, inflight_last=k.inflight_last,
         dp_bytes=dp_bytes, tp_bytes=k.tp_bytes, pp_bytes=k.pp_bytes, cp_bytes=k.cp_bytes,
-        bubble_fraction=k.bubble, model_flops=k.model_flops, hardware_flops=k.hardware_flops,
+        bubble_fraction=bubble, model_flops=k.model_flops, hardware_flops=k.hardware_flops,
         compute_s=note("compute_s", m * k.compute_mb_s), tp_exposed_s=tp_exposed,
         cp_exposed_s=cp_exposed, pp_exposed_s=pp_exposed, dp_exposed_s=dp_exposed,
         exposed_comm_s=tp_exposed + cp_exposed + pp_exposed + dp_exposed,
-        bubble_s=note("bubble_s", stage_mb_s * (p - 1) / v), optimizer_s=optimizer_s,
+        bubble_s=note("bubble_s", stage_mb_s * (slots - m)), optimizer_s=optimizer_s,
         step_s=step_s, stage_microbatch_s=stage_mb_s, forward_layer_s=k.fwd_s,
         layer_forward_total_s=k.layer_fwd_total, layer_backward_total_s=k.layer_bwd_total,
         tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, k.s, step_s)),

@@ -26,7 +26,7 @@ def emit(fmt: str, config: PlanConfig, model: ModelSpec) -> EmitResult:
     Raises PlanError, naming the framework and the reason, when the framework cannot express the
     plan, and when the name is unknown (the message lists the known ones)."""
     key, framework = of_format(fmt)
-    check_plan(key, config)
+    check_plan(key, config, framework.schedules)
     return framework.emitters[key](config, model)
 
 

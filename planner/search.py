@@ -61,8 +61,8 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
 CONSTRAINTS = [
     "dp·tp·pp·cp = gpus",
     "tp ≤ GPUs per NVLink domain unless --allow-tp-across-nodes (or --tp names it)",
-    f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: 1F1B for vpp = 1, "
-    "interleaved for vpp > 1",
+    f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: 1F1B, ZB-H1, ZB-H2, "
+    "ZB-V or DualPipeV for vpp = 1, interleaved for vpp > 1 (DualPipe when named)",
     *(rule.text for rule in constraints.RULES),
 ]
 
@@ -91,8 +91,11 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
     return {k: v[ok] for k, v in cols.items()}
 
 
-OPEN_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
-"""The schedules an open search tries (where the framework runs them); GPipe only when named."""
+SEARCHED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZB_H2,
+                      Schedule.ZBV, Schedule.DUALPIPEV)
+"""The schedules the search tries when --schedule is not given, where the plan's framework runs
+them (Framework.schedules). GPipe is left out (1F1B has its bubble with less memory); so is
+DualPipe, which holds two copies of the parameters: `--schedule dualpipe` plans it."""
 
 
 def _choice_groups(req: PlanRequest):
@@ -102,7 +105,7 @@ def _choice_groups(req: PlanRequest):
     zeros = [z for z in (req.zero or list(ZeroStage)) if z in framework.zero_stages]
     recomputes = req.recompute or list(Recompute)
     sps = req.sp if req.sp is not None else [True, False]
-    schedules = [s for s in (req.schedule or OPEN_SCHEDULES) if s in framework.schedules]
+    schedules = [s for s in (req.schedule or SEARCHED_SCHEDULES) if s in framework.schedules]
     if not zeros or not schedules:
         return
     for r, sp, sched in itertools.product(recomputes, sps, schedules):
@@ -153,7 +156,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
     costs: dict[str, list] = {}
     for r, sp, sched, zeros in _choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
-        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp)
+        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                                  schedule=sched)
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         # what the framework runs, stage by stage (its rules read the ZeRO stage)

@@ -17,6 +17,15 @@ Sources for the per-stage orders:
   chunk-forwards (all of them when that reaches v·m), then one chunk-forward and one
   chunk-backward in turn, backwards visiting the chunks in reverse order. Like Megatron (which
   raises for a remainder 0 < m mod p < p), this module requires m to be a multiple of p.
+* ZB-H1 / ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024, §2 and Fig. 3):
+  the backward split into B (input gradient) and W (weight gradient); stage k runs 1F1B's
+  p − k − 1 warm-up forwards with its W k micro-batches late (ZB-H1), or 2(p − k − 1) warm-up
+  forwards with its W 2k late (ZB-H2).
+* ZB-V: PyTorch's ``ScheduleZBVZeroBubble`` (torch/distributed/pipelining/schedules.py), two
+  chunks per GPU in a V (chunk 0 on stage k, chunk 1 on stage 2p − 1 − k).
+* DualPipe and DualPipeV: the eight steps of ``step`` in deepseek-ai/DualPipe (dualpipe.py,
+  dualpipev.py @ 3da1bbe), with its queue of deferred W and its overlapped F&B pairs, which
+  start when both of their inputs have arrived.
 
 ``to_text_rows`` and ``to_svg`` draw the result; neither imports rich nor prints (render.py
 colours the text cells).
@@ -55,6 +64,9 @@ class Block:
     chunk: int
     start_s: float
     end_s: float
+    whole: bool = True
+    """For a "B" block: True when it is the whole backward; False when it computes the input
+    gradient only and a "W" block (the weight gradient) follows later (Qi et al. 2024 §2)."""
 
     @property
     def duration_s(self) -> float:
@@ -86,6 +98,13 @@ class Timeline:
     makespan_s: float
     busy_s: list[float]
     bubble_fraction: float
+    wgrad_s: float = 0.0
+    """One stage's weight-gradient time for a whole micro-batch, for the schedules that split
+    the backward (SPLIT_BACKWARD): B then takes bwd_s − wgrad_s, W wgrad_s. 0 for the others."""
+    chunks_per_stage: int = 0
+    """How many chunks make up one GPU's share of the layers: v for the interleaved schedule, 2
+    for the V-shaped ones (ZB-V, DualPipeV), 1 otherwise — DualPipe's chunk 1 is a second whole
+    stage (the reverse direction's), not a part of the first (0 is read as vpp)."""
 
     @property
     def idle_s(self) -> list[float]:
@@ -148,6 +167,214 @@ def _order_interleaved(pp: int, m: int, vpp: int, stage: int) -> list[tuple[str,
     return order
 
 
+SPLIT_BACKWARD = frozenset({Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZBV, Schedule.DUALPIPE,
+                            Schedule.DUALPIPEV})
+"""Schedules that split the backward into an input-gradient block "B" and a weight-gradient block
+"W" (Qi et al. 2024 §2). In their orders "BW" is a whole backward (B then W at once), drawn as
+one "B" block of the full backward's length."""
+
+V_SHAPED = frozenset({Schedule.ZBV, Schedule.DUALPIPEV})
+"""Two chunks per GPU in a V: chunk 0 is stage k, chunk 1 is stage 2p − 1 − k."""
+
+
+def _order_zero_bubble(pp: int, m: int, stage: int, warmup: int, lag: int):
+    """1F1B with the weight gradients deferred: ``warmup`` forwards, then forward, B and the W
+    ``lag`` micro-batches behind, the remaining B each with its W, the remaining W last."""
+    warmup = min(warmup, m)
+    order = [("F", i, 0) for i in range(warmup)]
+    done_w = 0
+    for j in range(m):
+        if warmup + j < m:
+            order.append(("F", warmup + j, 0))
+        order.append(("B", j, 0))
+        if j >= lag:
+            order.append(("W", done_w, 0))
+            done_w += 1
+    order += [("W", i, 0) for i in range(done_w, m)]
+    return order
+
+
+def _order_zb_h1(pp: int, m: int, stage: int) -> list[tuple[str, int, int]]:
+    """ZB-H1 (Qi et al. 2024 §2.1, Fig. 3 top): stage k runs 1F1B's p − k − 1 warm-up forwards
+    and defers its W by k micro-batches, so every stage holds p micro-batches at its peak."""
+    return _order_zero_bubble(pp, m, stage, pp - stage - 1, stage)
+
+
+def _order_zb_h2(pp: int, m: int, stage: int) -> list[tuple[str, int, int]]:
+    """ZB-H2 (Qi et al. 2024 §2.2, Fig. 3 bottom): 2(p − k − 1) warm-up forwards and W deferred
+    by 2k micro-batches: 2p − 1 micro-batches in flight on every stage."""
+    return _order_zero_bubble(pp, m, stage, 2 * (pp - stage - 1), 2 * stage)
+
+
+def _order_zbv(pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """ZB-V (Qi et al. 2024 arXiv v2 §6), as PyTorch builds it
+    (torch/distributed/pipelining/schedules.py ``ScheduleZBVZeroBubble``): 2(p − k) − 1 chunk-0
+    forwards; k pairs (chunk-1 forward, chunk-0 forward); p − k (chunk-1 F, B, W); then
+    (chunk-0 F, B, W, chunk-1 F, B, W) until every forward ran; the cool-down runs k pairs of
+    B (chunk 0, chunk 1), p − k (chunk-0 B, oldest chunk-0 W), then the remaining W. PyTorch
+    plans for at least 2p − 1 micro-batches and drops those beyond m."""
+    n = max(2 * pp - 1, m)
+    order = []
+    f = [0, 0]
+    b = [0, 0]
+
+    def add(kind, chunk, i):
+        order.append((kind, i, chunk))
+
+    for _ in range(2 * (pp - rank) - 1):
+        add("F", 0, f[0])
+        f[0] += 1
+    for _ in range(rank):
+        add("F", 1, f[1])
+        f[1] += 1
+        add("F", 0, f[0])
+        f[0] += 1
+    for _ in range(pp - rank):
+        add("F", 1, f[1])
+        f[1] += 1
+        add("B", 1, b[1])
+        add("W", 1, b[1])
+        b[1] += 1
+    while f[1] < f[0] or f[0] < n:
+        if f[0] < n:
+            add("F", 0, f[0])
+            f[0] += 1
+        add("B", 0, b[0])
+        add("W", 0, b[0])
+        b[0] += 1
+        add("F", 1, f[1])
+        f[1] += 1
+        add("B", 1, b[1])
+        add("W", 1, b[1])
+        b[1] += 1
+    w = list(b)
+    for _ in range(rank):
+        add("B", 0, b[0])
+        b[0] += 1
+        add("B", 1, b[1])
+        b[1] += 1
+    for _ in range(pp - rank):
+        add("B", 0, b[0])
+        b[0] += 1
+        add("W", 0, w[0])
+        w[0] += 1
+    order += [("W", i, 1) for i in range(w[1], b[1])]
+    order += [("W", i, 0) for i in range(w[0], b[0])]
+    return [op for op in order if op[1] < m]
+
+
+class _DualOrder:
+    """Builds one rank's order the way deepseek-ai/DualPipe's ``step`` issues its chunks: per
+    phase, forwards and backwards take the next micro-batch in turn; a backward "with zero bubble"
+    runs B now and queues its W, which ``weight`` pops oldest first (``WeightGradStore``)."""
+
+    def __init__(self, chunk_of_phase, micro_of):
+        self.chunk_of_phase, self.micro_of = chunk_of_phase, micro_of
+        self.f, self.b, self.queue, self.order = [0, 0], [0, 0], [], []
+
+    def forward(self, phase):
+        chunk = self.chunk_of_phase[phase]
+        self.order.append(("F", self.micro_of(chunk, self.f[phase]), chunk))
+        self.f[phase] += 1
+
+    def overlapped(self, f_phase, b_phase):
+        """An F&B pair (``_forward_backward_chunk``): one forward and one whole backward run
+        together, starting once both inputs have arrived; drawn as the forward, then the
+        backward."""
+        self.forward(f_phase)
+        self.order[-1] = (*self.order[-1], "pair")
+        self.backward(b_phase)
+
+    def backward(self, phase, zero_bubble=False):
+        chunk = self.chunk_of_phase[phase]
+        micro = self.micro_of(chunk, self.b[phase])
+        self.b[phase] += 1
+        if zero_bubble:
+            self.order.append(("B", micro, chunk))
+            self.queue.append((micro, chunk))
+        else:
+            self.order.append(("BW", micro, chunk))
+
+    def weight(self):
+        if self.queue:
+            micro, chunk = self.queue.pop(0)
+            self.order.append(("W", micro, chunk))
+
+
+def _dual_steps(o: _DualOrder, ranks: int, rank: int, chunks: int, middle: bool):
+    """The eight steps of DualPipe's ``step`` (dualpipe.py) and DualPipeV's (dualpipev.py), for
+    ``ranks`` ranks in one half (DualPipe: p/2, ``rank`` its half-rank; DualPipeV: p) and
+    ``chunks`` micro-batches per phase. ``middle``: the rank that turns the micro-batches round,
+    whose first main-step pair is not overlapped."""
+    for _ in range(2 * (ranks - rank - 1)):  # step 1: nF0
+        o.forward(0)
+    for _ in range(rank + 1):  # step 2: nF0F1
+        o.forward(0)
+        o.forward(1)
+    for _ in range(ranks - rank - 1):  # step 3: nB1W1F1, zero bubble
+        o.backward(1, zero_bubble=True)
+        o.weight()
+        o.forward(1)
+    for i in range(chunks - 2 * ranks + rank + 1):  # step 4: nF0B1F1B0 (two F&B pairs)
+        if i == 0 and middle:
+            o.forward(0)
+            o.backward(1)
+        else:
+            o.overlapped(0, 1)
+        o.overlapped(1, 0)
+    for _ in range(ranks - rank - 1):  # step 5: nB1F1B0
+        o.backward(1)
+        o.overlapped(1, 0)
+    zero_bubble = False  # step 6: nB1B0, the second half with zero bubble
+    step_6 = rank + 1
+    for i in range(step_6):
+        if i == step_6 // 2 and rank % 2 == 1:
+            zero_bubble = True
+        o.backward(1, zero_bubble)
+        if i == step_6 // 2 and rank % 2 == 0:
+            zero_bubble = True
+        o.backward(0, zero_bubble)
+    for _ in range(ranks - rank - 1):  # step 7: nWB0, zero bubble
+        o.weight()
+        o.backward(0, zero_bubble=True)
+    for _ in range(rank + 1):  # step 8: nW
+        o.weight()
+
+
+def _order_dualpipe(pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """DualPipe (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe dualpipe.py ``step``): m/2
+    micro-batches enter at rank 0 (chunk 0, micro-batches 0 … m/2 − 1) and m/2 at rank p − 1
+    (chunk 1, micro-batches m/2 … m − 1). Ranks in the first half call the forward direction
+    phase 0, those in the second half the reverse one; each runs the eight steps with its
+    half-rank min(k, p − 1 − k)."""
+    half = m // 2
+    second = rank >= pp // 2
+    o = _DualOrder((1, 0) if second else (0, 1), lambda chunk, i: chunk * half + i)
+    _dual_steps(o, pp // 2, min(rank, pp - 1 - rank), half,
+                rank in (pp // 2 - 1, pp // 2))
+    return o.order
+
+
+def _order_dualpipev(pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """DualPipeV (deepseek-ai/DualPipe dualpipev.py ``step``; PyTorch ``ScheduleDualPipeV``): the
+    eight DualPipe steps on p ranks with m micro-batches through a V of 2p stages, chunk 0 going
+    down (stage k) and chunk 1 coming back (stage 2p − 1 − k)."""
+    o = _DualOrder((0, 1), lambda chunk, i: i)
+    _dual_steps(o, pp, rank, m, rank == pp - 1)
+    return o.order
+
+
+def _route(schedule: Schedule, pp: int, vpp: int, micro: int, n_micro: int):
+    """The (stage, chunk) a micro-batch's forward visits, in order (its backward goes back)."""
+    if schedule in V_SHAPED:
+        return [(k, 0) for k in range(pp)] + [(k, 1) for k in reversed(range(pp))]
+    if schedule is Schedule.DUALPIPE:
+        if micro < n_micro // 2:
+            return [(k, 0) for k in range(pp)]
+        return [(k, 1) for k in reversed(range(pp))]
+    return [(s % pp, s // pp) for s in range(vpp * pp)]
+
+
 def _dependency(kind, micro, chunk, stage, pp, vpp):
     """The block whose end a block waits for, as (kind, micro, chunk, stage), or None.
 
@@ -181,6 +408,16 @@ def _check(schedule: Schedule, pp: int, n_micro: int, vpp: int, fwd_s: float, bw
         raise PlanError(
             f"vpp={vpp} needs schedule 'interleaved'; '{schedule.value}' runs one chunk per stage"
         )
+    if schedule is Schedule.DUALPIPE and (pp % 2 or n_micro % 2 or n_micro < 2 * pp):
+        raise PlanError(
+            f"DualPipe needs an even pp and an even n_micro ≥ 2·pp (deepseek-ai/DualPipe "
+            f"dualpipe.py); got pp={pp}, n_micro={n_micro}"
+        )
+    if schedule is Schedule.DUALPIPEV and n_micro < 2 * pp:
+        raise PlanError(
+            f"DualPipeV needs n_micro ≥ 2·pp (deepseek-ai/DualPipe dualpipev.py); got "
+            f"pp={pp}, n_micro={n_micro}"
+        )
     return schedule
 
 
@@ -191,6 +428,7 @@ def simulate(
     vpp: int = 1,
     fwd_s: float = 1.0,
     bwd_s: float = 2.0,
+    wgrad_s: float | None = None,
 ) -> Timeline:
     """Simulate one step of ``schedule`` on ``pp`` stages with ``n_micro`` micro-batches.
 
@@ -200,10 +438,17 @@ def simulate(
     Narayanan et al. 2021 §2.2.2 as implemented in Megatron-LM, m a multiple of p); a block starts
     at max(its stage is free, its input is ready). Communication is instantaneous.
 
+    The schedules that split the backward (SPLIT_BACKWARD: ZB-H1, ZB-H2, ZB-V, DualPipe,
+    DualPipeV) run B in bwd_s − wgrad_s and W in wgrad_s (default bwd_s/2: the input- and
+    weight-gradient GEMMs of a layer have the same FLOPs); the V-shaped ones split the stage into
+    two chunks, each taking half of every time.
+
     >>> simulate(Schedule.ONE_F_ONE_B, 4, 8).makespan_s   # (m + p − 1)·(f + b)
     33.0
     """
     schedule = _check(schedule, pp, n_micro, vpp, fwd_s, bwd_s)
+    if schedule in SPLIT_BACKWARD:
+        return _simulate_split(schedule, pp, n_micro, fwd_s, bwd_s, wgrad_s)
     if schedule is Schedule.GPIPE:
         orders = [_order_gpipe(pp, n_micro, k) for k in range(pp)]
     elif schedule is Schedule.ONE_F_ONE_B:
@@ -245,9 +490,73 @@ def simulate(
     )
 
 
+def _simulate_split(schedule, pp, n_micro, fwd_s, bwd_s, wgrad_s) -> Timeline:
+    """simulate() for the schedules with B and W blocks: the same event rule, the dependencies
+    read from each micro-batch's route (_route)."""
+    wgrad_s = bwd_s / 2 if wgrad_s is None else wgrad_s
+    if not (0 < wgrad_s < bwd_s and math.isfinite(wgrad_s)):
+        raise PlanError(f"wgrad_s must lie between 0 and bwd_s = {bwd_s!r}, got {wgrad_s!r}")
+    build = {Schedule.ZB_H1: _order_zb_h1, Schedule.ZB_H2: _order_zb_h2, Schedule.ZBV: _order_zbv,
+             Schedule.DUALPIPE: _order_dualpipe, Schedule.DUALPIPEV: _order_dualpipev}[schedule]
+    orders = [build(pp, n_micro, k) for k in range(pp)]
+    share = 2 if schedule in V_SHAPED else 1  # a V's chunk is half the stage
+    dur = {"F": fwd_s / share, "B": (bwd_s - wgrad_s) / share, "W": wgrad_s / share,
+           "BW": bwd_s / share}
+    routes = [_route(schedule, pp, 1, i, n_micro) for i in range(n_micro)]
+    where = [{place: s for s, place in enumerate(route)} for route in routes]
+
+    def dependency(kind, micro, chunk, rank):
+        route, s = routes[micro], where[micro][(rank, chunk)]
+        if kind == "F":
+            return None if s == 0 else ("F", micro, *route[s - 1])
+        if kind == "W":
+            return ("B", micro, rank, chunk)
+        if s == len(route) - 1:
+            return ("F", micro, rank, chunk)
+        return ("B", micro, *route[s + 1])
+
+    ends: dict[tuple[str, int, int, int], float] = {}
+    rows: list[list[Block]] = [[] for _ in range(pp)]
+    free = [0.0] * pp
+    nxt = [0] * pp
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for k in range(pp):
+            while nxt[k] < len(orders[k]):
+                kind, micro, chunk, *paired = orders[k][nxt[k]]
+                deps = [dependency(kind, micro, chunk, k)]
+                if paired:  # an F&B pair starts when both of its inputs are there
+                    deps.append(dependency(*orders[k][nxt[k] + 1], k))
+                deps = [d for d in deps if d is not None]
+                if any(d not in ends for d in deps):
+                    break
+                start = max([free[k], *(ends[d] for d in deps)])
+                end = start + dur[kind]
+                ends[("B" if kind == "BW" else kind, micro, k, chunk)] = end
+                drawn = "B" if kind == "BW" else kind
+                rows[k].append(Block(drawn, micro, chunk, start, end, whole=kind != "B"))
+                free[k] = end
+                nxt[k] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - the orders above never deadlock
+            raise RuntimeError(f"pipeline schedule {schedule.value} deadlocked")
+
+    makespan = max(free)
+    busy = [sum(b.duration_s for b in row) for row in rows]
+    return Timeline(
+        schedule=schedule, pp=pp, n_micro=n_micro, vpp=1, fwd_s=fwd_s, bwd_s=bwd_s,
+        rows=rows, makespan_s=makespan, busy_s=busy,
+        bubble_fraction=1.0 - min(busy) / makespan, wgrad_s=wgrad_s, chunks_per_stage=share,
+    )
+
+
 def peak_in_flight(timeline: Timeline) -> list[float]:
     """Per stage, the most micro-batches whose forward has started and whose backward has not
-    finished, a chunk counting 1/v: the activations the stage holds at its peak. Compare
+    finished (with the backward split, whose W has not finished: W still reads the saved layer
+    inputs), a chunk counting 1/v (1/2 in a V; DualPipe's chunk is a whole stage): the
+    activations the stage holds at its peak. Compare
     planner.formulas.pipeline.in_flight_first_stage / in_flight_last_stage (GPipe m; 1F1B
     min(p, m) first, 1 last — Narayanan et al. 2021 §2.2.1; interleaved p + (p − 1)/v first,
     ((v − 1)·p + 1)/v last — Korthikanti et al. 2022 §4.2.3)."""
@@ -258,9 +567,9 @@ def peak_in_flight(timeline: Timeline) -> list[float]:
             if block.kind == "F":
                 held += 1
                 peak = max(peak, held)
-            else:
+            elif block.kind == "W" or block.whole:
                 held -= 1
-        peaks.append(peak / timeline.vpp)
+        peaks.append(peak / (timeline.chunks_per_stage or timeline.vpp))
     return peaks
 
 
@@ -294,12 +603,17 @@ def to_text_rows(timeline: Timeline, width: int) -> list[list[tuple[str, str]]]:
 # --------------------------------------------------------------------------------------------
 # SVG
 
-_FILL = {"F": "#4c78a8", "B": "#f58518"}
+_FILL = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b"}
 _IDLE_FILL = "#eeeeee"
 _SCHEDULE_NAME = {
     Schedule.GPIPE: "GPipe",
     Schedule.ONE_F_ONE_B: "1F1B",
     Schedule.INTERLEAVED: "interleaved 1F1B",
+    Schedule.ZB_H1: "ZB-H1",
+    Schedule.ZB_H2: "ZB-H2",
+    Schedule.ZBV: "ZB-V",
+    Schedule.DUALPIPE: "DualPipe",
+    Schedule.DUALPIPEV: "DualPipeV",
 }
 
 

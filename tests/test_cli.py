@@ -169,3 +169,18 @@ def test_tp_across_nodes_is_slower_than_inside():
     inside = json.loads(run(*base, "--tp", "8").stdout)["plans"][0]["time"]
     across = json.loads(run(*base, "--tp", "16").stdout)["plans"][0]["time"]
     assert across["tp_exposed_s"] > 5 * inside["tp_exposed_s"]
+
+
+def test_explain_draws_a_zbv_timeline():
+    r = run("explain", "--model", "8b", "--gpus", "32", "--hw", "h100-nvlink", "--tp", "1",
+            "--pp", "4", "--mbs", "1", "--gbs", "64", "--schedule", "zbv", "--timeline")
+    assert r.exit_code == 0, r.output
+    assert "Pipeline schedule (zbv, p=4, m=8" in r.output
+
+
+def test_dualpipe_with_odd_pp_is_refused_in_one_line():
+    r = run("explain", "--model", "8b", "--gpus", "24", "--hw", "h100-nvlink", "--tp", "1",
+            "--pp", "3", "--mbs", "1", "--gbs", "48", "--schedule", "dualpipe")
+    assert r.exit_code != 0
+    assert "dualpipe needs an even pp" in r.output
+    assert "Traceback" not in r.output

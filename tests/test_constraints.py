@@ -10,7 +10,7 @@ import pytest
 
 from planner import constraints
 from planner.catalog import load_model
-from planner.constraints import RULES, admissible, broken
+from planner.constraints import RULES, SCHEDULE_RULES, admissible, broken
 
 LLAMA70 = load_model("llama-3.1-70b")  # 80 layers, 64 heads, 8 KV heads, ffn 28672
 
@@ -70,7 +70,42 @@ def test_arrays_and_ints_agree_on_a_grid():
     assert 0 < mask.sum() < len(rows)
     # every rule is broken by some row, so the agreement covers each of them
     for rule in RULES:
+        if rule in SCHEDULE_RULES:  # they read the schedule: test_schedule_rules
+            continue
         assert not np.all(rule.holds(model, arrays)), rule.text
+
+
+@pytest.mark.parametrize("schedule,rule,bad,good", [
+    # (pp, n_micro) that break / keep the schedule's rule; LLAMA70 has 80 layers
+    ("zb-h1", "zb-h1 needs", (8, 7), (8, 8)),
+    ("zb-h2", "zb-h2 needs", (8, 14), (8, 15)),  # 2·8 − 1 = 15
+    ("zbv", "zbv and dualpipev", (8, 15), (8, 16)),
+    ("zbv", "zbv and dualpipev", (41, 82), (40, 80)),  # 2·41 = 82 chunks > 80 layers
+    ("dualpipev", "zbv and dualpipev", (4, 7), (4, 8)),
+    ("dualpipe", "dualpipe needs", (4, 10 - 1), (4, 10)),  # odd n_micro
+    ("dualpipe", "dualpipe needs", (3, 12), (4, 12)),  # odd pp
+    ("dualpipe", "dualpipe needs", (4, 6), (4, 8)),  # n_micro < 2·pp
+])
+def test_schedule_rules(schedule, rule, bad, good):
+    from planner.formulas.choices import Schedule
+
+    sched = Schedule(schedule)
+
+    def layout(pp, n_micro, arrays=False):
+        wrap = (lambda v: np.array([v])) if arrays else (lambda v: v)
+        return SimpleNamespace(dp=wrap(1), tp=wrap(1), pp=wrap(pp), cp=wrap(1), vpp=wrap(1),
+                               mbs=wrap(1), n_micro=wrap(n_micro), gbs=wrap(n_micro),
+                               seq_len=8192, interleaved=False, sp=False, schedule=sched)
+
+    hit = broken(LLAMA70, layout(*bad))
+    assert hit is not None and hit.text.startswith(rule)
+    assert hit.message(LLAMA70, layout(*bad))
+    assert broken(LLAMA70, layout(*good)) is None
+    assert not admissible(LLAMA70, layout(*bad, arrays=True)).any()
+    assert admissible(LLAMA70, layout(*good, arrays=True)).all()
+    # the schedule's rules hold for layouts that run 1F1B
+    assert all(r.holds(LLAMA70, SimpleNamespace(**{**vars(layout(*bad)), "schedule": None}))
+               for r in SCHEDULE_RULES)
 
 
 def test_of_reads_a_plan_config():

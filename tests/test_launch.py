@@ -70,3 +70,19 @@ def test_emit_round_trips_the_plan_through_the_api():
     assert ds["train_micro_batch_size_per_gpu"] == 1
     assert ds["gradient_accumulation_steps"] == 64
     assert ds["zero_optimization"]["stage"] == 1
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev"])
+def test_split_schedule_picture_matches_the_step(schedule):
+    model, hw = load_model("8b"), load_hardware("h100-nvlink")
+    # dp = 32/(1·4) = 8, n_micro = 64/8 = 8 = 2·pp
+    config = PlanConfig(dp=8, tp=1, pp=4, vpp=1, mbs=1, n_micro=8, gbs=64, seq_len=8192,
+                        sequence_parallel=False, schedule=schedule)
+    plan = estimate(model, hw, config)
+    timeline = api.plan_timeline("8b", "h100-nvlink", plan)
+    assert timeline.schedule.value == schedule
+    assert {b.kind for row in timeline.rows for b in row} == {"F", "B", "W"}
+    pipeline_s = plan.time.step_s - plan.time.dp_exposed_s - plan.time.optimizer_s
+    # the closed form is exact for W ≤ F ≤ B, which the cost model's times satisfy here
+    assert timeline.makespan_s == pytest.approx(pipeline_s, rel=1e-9)
+    assert timeline.bubble_fraction == pytest.approx(plan.bubble_fraction, abs=1e-9)

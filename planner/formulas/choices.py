@@ -39,6 +39,36 @@ class Schedule(str, Enum):
     """PipeDream-Flush / 1F1B (Narayanan et al. 2021): at most P micro-batches in flight."""
     INTERLEAVED = "interleaved"
     """Interleaved 1F1B with v model chunks per GPU (Narayanan et al. 2021 §2.2.2)."""
+    ZB_H1 = "zb-h1"
+    """Zero Bubble ZB-H1 (Qi et al. 2024 §2.1): backward split into input gradient (B) and weight
+    gradient (W); W deferred into the tail bubble. 1F1B's memory: p micro-batches in flight."""
+    ZB_H2 = "zb-h2"
+    """Zero Bubble ZB-H2 (Qi et al. 2024 §2.2): 2(p − 1 − k) warm-up forwards on stage k, W
+    deferred further; 2p − 1 micro-batches in flight on every stage."""
+    ZBV = "zbv"
+    """ZB-V (Qi et al. 2024, arXiv v2 §6; Qi et al. 2024b): two model chunks per GPU in a V
+    (chunk 0 on stages 0…p−1, chunk 1 back on p−1…0); 1F1B's activation memory."""
+    DUALPIPE = "dualpipe"
+    """DualPipe (DeepSeek-V3 report §3.2.1): micro-batches fed from both ends; every GPU holds
+    two stages' parameters (one per direction). pp even, m even and ≥ 2·pp."""
+    DUALPIPEV = "dualpipev"
+    """DualPipeV (deepseek-ai/DualPipe dualpipev.py; Sea AI Lab's "cut-in-half"): DualPipe folded
+    into a V, two chunks per GPU, one copy of the parameters. m ≥ 2·pp."""
+
+
+class ContextKind(str, Enum):
+    """How context-parallel ranks exchange attention inputs (Megatron-LM ``--cp-comm-type``; see
+    planner.formulas.context)."""
+
+    RING = "p2p"
+    """Ring attention: K/V chunks passed around the cp ranks, overlapped with the attention
+    blocks (Liu et al. 2023; Megatron-LM/Transformer Engine "p2p"). plan3d's model until now."""
+    ALL_TO_ALL = "a2a"
+    """DeepSpeed-Ulysses (Jacobs et al. 2023): all-to-alls trade the sequence split for a head
+    split around the attention core; the heads and KV heads per TP rank must divide by cp."""
+    HIERARCHICAL = "a2a+p2p"
+    """All-to-all inside groups of cp_a2a ranks, ring across the cp/cp_a2a groups (Megatron-LM
+    ``--hierarchical-context-parallel-sizes``; Fang & Zhao 2024, USP)."""
 
 
 class Attention(str, Enum):

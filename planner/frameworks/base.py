@@ -16,6 +16,7 @@ from enum import Enum
 from ..constraints import Rule
 from ..errors import PlanError
 from ..formulas.choices import Precision, Schedule, ZeroStage
+from ..formulas.pipeline import SPLIT_BACKWARD
 from ..schema import ModelSpec, PlanConfig
 
 
@@ -161,8 +162,9 @@ class EmitResult:
     notes: list[str] = field(default_factory=list)
 
 
-def check_plan(fw: str, c: PlanConfig) -> None:
-    """Reject plans that are inconsistent in themselves, whatever the framework."""
+def check_plan(fw: str, c: PlanConfig, schedules: tuple[Schedule, ...] = ()) -> None:
+    """Reject plans that are inconsistent in themselves, whatever the framework, and plans whose
+    schedule the framework (running `schedules`) does not have."""
     if c.gbs != c.mbs * c.n_micro * c.dp:
         raise PlanError(
             f"{fw}: the plan's gbs ({c.gbs}) is not mbs·n_micro·dp "
@@ -175,6 +177,11 @@ def check_plan(fw: str, c: PlanConfig) -> None:
             f"not {c.schedule.value}")
     if c.precision is Precision.FP16 and c.grad_dtype == "bf16":
         raise PlanError(f"{fw}: bf16 gradients with fp16 compute is not a mode any framework has")
+    if c.pp > 1 and c.schedule in SPLIT_BACKWARD and c.schedule not in schedules:
+        # Megatron-LM and DeepSpeed have no such schedule (ZB-H1/H2 run in
+        # sail-sg/zero-bubble-pipeline-parallelism, DualPipe in deepseek-ai/DualPipe)
+        raise PlanError(f"{fw}: there is no {c.schedule.value} schedule to launch; plan with "
+                        "--schedule 1f1b or interleaved, or a framework that runs it")
 
 
 def interleaved(c: PlanConfig) -> bool:

@@ -8,7 +8,8 @@ What it runs (torchtitan/distributed/parallel_dims.py, models/llama3/infra/paral
 - FSDP2 over the data-parallel ranks (ZeRO-3; `fsdp_reshard_after_forward = "never"` keeps the
   gathered weights from forward to backward, ZeRO-2-like), or DDP (ZeRO-0) only without
   TP/PP/CP ("DDP has not supported > 1D parallelism"); no optimizer-only sharding (ZeRO-1);
-- pipeline schedules GPipe, 1F1B, Interleaved1F1B (and zero-bubble ones, not modelled here);
+- pipeline schedules GPipe, 1F1B, Interleaved1F1B, and the V-shaped ZBVZeroBubble and DualPipeV
+  (two stages per rank); its InterleavedZeroBubble is not modelled;
 - the layers split into stages of `pipeline_parallel_layers_per_stage`, the embedding and the
   output weighed as a layer each, so pp·vpp may reach L + 2.
 
@@ -89,7 +90,12 @@ _TITAN_SCHEDULES = {
     Schedule.GPIPE: "GPipe",
     Schedule.ONE_F_ONE_B: "1F1B",
     Schedule.INTERLEAVED: "Interleaved1F1B",
+    Schedule.ZBV: "ZBVZeroBubble",
+    Schedule.DUALPIPEV: "DualPipeV",
 }
+V_SCHEDULES = (Schedule.ZBV, Schedule.DUALPIPEV)
+"""torchtitan's V-shaped schedules run exactly two stages per rank (pipeline_parallel.py @ b5bcd76
+l.550-569)."""
 
 
 def _titan_split(n_layers: int, stages: int) -> tuple[int, int, int] | None:
@@ -145,7 +151,7 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
 
     training: dict[str, object] = {"seq_len": c.seq_len}
     if c.pp > 1:
-        stages = c.pp * c.vpp
+        stages = c.pp * (2 if c.schedule in V_SCHEDULES else c.vpp)
         schedule = Schedule.ONE_F_ONE_B if c.schedule is Schedule.INTERLEAVED else c.schedule
         if interleaved(c):
             schedule = Schedule.INTERLEAVED
@@ -235,7 +241,7 @@ FRAMEWORK = Framework(
     title="torchtitan (FSDP2, DTensor TP, torch.distributed.pipelining)",
     release=RELEASE,
     zero_stages=(ZeroStage.NONE, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS),
-    schedules=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED),
+    schedules=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, *V_SCHEDULES),
     rules=RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.EAGER, loss=LossKind.FP32_UPCAST,
