@@ -180,7 +180,8 @@ def eager_head_activation_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel:
 
         (4 + act)·sbh/t_sp + 4sb/t_sp + act·sbh          (= 8sbh + 4sb at t = 1)
 
-    Source: measured by tests/oracle/test_step_peak.py (torchtitan model structure @ ba24697)."""
+    Source: measured by tests/oracle/test_loss_and_head.py and, inside a whole step,
+    tests/oracle/test_step_peak.py (torchtitan model structure @ ba24697)."""
     s = seq_len / cp
     sp = tp if sequence_parallel else 1
     return (s * mbs * hidden * (FP32_BYTES + act_bytes) / sp + FP32_BYTES * s * mbs / sp

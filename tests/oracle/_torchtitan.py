@@ -61,7 +61,7 @@ def _flash_backward(ctx, grad_out, grad_lse):
     rep = q.shape[1] // k.shape[1]
     kr, vr = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        grad_out, q, kr, vr, out, lse.to(out.dtype) if False else lse, 0.0, True)
+        grad_out, q, kr, vr, out, lse, 0.0, True)
     b, _, s, d = k.shape
     dk = dk.view(b, k.shape[1], rep, s, d).sum(2)
     dv = dv.view(b, k.shape[1], rep, s, d).sum(2)
