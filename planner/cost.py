@@ -147,12 +147,16 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     vocab_padded = note("vocab_padded", P.padded_vocab(x.vocab, t))
     positions = P.position_embedding_params(x.positions, h, x.learned_positions)
 
-    def stage(first):
-        return P.stage_params_per_gpu(layers, t, layer_sharded, layer_replicated, vocab_padded, h,
-                                      positions, x.norm_width, x.tied, first, single_stage)
+    # the first GPU holds both ends (embedding, head, loss) on one stage, and in a V (ZB-V,
+    # DualPipeV) or DualPipe, where it also runs the model's last stage
+    both_ends = _ops.maximum(single_stage, PL.ends_on_first_gpu(c.schedule))
 
-    params_first = note("params_first_stage", stage(1))
-    params_last = note("params_last_stage", stage(0))
+    def stage(first, both):
+        return P.stage_params_per_gpu(layers, t, layer_sharded, layer_replicated, vocab_padded, h,
+                                      positions, x.norm_width, x.tied, first, both)
+
+    params_first = note("params_first_stage", stage(1, both_ends))
+    params_last = note("params_last_stage", stage(0, single_stage))
 
     # ---- activations, as the plan's framework saves them -------------------------------------
     # a token's MLP activations are kept in each of the top-k experts it is routed to
@@ -194,7 +198,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         A.torchtitan_loss_peak_bytes(s, b, vocab_padded, t, cp)
         if conv.loss is LossKind.FP32_UPCAST
         else A.vocab_parallel_loss_peak_bytes(s, b, vocab_padded, t, cp, x.act_bytes)))
-    act_first = (inflight_first * (layers * layer_act + embed_act) + single_stage * loss_act
+    act_first = (inflight_first * (layers * layer_act + embed_act) + both_ends * loss_act
                  + working_act)
     act_last = inflight_last * layers * layer_act + loss_act + working_act
 
@@ -349,7 +353,9 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         return held
 
     def memory(psi, act, ends):
-        # the model states (weights, gradients, optimizer) as the framework keeps them
+        # the model states (weights, gradients, optimizer) as the framework keeps them; DualPipe
+        # holds two copies of its stages (DeepSeek-V3 report, Table 2)
+        psi = psi * k.param_copies
         w = M.state_bytes(psi, states.weight_bytes, d_shard, states.weight_sharded)
         g = M.state_bytes(psi, states.grad_bytes, d_shard, states.grad_sharded)
         o = M.state_bytes(psi, states.optimizer_bytes, d_shard, states.optimizer_sharded)
@@ -362,7 +368,8 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         overhead = M.runtime_overhead_bytes(x.reserved, frag, act + held)
         return w, g, o, act, overhead + held, allocated, allocated + slack
 
-    first_ends = _ops.select(single_stage, 2 - x.tied, 1)
+    first_ends = _ops.select(_ops.maximum(single_stage, PL.ends_on_first_gpu(c.schedule)),
+                             2 - x.tied, 1)
     first = memory(k.params_first, k.act_first, first_ends)
     last = memory(k.params_last, k.act_last, first_ends)
     is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded

@@ -92,10 +92,9 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
 
 
 SEARCHED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZB_H2,
-                      Schedule.ZBV, Schedule.DUALPIPEV)
+                      Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV)
 """The schedules the search tries when --schedule is not given, where the plan's framework runs
-them (Framework.schedules). GPipe is left out (1F1B has its bubble with less memory); so is
-DualPipe, which holds two copies of the parameters: `--schedule dualpipe` plans it."""
+them (Framework.schedules). GPipe is left out (1F1B has its bubble with less memory)."""
 
 
 def _choice_groups(req: PlanRequest):
