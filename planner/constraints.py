@@ -96,3 +96,21 @@ def admissible(model: ModelSpec, layouts):
     for rule in RULES:
         ok = ok & rule.holds(model, layouts)
     return ok
+
+
+def removed_by(model: ModelSpec, layouts, rules=RULES) -> list[tuple[Rule, int]]:
+    """How many of the layouts (arrays) each rule removes, each layout counted under the first
+    rule it breaks; rules that remove none are left out. For the search's diagnosis."""
+    import numpy as np
+
+    alive = None
+    out = []
+    for rule in rules:
+        holds = np.asarray(rule.holds(model, layouts), dtype=bool)
+        if alive is None:
+            alive = np.ones(holds.shape, dtype=bool)
+        gone = alive & ~holds
+        if gone.any():
+            out.append((rule, int(gone.sum())))
+        alive &= holds
+    return out

@@ -49,7 +49,7 @@ def console(stderr: bool = False) -> Console:
 
 
 PLAIN_WIDTH = 160  # not a terminal: wide enough that no table wraps a row
-PLAIN_MIN_WIDTH = 120
+PLAIN_MIN_WIDTH = 40
 
 
 def non_finite(data, path: str = "") -> str | None:
@@ -273,88 +273,206 @@ def render_warnings(plan: Plan, out: Console) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# tables that fit the terminal: the decisive columns always, more as the width allows
+
+
+class Column:
+    """One column: its header (may be two lines), alignment, cells, and its priority (0: always
+    shown; then 1, 2, … added in that order while the table still fits)."""
+
+    def __init__(self, header: str, cells: list[str], priority: int = 0, justify: str = "right",
+                 fold: bool = False):
+        self.header, self.cells, self.priority, self.justify, self.fold = (
+            header, cells, priority, justify, fold)
+
+
+def _table(columns: list[Column], title: str | None) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
+                  padding=(0, 1), collapse_padding=True)
+    for col in columns:
+        table.add_column(col.header, justify=col.justify, no_wrap=not col.fold,
+                         overflow="fold" if col.fold else "ellipsis")
+    for i in range(len(columns[0].cells) if columns else 0):
+        table.add_row(*(col.cells[i] for col in columns))
+    return table
+
+
+def _width(out: Console, table: Table) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update(max_width=100_000), table).maximum
+
+
+def fitted_table(out: Console, columns: list[Column], title: str | None = None) -> Table:
+    """The columns of priority 0 and as many of the others, in priority order, as fit out.width
+    (in their given order); a column that never truncates (no cell wider than shown)."""
+    shown = [c for c in columns if c.priority == 0]
+    for col in sorted((c for c in columns if c.priority > 0), key=lambda c: c.priority):
+        trial = [c for c in columns if c in shown or c is col]
+        if _width(out, _table(trial, None)) <= out.width:
+            shown.append(col)
+    return _table([c for c in columns if c in shown], title)
+
+
+# ---------------------------------------------------------------------------------------------
 # search
 
+RECOMPUTE_SHORT = {"none": "", "selective": "sel", "full": "full"}
 
-def render_search(result, out: Console) -> None:
+
+def layout_cell(plan: Plan) -> str:
+    """The layout in a few characters: dp64 tp4 pp2 [cp2] [v8] [mbs2] z2 [sel|full] [nosp]
+    (mbs when not 1; recompute when not none; nosp when tp > 1 without sequence parallelism)."""
+    c = plan.config
+    parts = [f"dp{c.dp}", f"tp{c.tp}", f"pp{c.pp}"]
+    if c.cp > 1:
+        parts.append(f"cp{c.cp}")
+    if c.vpp > 1:
+        parts.append(f"v{c.vpp}")
+    if c.mbs != 1:
+        parts.append(f"mbs{c.mbs}")
+    parts.append(f"z{int(c.zero_stage)}")
+    if RECOMPUTE_SHORT[c.recompute.value]:
+        parts.append(RECOMPUTE_SHORT[c.recompute.value])
+    if c.tp > 1 and not c.sequence_parallel:
+        parts.append("nosp")
+    return " ".join(parts)
+
+
+LAYOUT_LEGEND = ("layout: z = ZeRO stage, v = virtual stages, sel/full = recompute (none when "
+                 "absent), nosp = no sequence parallelism")
+
+
+def bubble_share(plan: Plan) -> float:
+    """The bubble as every command shows it: the share of the step time the pipeline's fill and
+    drain leave idle, T_bubble / T_step (the schedule's own idle share, (p − 1)/(v·m + p − 1), is
+    `bubble_fraction` in --json and β in explain)."""
+    t = plan.time
+    return t.bubble_s / t.step_s if t.step_s > 0 else 0.0
+
+
+def mfu_of(plan: Plan, convention: str) -> float:
+    """MFU under a convention: "causal" (the unmasked half of attention, as Megatron-Core logs it)
+    or "full" (the whole s×s square)."""
+    return plan.time.mfu_causal if convention == "causal" else plan.time.mfu
+
+
+def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
     """The ranked table, the reason for the winner, the warnings of the plans shown."""
-    table = Table(box=box.SIMPLE_HEAD, title=f"{len(result.plans)} of {result.feasible:,} plans "
-                  f"that fit ({result.considered:,} considered)", title_justify="left")
-    budget = bool(result.plans) and result.plans[0].budget is not None
-    columns = ["#", "dp", "tp", "pp", "cp", "vpp", "mbs", "M", "ZeRO", "recompute", "SP",
-               "mem GiB", "bubble", "exp. comm", "step s", "tokens/s", "MFU"]
+    plans = result.plans
+    budget = bool(plans) and plans[0].budget is not None
+    ranks = result.ranks or [str(i) for i in range(1, len(plans) + 1)]
+    warn = ["!" if any(w.code not in QUIET_WARNINGS for w in p.warnings) else "" for p in plans]
+    mfu_label = "MFU\n" + mfu_convention
+    columns = [
+        Column("#", [f"{r}{w}" for r, w in zip(ranks, warn)]),
+        Column("layout", [layout_cell(p) for p in plans], justify="left"),
+        Column("step\ns", [step_seconds(p.time.step_s) for p in plans]),
+        Column("tokens/s", [f"{p.time.tokens_per_s:,.0f}" for p in plans]),
+        Column(mfu_label, [f"{mfu_of(p, mfu_convention):.1%}" for p in plans]),
+        Column("mem\nof cap", [f"{p.memory.total_bytes / p.memory.capacity_bytes:.0%}"
+                               for p in plans]),
+        Column("bubble\nof step", [f"{bubble_share(p):.1%}" for p in plans]),
+    ]
     if budget:
-        columns.append("days")
-    for col in columns:
-        table.add_column(col, justify="right" if col not in ("recompute",) else "left",
-                         no_wrap=True)
-    for i, p in enumerate(result.plans, 1):
-        c, m, t = p.config, p.memory, p.time
-        warn = "!" if any(w.code != "uneven-stages" for w in p.warnings) else ""
-        cells = [
-            f"{i}{warn}", str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.vpp), str(c.mbs),
-            str(c.n_micro), str(int(c.zero_stage)), c.recompute.value,
-            "on" if c.sequence_parallel else "off",
-            f"{gib(m.total_bytes)}/{gib(m.capacity_bytes)}",
-            f"{p.bubble_fraction:.1%}", f"{t.exposed_comm_s / t.step_s:.1%}",
-            step_seconds(t.step_s), f"{t.tokens_per_s:,.0f}", f"{t.mfu:.1%}"]
-        if budget:
-            cells.append(f"{p.budget.days:,.1f}")
-        table.add_row(*cells)
-    out.print(table)
+        columns.append(Column("days", [f"{p.budget.days:,.1f}" for p in plans]))
+    columns += [
+        Column("mem GiB", [f"{gib(p.memory.total_bytes)}/{gib(p.memory.capacity_bytes)}"
+                           for p in plans], priority=1),
+        Column("exp.\ncomm", [f"{p.time.exposed_comm_s / p.time.step_s:.1%}" for p in plans],
+               priority=2),
+        Column("n_micro", [str(p.config.n_micro) for p in plans], priority=3),
+    ]
+    if result.variants:
+        columns.append(Column("variants", [f"+{v}" if v else "" for v in result.variants],
+                              priority=4))
+    columns.append(Column("MFU\n" + ("full" if mfu_convention == "causal" else "causal"),
+                          [f"{mfu_of(p, 'full' if mfu_convention == 'causal' else 'causal'):.1%}"
+                           for p in plans], priority=5))
+    title = (f"{len(plans)} of {result.feasible:,} plans that fit "
+             f"({result.considered:,} considered)")
+    out.print(fitted_table(out, columns, title))
+    out.print(LAYOUT_LEGEND + f"; MFU counts {MFU_WORDS[mfu_convention]}; bubble = "
+              "T_bubble/T_step, the step's idle fill and drain.")
+    if result.tie_band:
+        out.print(f"Ties (`1=`): step times within ±{result.tie_band:.1%}, the model's "
+                  f"uncertainty ({result.tie_band_source}).")
     if result.reason:
         out.print(result.reason)
     if budget:
-        out.print("Plan 1: " + budget_line(result.plans[0]))
+        out.print("Plan 1: " + budget_line(plans[0]))
     # one line per kind of warning: its first plan's message, and which other plans share it
-    by_code: dict[str, tuple[str, list[int]]] = {}
-    for i, p in enumerate(result.plans, 1):
-        for w in p.warnings:
+    by_code: dict[str, tuple[str, list[str]]] = {}
+    for i, p in enumerate(plans, 1):
+        for w in _shown_warnings(p, mfu_convention):
             first = by_code.setdefault(w.code, (w.message, []))
-            first[1].append(i)
-    for code, (message, plans) in by_code.items():
-        which = f"plan {plans[0]}" if len(plans) == 1 else \
-            f"plans {', '.join(map(str, plans))}; shown for plan {plans[0]}"
+            first[1].append(str(i))
+    for code, (message, which_plans) in by_code.items():
+        which = f"plan {which_plans[0]}" if len(which_plans) == 1 else \
+            f"plans {', '.join(which_plans)}; shown for plan {which_plans[0]}"
         out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
 
 
+QUIET_WARNINGS = ("uneven-stages", "mfu-convention")
+MFU_WORDS = {"causal": "the causal half of attention (as Megatron-Core logs it)",
+             "full": "attention's whole s×s square (Narayanan 2021, PaLM)"}
+
+
+def _shown_warnings(plan: Plan, mfu_convention: str):
+    """The plan's warnings; the full-square convention's warning only under that convention."""
+    return [w for w in plan.warnings
+            if not (w.code == "mfu-convention" and mfu_convention == "causal")]
+
+
 def render_models(listing, out: Console) -> None:
-    table = Table(box=box.SIMPLE_HEAD)
-    for col in ("name", "aliases", "params (10⁹)", "L", "h", "a", "kv", "ffn", "V", "seq", "mlp"):
-        table.add_column(col, no_wrap=True)
-    for m in listing:
-        table.add_row(m.name, ",".join(m.aliases), f"{m.n_params / 1e9:,.1f}", str(m.n_layers),
-                      str(m.hidden), str(m.n_heads), str(m.n_kv_heads), str(m.ffn), str(m.vocab),
-                      str(m.seq_len), m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else ""))
-    out.print(table)
+    rows = list(listing)
+    columns = [
+        Column("name", [m.name for m in rows], justify="left"),
+        Column("params\n(10⁹)", [f"{m.n_params / 1e9:,.1f}" for m in rows]),
+        Column("L", [str(m.n_layers) for m in rows]),
+        Column("h", [str(m.hidden) for m in rows]),
+        Column("a/kv", [f"{m.n_heads}/{m.n_kv_heads}" for m in rows]),
+        Column("seq", [str(m.seq_len) for m in rows]),
+        Column("aliases", [",".join(m.aliases) for m in rows], priority=1, justify="left"),
+        Column("ffn", [str(m.ffn) for m in rows], priority=2),
+        Column("V", [str(m.vocab) for m in rows], priority=3),
+        Column("mlp", [m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else "") for m in rows],
+               priority=4, justify="left"),
+    ]
+    out.print(fitted_table(out, columns))
 
 
 def render_hardware(listing, out: Console) -> None:
-    table = Table(box=box.SIMPLE_HEAD)
-    for col in ("name", "GPU", "HBM GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
-                "domain", "fast GB/s", "net GB/s"):
-        table.add_column(col, no_wrap=True)
-    for h in listing:
-        fp8 = h.peak_tflops.fp8
-        table.add_row(h.name, h.gpu, f"{h.hbm_gib:g}", f"{h.hbm_tb_per_s:g}",
-                      f"{h.peak_tflops.bf16:g}", "-" if fp8 is None else f"{fp8:g}",
-                      str(h.gpus_per_domain), f"{h.fast.busbw_gb_per_s:g}",
-                      f"{h.network.busbw_gb_per_s:g}")
-    out.print(table)
+    rows = list(listing)
+    columns = [
+        Column("name", [h.name for h in rows], justify="left"),
+        Column("HBM\nGiB", [f"{h.hbm_gib:g}" for h in rows]),
+        Column("bf16\nTFLOP/s", [f"{h.peak_tflops.bf16:g}" for h in rows]),
+        Column("domain", [str(h.gpus_per_domain) for h in rows]),
+        Column("fast\nGB/s", [f"{h.fast.busbw_gb_per_s:g}" for h in rows]),
+        Column("net\nGB/s", [f"{h.network.busbw_gb_per_s:g}" for h in rows]),
+        Column("fp8\nTFLOP/s", ["-" if h.peak_tflops.fp8 is None else f"{h.peak_tflops.fp8:g}"
+                                for h in rows], priority=1),
+        Column("HBM\nTB/s", [f"{h.hbm_tb_per_s:g}" for h in rows], priority=2),
+        Column("GPU", [h.gpu for h in rows], priority=3, justify="left"),
+    ]
+    out.print(fitted_table(out, columns))
 
 
 def render_validation(report, out: Console) -> None:
-    table = Table(box=box.SIMPLE_HEAD, title=f"Published runs on {report.hardware}: predicted vs "
-                  "measured step time", title_justify="left")
-    for col in ("case", "GPUs", "layout", "measured s", "model s", "error", "assumed"):
-        table.add_column(col, no_wrap=col != "assumed",
-                         justify="right" if col in ("GPUs", "measured s", "model s", "error")
-                         else "left")
-    for c in report.cases:
-        table.add_row(c.id, str(c.gpus), c.layout, step_seconds(c.measured_s),
-                      step_seconds(c.predicted_s),
-                      f"{c.error:+.1%}", c.assumed)
-    out.print(table)
+    cases = report.cases
+    columns = [
+        Column("case", [c.id for c in cases], justify="left", fold=True),
+        Column("GPUs", [str(c.gpus) for c in cases]),
+        Column("measured\ns", [step_seconds(c.measured_s) for c in cases]),
+        Column("model\ns", [step_seconds(c.predicted_s) for c in cases]),
+        Column("error", [f"{c.error:+.1%}" for c in cases]),
+        Column("layout", [c.layout for c in cases], priority=1, justify="left"),
+        Column("assumed", [c.assumed for c in cases], priority=2, justify="left"),
+    ]
+    title = (f"Published runs measured on {report.gpu}, through {report.hardware}: predicted vs "
+             "measured step time")
+    out.print(fitted_table(out, columns, title))
     ok = report.median_abs_error <= report.target_median and \
         report.max_abs_error <= report.target_max
     out.print(f"median |error| {report.median_abs_error:.1%} (target ≤ {report.target_median:.0%}),"

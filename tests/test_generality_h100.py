@@ -2,7 +2,7 @@
 (NVIDIA DGX Cloud Benchmarking recipes, NeMo 24.09/24.12) against the time model. Nothing was fitted to them: the H100 GEMM
 efficiency comes from a pure-GEMM micro-benchmark scaled by the A100's in-layer ratio (see the
 profile). The READMEs leave recompute, ZeRO and SP unstated; NeMo's defaults are assumed
-(tests/data/h100_dgxc.json says which).
+(planner/reference/published_h100.json says which).
 
 Tolerance: when this test was written the 19 BF16 runs came out −9.3 … +0.9 % (median |error| 3.4 %),
 the 5 FP8 runs (GPT-3 175B) −2.4 … +8.9 %; the bounds below (BF16 median |error| ≤ 8 %, every
@@ -23,7 +23,8 @@ from planner.estimate import estimate
 from planner.formulas.choices import Recompute, Schedule, ZeroStage
 from planner.schema import PlanConfig
 
-DATA = json.loads((Path(__file__).parent / "data" / "h100_dgxc.json").read_text())
+DATA = json.loads((Path(__file__).parents[1] / "planner" / "reference" /
+                   "published_h100.json").read_text())
 H100 = load_hardware("h100-nvlink")
 
 
