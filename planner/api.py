@@ -61,6 +61,27 @@ def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_pric
     return with_budget(plan, train_tokens, gpu_hour_price, power)
 
 
+def explain_constants(model_name: str, hw_name: str, plan: Plan) -> list[tuple]:
+    """The profile's constants explain's formulas name: (symbol, value, unit, meaning)."""
+    from .explain import constants
+
+    return constants(load_model(model_name), load_hardware(hw_name), plan.config)
+
+
+def batch_rounding(model_name: str, req: PlanRequest) -> str | None:
+    """What --tokens-per-step became, when it is not a whole number of sequences (the global
+    batch is whole sequences): a sentence for stderr, else None."""
+    if req.gbs is not None or req.tokens_per_step is None:
+        return None
+    model = load_model(model_name)
+    seq, gbs = req.seq(model), req.global_batch(model)
+    if gbs * seq == req.tokens_per_step:
+        return None
+    return (f"--tokens-per-step {req.tokens_per_step:,} is not a whole number of {seq:,}-token "
+            f"sequences: the global batch is {gbs:,} sequence{'s' if gbs != 1 else ''} = "
+            f"{gbs * seq:,} tokens per step")
+
+
 def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) -> SearchResult:
     """search: the ranked plans that fit."""
     return search(load_model(model_name), load_hardware(hw_name), req, **kwargs)

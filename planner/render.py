@@ -160,26 +160,72 @@ def config_line(plan: Plan) -> str:
 # explain
 
 
-def render_explain(plan: Plan, out: Console) -> None:
-    """The breakdown a person can check by hand."""
-    c = plan.config
-    out.print(Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
-                   f"{c.n_gpus} × {plan.hardware}", style="bold"))
-    out.print(config_line(plan))
-    values = {t.key: t.value for t in plan.terms}
-    groups = [("model", "Model"), ("memory", "Memory per GPU, GiB = 2³⁰ bytes, MiB = 2²⁰ bytes (most loaded: "
-                                            f"{plan.memory.stage} pipeline stage)"),
-              ("pipeline", "Pipeline"), ("comm", "Communication per GPU per step (GB = 10⁹ bytes, "
-                                            "MB = 10⁶ bytes)"),
-              ("time", "Time per step (s; ms = 10⁻³ s)")]
+SECTIONS = {
+    "model": "Model",
+    "memory": "Memory per GPU, GiB = 2³⁰ bytes, MiB = 2²⁰ bytes (most loaded: {stage} pipeline "
+              "stage)",
+    "pipeline": "Pipeline",
+    "comm": "Communication per GPU per step (GB = 10⁹ bytes, MB = 10⁶ bytes)",
+    "time": "Time per step (s; ms = 10⁻³ s)",
+    "constants": "Constants the formulas name (the profile's, in base units)",
+}
+WIDE_EXPLAIN = 110  # from this width the reason gets a column of its own
+
+
+def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
+    """The answer, first: what runs where, whether it fits and with what margin, the step, the
+    throughput and MFU (its convention said), where the step goes, and days and cost if asked."""
+    c, m, t = plan.config, plan.memory, plan.time
+    other = "full" if mfu_convention == "causal" else "causal"
+    lines = [Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
+                  f"{c.n_gpus:,} × {plan.hardware}: {layout_cell(plan)}, global batch {c.gbs:,} "
+                  f"× {c.seq_len:,} tokens", style="bold")]
+    spare = m.capacity_bytes - m.total_bytes
+    if m.fits:
+        lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
+                          f"({m.total_bytes / m.capacity_bytes:.0%}), {gib(spare)} GiB to spare "
+                          f"on the most loaded ({m.stage}) pipeline stage.", style="green"))
+    else:
+        lines.append(Text(f"DOES NOT FIT: {gib(m.total_bytes)} GiB per GPU needed of "
+                          f"{gib(m.capacity_bytes)} GiB ({gib(-spare)} GiB over) on the {m.stage} "
+                          "pipeline stage.", style="bold red"))
+    lines.append(Text(f"Step {seconds(t.step_s)} · {t.tokens_per_s:,.0f} tokens/s · MFU "
+                      f"{mfu_of(plan, mfu_convention):.1%} ({mfu_convention}; "
+                      f"{mfu_of(plan, other):.1%} {other}) · HFU {t.hfu:.1%}"))
+    lines.append(Text(f"Of the step: compute {t.compute_s / t.step_s:.0%}, bubble "
+                      f"{bubble_share(plan):.0%}, exposed communication "
+                      f"{t.exposed_comm_s / t.step_s:.0%}, optimizer {t.optimizer_s / t.step_s:.0%}."))
+    if plan.budget is not None:
+        lines.append(Text(budget_line(plan)))
+    return lines
+
+
+def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = False,
+                   mfu_convention: str = "causal", constants=None) -> None:
+    """The answer first (verdict_lines and the warnings), then the breakdown a person can check by
+    hand, section by section (`sections`: names of SECTIONS, default all; `brief`: none)."""
+    for line in verdict_lines(plan, mfu_convention):
+        out.print(line)
+    render_warnings(plan, out, mfu_convention)
+    if brief:
+        return
+    wanted = list(SECTIONS) if sections is None else list(sections)
     total_mem, step = plan.memory.total_bytes, plan.time.step_s
-    for group, title in groups:
-        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False)
+    wide = out.width >= WIDE_EXPLAIN
+    for group in wanted:
+        title = SECTIONS[group].format(stage=plan.memory.stage)
+        out.print()
+        if group == "constants":
+            _render_constants(constants or [], out, title)
+            continue
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False,
+                      pad_edge=False)
         table.add_column("term", no_wrap=True)
-        table.add_column("formula", overflow="fold", max_width=70)
+        table.add_column("formula", overflow="fold", max_width=70 if wide else None)
         table.add_column("value", justify="right", no_wrap=True)
         table.add_column("share", justify="right", no_wrap=True)
-        table.add_column("why", overflow="fold", max_width=44)
+        if wide:
+            table.add_column("why", overflow="fold", max_width=44)
         for t in plan.terms:
             if t.group != group:
                 continue
@@ -188,26 +234,35 @@ def render_explain(plan: Plan, out: Console) -> None:
                 share = f"{t.value / total_mem:.1%}"
             elif t.key in TIME_PARTS:
                 share = f"{t.value / step:.1%}"
-            table.add_row(t.symbol, t.formula, value_text(t.value, t.unit, t.group), share, t.why)
+            value = value_text(t.value, t.unit, t.group)
+            if wide:
+                table.add_row(t.symbol, t.formula, value, share, t.why)
+            else:
+                cell = Text(t.formula)
+                cell.append("\n" + t.why, style="dim")
+                table.add_row(t.symbol, cell, value, share)
         out.print(table)
-    out.print(layout_line(plan))
-    m = plan.memory
-    verdict = "fits" if m.fits else "DOES NOT FIT"
-    style = "green" if m.fits else "bold red"
-    out.print(Text(f"Memory: {gib(m.total_bytes)} GiB of {gib(m.capacity_bytes)} GiB "
-                   f"({m.total_bytes / m.capacity_bytes:.0%}) — {verdict}", style=style))
-    tm = plan.time
-    out.print(f"Step {seconds(tm.step_s)}: compute {tm.compute_s / step:.0%}, bubble "
-              f"{tm.bubble_s / step:.0%}, exposed communication {tm.exposed_comm_s / step:.0%}, "
-              f"optimizer {tm.optimizer_s / step:.0%} · {tm.tokens_per_s:,.0f} tokens/s · "
-              f"MFU {tm.mfu:.1%} (HFU {tm.hfu:.1%})")
-    if plan.budget is not None:
-        out.print(budget_line(plan))
-    if "inflight_first" in values:
-        n_f = values["inflight_first"]
-        out.print(f"In flight on the first stage: {n_f:g} micro-batch{'' if n_f == 1 else 'es'} "
-                  f"(schedule {c.schedule.value}).")
-    render_warnings(plan, out)
+        if group == "pipeline":
+            values = {t.key: t.value for t in plan.terms}
+            if "inflight_first" in values:
+                n_f = values["inflight_first"]
+                out.print(f"In flight on the first stage: {n_f:g} micro-batch"
+                          f"{'' if n_f == 1 else 'es'} (schedule {plan.config.schedule.value}). "
+                          f"β is the schedule's idle share; the bubble's share of the whole step "
+                          f"is T_bubble/T_step = {bubble_share(plan):.1%}.")
+        if group == "comm":
+            out.print(layout_line(plan))
+
+
+def _render_constants(constants, out: Console, title: str) -> None:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    table.add_column("symbol", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("unit", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for symbol, value, unit, meaning in constants:
+        table.add_row(symbol, f"{value:.4g}", unit, meaning)
+    out.print(table)
 
 
 LINK_NAMES = {"nvlink": "inside the NVLink domain", "network": "across the network"}
@@ -226,7 +281,7 @@ def layout_line(plan: Plan) -> str:
 
 def budget_line(plan: Plan) -> str:
     b = plan.budget
-    parts = [f"Training {b.train_tokens:.3g} tokens: {b.days:,.1f} days on {plan.config.n_gpus:,} "
+    parts = [f"Training {token_text(b.train_tokens)} tokens: {b.days:,.1f} days on {plan.config.n_gpus:,} "
              f"GPUs, {b.gpu_hours:,.0f} GPU-hours"]
     if b.cost is not None:
         parts.append(f"cost {b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour")
@@ -235,40 +290,76 @@ def budget_line(plan: Plan) -> str:
     return ", ".join(parts) + "."
 
 
+def token_text(n: float) -> str:
+    """A token count as people say it: 15T, 300B, 1.5M (10¹², 10⁹, 10⁶)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale:
+            return f"{n / scale:,.4g}{unit}"
+    return f"{n:,.0f}"
+
+
 def render_launch(launch, out: Console) -> None:
     """--emit: the settings, then what they follow and what was assumed."""
     out.print(Text(f"Launch settings for {launch.framework} ({launch.format}):", style="bold"))
     out.print(launch.text, markup=False, highlight=False)
+    render_launch_notes(launch, out, header=False)
+
+
+def write_settings(launch) -> None:
+    """--emit's settings alone on stdout, exactly as the framework reads them (no wrapping), so
+    that `> args.txt` or `> job.toml` keeps them."""
+    sys.stdout.write(launch.text.rstrip("\n") + "\n")
+    sys.stdout.flush()
+
+
+def render_launch_notes(launch, out: Console, header: bool = True) -> None:
+    """What the settings follow and what was assumed (on stderr beside write_settings)."""
+    if header:
+        out.print(Text(f"Launch settings for {launch.framework} ({launch.format}) are on stdout.",
+                       style="bold"))
     out.print(f"Option names follow: {launch.version_note}", markup=False, highlight=False)
     for note in launch.notes:
         out.print(f"note: {note}", markup=False, highlight=False)
 
 
-TIMELINE_STYLES = {"F": "black on cyan", "B": "black on magenta", "idle": "dim"}
+TIMELINE_STYLES = {"F": "black on cyan", "B": "black on magenta", "head": "black on yellow",
+                   "idle": "dim"}
+TIMELINE_LABEL = 9  # "stage 12 "
 
 
-def render_timeline(timeline, out: Console, width: int | None = None) -> None:
-    """The schedule as the terminal sees it: one row per stage, forward and backward blocks in
-    colour (F cyan, B magenta), the bubble as dots, the time axis to scale."""
-    from .timeline import to_text_rows
+def render_timeline(timeline, out: Console, width: int | None = None, head_s: float = 0.0,
+                    step_bubble: float | None = None) -> None:
+    """The schedule as the terminal sees it, as wide as the terminal: one row per stage, forward
+    (F3---) and backward (B3===) blocks with their micro-batch numbers, readable without colour
+    (colour is added on a terminal), the bubble as dots, the last stage's LM head as h, the time
+    axis to scale."""
+    from .timeline import to_text_cells
 
-    width = width or max(40, min(out.width - 12, 200))
-    rows = to_text_rows(timeline, width)
+    width = width or max(20, out.width - TIMELINE_LABEL - 1)
+    rows = to_text_cells(timeline, width, head_s)
+    share = ("" if step_bubble is None else
+             f"; of the whole step (with the DP tail and optimizer) {step_bubble:.1%}")
     out.print(Text(f"Pipeline schedule ({timeline.schedule.value}, p={timeline.pp}, "
                    f"m={timeline.n_micro}, v={timeline.vpp}); one column = "
-                   f"{seconds(timeline.makespan_s / width)}; bubble "
-                   f"{timeline.bubble_fraction:.1%}", style="bold"))
+                   f"{seconds(timeline.makespan_s / width)}; idle share of the schedule "
+                   f"β = {timeline.bubble_fraction:.1%}{share}", style="bold"))
     for k, row in enumerate(rows):
-        line = Text(f"stage {k:<3d} ")
+        line = Text(f"stage {k:<3d}"[:TIMELINE_LABEL - 1] + " ")
         for char, kind in row:
             line.append(char, style=TIMELINE_STYLES.get(kind, ""))
         out.print(line, no_wrap=True, overflow="crop")
-    out.print(f"{'':10s}0{'':{max(0, width - 12)}s}{seconds(timeline.makespan_s):>10s}")
-    out.print("F = forward, B = backward (digit = micro-batch number mod 10), · = idle")
+    end = seconds(timeline.makespan_s)
+    out.print(" " * TIMELINE_LABEL + "0" + " " * max(1, width - 1 - len(end)) + end,
+              no_wrap=True, overflow="crop")
+    legend = "F3--- forward, B3=== backward of micro-batch 3; · idle"
+    if head_s > 0:
+        legend += (f"; h = the last stage's LM head and loss, {seconds(head_s)} per micro-batch "
+                   "(it sets the stage time)")
+    out.print(legend)
 
 
-def render_warnings(plan: Plan, out: Console) -> None:
-    for w in plan.warnings:
+def render_warnings(plan: Plan, out: Console, mfu_convention: str = "causal") -> None:
+    for w in _shown_warnings(plan, mfu_convention):
         out.print(Text(f"warning [{w.code}]: {w.message}", style="yellow"))
 
 
@@ -394,7 +485,7 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
     out.print(fitted_table(out, columns, title))
     out.print(LAYOUT_LEGEND + f"; MFU counts {MFU_WORDS[mfu_convention]}; bubble = "
               "T_bubble/T_step, the step's idle fill and drain.")
-    if result.tie_band:
+    if result.tie_band and any(r.endswith("=") for r in ranks):
         out.print(f"Ties (`1=`): step times within ±{result.tie_band:.1%}, the model's "
                   f"uncertainty ({result.tie_band_source}).")
     if result.reason:
