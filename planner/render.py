@@ -235,12 +235,14 @@ def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = Fal
             elif t.key in TIME_PARTS:
                 share = f"{t.value / step:.1%}"
             value = value_text(t.value, t.unit, t.group)
+            # Text cells: rich parses no markup in them (a third of the rendering time)
             if wide:
-                table.add_row(t.symbol, t.formula, value, share, t.why)
+                table.add_row(Text(t.symbol), Text(t.formula), Text(value), Text(share),
+                              Text(t.why))
             else:
                 cell = Text(t.formula)
                 cell.append("\n" + t.why, style="dim")
-                table.add_row(t.symbol, cell, value, share)
+                table.add_row(Text(t.symbol), cell, Text(value), Text(share))
         out.print(table)
         if group == "pipeline":
             values = {t.key: t.value for t in plan.terms}
@@ -457,13 +459,12 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
     mfu_label = "MFU\n" + mfu_convention
     columns = [
         Column("#", [f"{r}{w}" for r, w in zip(ranks, warn)]),
-        Column("layout", [layout_cell(p) for p in plans], justify="left"),
+        Column("layout", [layout_cell(p) for p in plans], justify="left", fold=True),
         Column("step\ns", [step_seconds(p.time.step_s) for p in plans]),
         Column("tokens/s", [f"{p.time.tokens_per_s:,.0f}" for p in plans]),
         Column(mfu_label, [f"{mfu_of(p, mfu_convention):.1%}" for p in plans]),
-        Column("mem\nof cap", [f"{p.memory.total_bytes / p.memory.capacity_bytes:.0%}"
-                               for p in plans]),
-        Column("bubble\nof step", [f"{bubble_share(p):.1%}" for p in plans]),
+        Column("mem", [f"{p.memory.total_bytes / p.memory.capacity_bytes:.0%}" for p in plans]),
+        Column("bubble", [f"{bubble_share(p):.1%}" for p in plans]),
     ]
     if budget:
         columns.append(Column("days", [f"{p.budget.days:,.1f}" for p in plans]))
@@ -483,8 +484,8 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
     title = (f"{len(plans)} of {result.feasible:,} plans that fit "
              f"({result.considered:,} considered)")
     out.print(fitted_table(out, columns, title))
-    out.print(LAYOUT_LEGEND + f"; MFU counts {MFU_WORDS[mfu_convention]}; bubble = "
-              "T_bubble/T_step, the step's idle fill and drain.")
+    out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
+              "bubble = T_bubble/T_step, the step's idle fill and drain.")
     if result.tie_band and any(r.endswith("=") for r in ranks):
         out.print(f"Ties (`1=`): step times within ±{result.tie_band:.1%}, the model's "
                   f"uncertainty ({result.tie_band_source}).")
