@@ -319,8 +319,10 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
     band, source = model_uncertainty(hw)
     step = costs["step_s"]
     order = _order(costs, cols, fits, "time")
-    chosen, variants = distinct_layouts(cols, step, order, top, band)
+    # more layouts than shown, so that a tie cut by `top` is the same tie at any --top
+    chosen, variants = distinct_layouts(cols, step, order, 3 * top + 10, band)
     ranked, labels = tie_order(cols, step, chosen, band)
+    ranked, labels = ranked[:top], labels[:top]
     folded_by = dict(zip(chosen, variants))
     plans = [estimate(model, hw, config_at(model, req, cols, i)) for i in ranked]
     reason = _why(plans)
@@ -329,7 +331,7 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
         reason += (f" The first {ties} plans tie: their step times differ by less than the model's "
                    f"uncertainty, ±{band:.1%} ({source}); inside a tie the simpler layout and the "
                    "framework's defaults come first.")
-    folded = sum(variants)
+    folded = sum(folded_by[i] for i in ranked)
     if folded:
         reason += (f" Each row is one layout (dp, tp, pp, cp); {folded:,} variants of the layouts "
                    "shown (ZeRO stage, recompute, micro-batch size, virtual stages) are folded "
