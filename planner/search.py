@@ -212,7 +212,8 @@ def _why(plans: list[Plan]) -> str:
     t = best.time
     parts = [f"Best: {best.config.label(batch=False)} — step {t.step_s:.3g} s "
              f"({t.tokens_per_s:,.0f} tokens/s, "
-             f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full): of the step, compute {t.compute_s / t.step_s:.0%}, bubble "
+             f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full): of the step, compute "
+             f"{t.compute_s / t.step_s:.0%}, bubble "
              f"{t.bubble_s / t.step_s:.0%}, exposed communication "
              f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
              f"{best.memory.capacity_bytes / 2**30:.1f} GiB."]

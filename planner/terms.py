@@ -59,7 +59,8 @@ TERMS: dict[str, TermInfo] = {
     "dp_bytes": TermInfo("V_dp", "bytes", "comm",
                          "data-parallel traffic (∝ parameters); its form follows the ZeRO stage"),
     "bubble_fraction": TermInfo("β", "fraction", "pipeline",
-                                "idle share of the step while the pipeline fills and drains"),
+                                "the schedule's idle share while the pipeline fills and "
+                                "drains (of the whole step: T_bubble/T_step)"),
     "model_flops": TermInfo("F_model", "FLOPs", "time",
                             "3 passes of every matmul and attention product (MFU's numerator)"),
     "hardware_flops": TermInfo("F_hw", "FLOPs", "time",
