@@ -228,13 +228,18 @@ def _mfu_convention(value: str) -> str:
     return v
 
 
-def _batch_notice(model: str, req) -> None:
-    """--tokens-per-step rounds to whole sequences: say so on stderr when it did."""
+def _batch_note(model: str, req) -> str | None:
+    """--tokens-per-step rounds to whole sequences: what it became, for stderr (printed only
+    when the command succeeds: a failure is one line on stderr)."""
     from . import api
-    from .render import notice
 
-    note = api.batch_rounding(model, req)
+    return api.batch_rounding(model, req)
+
+
+def _notice(note: str | None) -> None:
     if note:
+        from .render import notice
+
         notice(note)
 
 
@@ -411,7 +416,7 @@ def explain(
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce)
-        _batch_notice(model, req)
+        batch_note = _batch_note(model, req)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
         data = plan.model_dump(mode="json")
@@ -439,11 +444,14 @@ def explain(
     from . import render
 
     fits = plan.memory.fits
+    if fits and not json_:  # with --json, stderr stays empty on success (gbs is in the JSON)
+        _notice(batch_note)
     if svg is not None and fits:
         try:
             _write_file(timeline_out, svg)
         except PlanError as exc:
             raise _fail(exc) from None
+    if svg is not None and fits and not json_:
         render.notice(f"wrote {timeline_out}: the {picture.schedule.value} schedule of "
                       f"{picture.pp} stages × {picture.n_micro} micro-batches, "
                       f"{render.seconds(picture.makespan_s)}")
@@ -497,7 +505,7 @@ def search(
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, allow_tp_across_nodes)
-        _batch_notice(model, req)
+        batch_note = _batch_note(model, req)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")
@@ -523,9 +531,10 @@ def search(
         _checked_json(data)
     except PlanError as exc:
         raise _fail(exc) from None
-    if json_:
+    if json_:  # stderr stays empty on success (the rounded gbs is in the JSON)
         render.print_json(data)
         return
+    _notice(batch_note)
     # with --emit, stdout carries the settings alone; the table goes to stderr
     out = render.console(stderr=launch is not None)
     render.render_search(result, out, mfu_convention=convention)
