@@ -98,9 +98,10 @@ def admissible(model: ModelSpec, layouts):
     return ok
 
 
-def removed_by(model: ModelSpec, layouts, rules=RULES) -> list[tuple[Rule, int]]:
+def removed_by(model: ModelSpec, layouts, rules=RULES) -> list[tuple[Rule, int, int]]:
     """How many of the layouts (arrays) each rule removes, each layout counted under the first
-    rule it breaks; rules that remove none are left out. For the search's diagnosis."""
+    rule it breaks, and the index of the first layout it removes; rules that remove none are left
+    out. For the search's diagnosis."""
     import numpy as np
 
     alive = None
@@ -111,6 +112,15 @@ def removed_by(model: ModelSpec, layouts, rules=RULES) -> list[tuple[Rule, int]]
             alive = np.ones(holds.shape, dtype=bool)
         gone = alive & ~holds
         if gone.any():
-            out.append((rule, int(gone.sum())))
+            out.append((rule, int(gone.sum()), int(np.flatnonzero(gone)[0])))
         alive &= holds
     return out
+
+
+def one_layout(layouts, i: int) -> SimpleNamespace:
+    """Layout i of a set of layouts (arrays, or scalars shared by all) as plain ints, for
+    Rule.message."""
+    import numpy as np
+
+    return SimpleNamespace(**{k: (v[i].item() if isinstance(v, np.ndarray) else v)
+                              for k, v in vars(layouts).items()})

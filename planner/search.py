@@ -415,7 +415,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
     space = _numeric_space(model, hw, req)
     size = len(space["tp"])
     mask = np.zeros(size, dtype=bool)
-    removals: dict[str, int] = {}
+    removals: dict[str, list] = {}  # rule text → [count, the message for its first layout]
     if size == 0:
         return space, mask, removals
     seq, gbs = req.seq(model), req.global_batch(model)
@@ -429,8 +429,15 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
         ok = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         mask |= ok
         if count:
-            for rule, n in constraints.removed_by(model, layouts, (*constraints.RULES, vpp_rule)):
-                removals[rule.text] = removals.get(rule.text, 0) + n
+            for rule, n, first in constraints.removed_by(model, layouts,
+                                                         (*constraints.RULES, vpp_rule)):
+                one = constraints.one_layout(layouts, first)
+                if rule is constraints.RULES[0]:  # the search derives n_micro = gbs // (dp·mbs)
+                    said = (f"global batch {gbs:,} must be divisible by dp·mbs (e.g. dp {one.dp} "
+                            f"· mbs {one.mbs} = {one.dp * one.mbs:,} is not)")
+                else:
+                    said = rule.message(model, one) or rule.text
+                removals.setdefault(rule.text, [0, said])[0] += n
     return space, mask, removals
 
 
@@ -474,15 +481,16 @@ def no_layout_message(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -
     settings = len({(sp, s) for _, sp, s, _ in _choice_groups(req)})
     product_gone = (raw - len(space["tp"])) * settings  # candidates: layouts × settings
     reasons = []
-    if product_gone:
-        fixed = ", ".join(f"{k} {getattr(req, k)[0]}" for k in ("dp", "tp", "pp", "cp")
-                          if getattr(req, k) and len(getattr(req, k)) == 1)
-        reasons.append((product_gone, f"dp·tp·pp·cp = {n} GPUs"
-                        + (f" (with {fixed})" if fixed else "")))
-    for text, count in removals.items():
-        reasons.append((count, text))
+    fixed = ", ".join(f"{k} {','.join(map(str, getattr(req, k)))}" for k in ("dp", "tp", "pp", "cp")
+                      if getattr(req, k))
+    if product_gone and fixed:  # with nothing fixed, the product is how the space is enumerated
+        reasons.append((product_gone, f"dp·tp·pp·cp must equal {n} GPUs (with {fixed})"))
+    else:
+        raw = len(space["tp"])
+    for count, said in removals.values():
+        reasons.append((count, said))
     reasons.sort(key=lambda r: -r[0])
-    said = "; ".join(f"{text}: removed {count:,}" for count, text in reasons[:3])
+    said = "; ".join(f"{text} (removed {count:,})" for count, text in reasons[:3])
     total = raw * settings
     hints = []
     for dim in DIAGNOSED_DIMS:
