@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
 from .catalog import MODEL_ALIASES, hardware_presets, load_hardware, load_model, model_presets
@@ -10,7 +12,9 @@ from .estimate import estimate
 from .request import PlanRequest, explain_configs
 from .results import Plan
 from .schema import HardwareProfile
-from .search import SearchResult, search
+
+if TYPE_CHECKING:  # the search (numpy arrays, ranking) is imported by the commands that search
+    from .search import SearchResult
 
 
 def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
@@ -84,6 +88,8 @@ def batch_rounding(model_name: str, req: PlanRequest) -> str | None:
 
 def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) -> SearchResult:
     """search: the ranked plans that fit."""
+    from .search import search
+
     return search(load_model(model_name), load_hardware(hw_name), req, **kwargs)
 
 
