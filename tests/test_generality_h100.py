@@ -20,8 +20,7 @@ import pytest
 
 from planner.catalog import load_hardware, load_model
 from planner.estimate import estimate
-from planner.formulas.choices import Recompute, Schedule, ZeroStage
-from planner.schema import PlanConfig
+from planner.validation import h100_run_config
 
 DATA = json.loads((Path(__file__).parents[1] / "planner" / "reference" /
                    "published_h100.json").read_text())
@@ -29,13 +28,8 @@ H100 = load_hardware("h100-nvlink")
 
 
 def _predicted_tokens_per_gpu(run: dict) -> float:
-    dp = run["gpus"] // (run["tp"] * run["pp"] * run["cp"])
-    config = PlanConfig(
-        dp=dp, tp=run["tp"], pp=run["pp"], cp=run["cp"], vpp=run["vpp"], mbs=run["mbs"],
-        n_micro=run["gbs"] // (dp * run["mbs"]), gbs=run["gbs"], seq_len=run["seq_len"],
-        schedule=Schedule.INTERLEAVED if run["vpp"] > 1 else Schedule.ONE_F_ONE_B,
-        sequence_parallel=run["tp"] > 1, zero_stage=ZeroStage.OPTIMIZER,
-        recompute=Recompute.SELECTIVE, precision=run["precision"])
+    # the run's layout with NeMo's defaults, as `plan3d validate --hw h100-nvlink` builds it
+    config = h100_run_config(run)
     return estimate(load_model(run["model"]), H100, config).time.tokens_per_s / run["gpus"]
 
 
