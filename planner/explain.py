@@ -56,6 +56,7 @@ CONSTANT_MEANINGS = {
     "g_bytes": ("B", "bytes per gradient element"),
 }
 
+CACHE_ENTRIES = 256  # plans whose formulas the cache keeps (~10 kB each)
 FOLD_CHARS = 110  # a formula longer than this is folded into named sub-terms
 SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
@@ -241,6 +242,9 @@ def _store(key: str, formulas: dict, folded: dict) -> None:
         tmp = folder / f".formulas-{key}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"formulas": formulas, "folded": folded}), "utf-8")
         os.replace(tmp, folder / f"formulas-{key}.json")
+        entries = sorted(folder.glob("formulas-*.json"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-CACHE_ENTRIES]:  # keep the most recent
+            old.unlink(missing_ok=True)
     except OSError:
         pass
 

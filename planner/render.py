@@ -432,8 +432,8 @@ def layout_cell(plan: Plan) -> str:
     return " ".join(parts)
 
 
-LAYOUT_LEGEND = ("layout: z = ZeRO stage, v = virtual stages, sel/full = recompute (none when "
-                 "absent), nosp = no sequence parallelism")
+LAYOUT_LEGEND = ("# 1= a tie, ! a warning below; layout: z = ZeRO stage, v = virtual stages, "
+                 "sel/full = recompute (none when absent), nosp = no sequence parallelism")
 
 
 def bubble_share(plan: Plan) -> float:
@@ -486,9 +486,6 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
     out.print(fitted_table(out, columns, title))
     out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
               "bubble = T_bubble/T_step, the step's idle fill and drain.")
-    if result.tie_band and any(r.endswith("=") for r in ranks):
-        out.print(f"Ties (`1=`): step times within ±{result.tie_band:.1%}, the model's "
-                  f"uncertainty ({result.tie_band_source}).")
     if result.reason:
         out.print(result.reason)
     if budget:

@@ -329,9 +329,9 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
     reason = _why(plans)
     ties = labels.count(labels[0]) if labels else 0
     if ties > 1:
-        reason += (f" The first {ties} plans tie: their step times differ by less than the model's "
-                   f"uncertainty, ±{band:.1%} ({source}); inside a tie the simpler layout and the "
-                   "framework's defaults come first.")
+        reason += (f" The first {ties} plans tie (`1=`): their step times differ by less than the "
+                   f"model's uncertainty, ±{band:.1%} ({source}); inside a tie the simpler layout "
+                   "and the framework's defaults come first.")
     folded = sum(folded_by[i] for i in ranked)
     if folded:
         reason += (f" Each row is one layout (dp, tp, pp, cp); {folded:,} variants of the layouts "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -114,15 +115,17 @@ def test_formulas_name_their_constants():
     assert any(s["formula"] == "ceil(b·s/(128·c))" and s["value"] == 64 for s in subs)
 
 
-def test_the_readme_excerpt_is_real_output():
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- explain-excerpt: ")[1]
-    command, rest = block.split(" -->", 1)
-    excerpt = rest.split("```text\n", 1)[1].split("```", 1)[0]
-    args = command.split()[1:]
-    assert args[0] == "explain"
-    out = run(*args, columns=100).stdout
-    assert excerpt.rstrip() == "\n".join(line.rstrip() for line in out.splitlines()).rstrip()
+def test_the_readme_examples_are_real_output():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import readme_examples
+
+    found = readme_examples.examples((ROOT / "README.md").read_text())
+    assert len(found) >= 2 and any("explain" in cmd for _, cmd, _ in found)
+    for columns, command, block in found:
+        args = shlex.split(command)[1:]
+        out = run(*args, columns=columns).stdout
+        real = "\n".join(line.rstrip() for line in out.splitlines()).rstrip() + "\n"
+        assert block == real, f"stale README example ({command}): python scripts/readme_examples.py"
 
 
 # ---- 3. one figure each ------------------------------------------------------------------------
@@ -225,7 +228,7 @@ def test_ties_are_shown_and_layouts_are_distinct():
     for g in groups.values():
         assert max(g) <= min(g) * (1 + r.tie_band)
     assert r.ranks[0] == "1=" and "tie" in r.reason
-    out = run(*SEARCH, columns=100).stdout
+    out = " ".join(run(*SEARCH, columns=100).stdout.split())
     assert "1=" in out and "±3.5%" in out
 
 
