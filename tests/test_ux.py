@@ -322,3 +322,12 @@ def test_version_and_help_import_no_heavy_library(flag):
     r = subprocess.run([sys.executable, "-c", GUARD, flag], capture_output=True, text=True,
                        cwd=ROOT)
     assert r.stderr == "", r.stderr
+
+
+def test_causal_mfu_never_exceeds_what_runs_at_long_context():
+    # 8B at 128k tokens (cp 8): the full square counts twice the attention a causal kernel runs,
+    # so full-square MFU passes HFU (what runs: causal half + selective recompute + flash's
+    # backward recomputation); the causal convention stays below it
+    t = json.loads(run("explain", "-m", "8b", "-n", "64", "--tp", "8", "--cp", "8", "--seq-len",
+                       "131072", "--gbs", "8", "--json").stdout)["time"]
+    assert t["mfu"] > t["hfu"] > t["mfu_causal"]
