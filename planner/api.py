@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
 from .catalog import MODEL_ALIASES, hardware_presets, load_hardware, load_model, model_presets
@@ -10,7 +12,9 @@ from .estimate import estimate
 from .request import PlanRequest, explain_configs
 from .results import Plan
 from .schema import HardwareProfile
-from .search import SearchResult, search
+
+if TYPE_CHECKING:  # the search (numpy arrays, ranking) is imported by the commands that search
+    from .search import SearchResult
 
 
 def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
@@ -69,8 +73,31 @@ def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_pric
     return with_budget(plan, train_tokens, gpu_hour_price, power)
 
 
+def explain_constants(model_name: str, hw_name: str, plan: Plan) -> list[tuple]:
+    """The profile's constants explain's formulas name: (symbol, value, unit, meaning)."""
+    from .explain import constants
+
+    return constants(load_model(model_name), load_hardware(hw_name), plan.config)
+
+
+def batch_rounding(model_name: str, req: PlanRequest) -> str | None:
+    """What --tokens-per-step became, when it is not a whole number of sequences (the global
+    batch is whole sequences): a sentence for stderr, else None."""
+    if req.gbs is not None or req.tokens_per_step is None:
+        return None
+    model = load_model(model_name)
+    seq, gbs = req.seq(model), req.global_batch(model)
+    if gbs * seq == req.tokens_per_step:
+        return None
+    return (f"--tokens-per-step {req.tokens_per_step:,} is not a whole number of {seq:,}-token "
+            f"sequences: the global batch is {gbs:,} sequence{'s' if gbs != 1 else ''} = "
+            f"{gbs * seq:,} tokens per step")
+
+
 def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) -> SearchResult:
     """search: the ranked plans that fit."""
+    from .search import search
+
     return search(load_model(model_name), load_hardware(hw_name), req, **kwargs)
 
 

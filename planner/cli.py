@@ -121,7 +121,10 @@ class _Group(TyperGroup):
         sys.exit(self._guarded(args, "plan3d", complete_var, **extra))
 
     def _guarded(self, args, prog_name, complete_var, **extra) -> int:
-        from .render import error
+        def error(message: str) -> None:  # rich (render) only when there is an error to print
+            from .render import error as _error
+
+            _error(message)
 
         ClickException, UsageError, _, NoArgsIsHelpError = _click_errors()
         NoArgsIsHelpError = NoArgsIsHelpError or ()
@@ -170,7 +173,7 @@ class _Group(TyperGroup):
         return code
 
 
-app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_enable=False, help=HELP)
 
 # ---- shared options ---------------------------------------------------------------------------
@@ -216,6 +219,32 @@ TrainTokensOpt = Annotated[str | None, typer.Option(
 PriceOpt = Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")]
 PowerOpt = Annotated[float | None, typer.Option(
     help="Average GPU power in W for the energy (default: the profile's TDP).")]
+MfuOpt = Annotated[str, typer.Option(
+    help="MFU convention: causal (attention's unmasked half, as Megatron-Core logs it) or full "
+         "(the whole s×s square, as Narayanan 2021 and PaLM).")]
+MFU_CONVENTIONS = ("causal", "full")
+
+
+def _mfu_convention(value: str) -> str:
+    v = value.strip().lower()
+    if v not in MFU_CONVENTIONS:
+        raise PlanError(f"--mfu-convention must be causal or full, got '{value}'")
+    return v
+
+
+def _batch_note(model: str, req) -> str | None:
+    """--tokens-per-step rounds to whole sequences: what it became, for stderr (printed only
+    when the command succeeds: a failure is one line on stderr)."""
+    from . import api
+
+    return api.batch_rounding(model, req)
+
+
+def _notice(note: str | None) -> None:
+    if note:
+        from .render import notice
+
+        notice(note)
 
 
 def _extras(plan, model, hw, emit, train_tokens, price, power):
@@ -339,6 +368,21 @@ def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
         raise PlanError(validation_message(err)) from None
 
 
+EXPLAIN_SECTIONS = ("model", "memory", "pipeline", "comm", "time", "constants")
+
+
+def _sections(text: str | None):
+    """--section: the named sections, in the order given; None for all."""
+    if text is None:
+        return None
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in EXPLAIN_SECTIONS]
+    if bad or not names:
+        raise PlanError(f"--section takes a comma list of {', '.join(EXPLAIN_SECTIONS)}; "
+                        f"got '{text}'")
+    return names
+
+
 # ---- commands ---------------------------------------------------------------------------------
 
 
@@ -358,17 +402,27 @@ def explain(
         help="Write the schedule picture to an .svg file.")] = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
     gpu_power_w: PowerOpt = None,
+    brief: Annotated[bool, typer.Option(
+        "--brief", help="Print only the answer: fit, step, tokens/s, MFU (days and cost if "
+        "asked) and the warnings.")] = False,
+    section: Annotated[str | None, typer.Option(
+        help="The sections to print after the answer, comma list of model, memory, pipeline, "
+        "comm, time, constants (default: all).")] = None,
+    mfu_convention: MfuOpt = "causal",
 ) -> None:
-    """One plan's breakdown: every term, its formula, its value, and why."""
-    from . import api, render
+    """One plan: the answer first, then every term, its formula, its value, and why."""
+    from . import api
 
     try:
         if timeline_out is not None and not timeline_out.lower().endswith(".svg"):
             raise PlanError(f"--timeline-out writes SVG: give a path ending in .svg, "
                             f"got '{timeline_out}'")
+        convention = _mfu_convention(mfu_convention)
+        sections = _sections(section)
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, framework=framework, emit=emit)
+        batch_note = _batch_note(model, req)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
         data = plan.model_dump(mode="json")
@@ -386,26 +440,41 @@ def explain(
                                 "schedule's pattern is the same)")
             picture = api.plan_timeline(model, hw, plan)
         if timeline_out is not None:
+            from .render import config_line
             from .timeline import to_svg
 
-            svg = to_svg(picture, title=f"{plan.model.name}: {render.config_line(plan)}")
+            svg = to_svg(picture, title=f"{plan.model.name}: {config_line(plan)}")
+        constants = None if json_ or brief else api.explain_constants(model, hw, plan)
     except PlanError as exc:
         raise _fail(exc) from None
+    from . import render
+
     fits = plan.memory.fits
+    if fits and not json_:  # with --json, stderr stays empty on success (gbs is in the JSON)
+        _notice(batch_note)
     if svg is not None and fits:
         try:
             _write_file(timeline_out, svg)
         except PlanError as exc:
             raise _fail(exc) from None
+    if svg is not None and fits and not json_:
+        render.notice(f"wrote {timeline_out}: the {picture.schedule.value} schedule of "
+                      f"{picture.pp} stages × {picture.n_micro} micro-batches, "
+                      f"{render.seconds(picture.makespan_s)}")
     if json_:
         render.print_json(data)
     else:
-        out = render.console()
-        render.render_explain(plan, out)
+        # with --emit, stdout carries the settings alone; what explains them goes to stderr
+        out = render.console(stderr=launch is not None)
+        render.render_explain(plan, out, sections=sections, brief=brief,
+                              mfu_convention=convention, constants=constants)
         if picture is not None and timeline:
-            render.render_timeline(picture, out)
+            values = {t.key: t.value for t in plan.terms}
+            render.render_timeline(picture, out, head_s=values.get("head_s", 0.0),
+                                   step_bubble=render.bubble_share(plan))
         if launch is not None:
-            render.render_launch(launch, out)
+            render.render_launch_notes(launch, out)
+            render.write_settings(launch)
     if not fits:
         note = f" ({timeline_out} not written)" if svg is not None else ""
         raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
@@ -433,15 +502,19 @@ def search(
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None,
+    mfu_convention: MfuOpt = "causal",
 ) -> None:
-    """Find and rank the layouts that fit and the framework runs."""
+    """Find and rank the layouts that fit and the framework runs (ties within the model's
+    uncertainty shown as ties)."""
     from . import api, render
 
     try:
+        convention = _mfu_convention(mfu_convention)
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
                        emit=emit)
+        batch_note = _batch_note(model, req)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")
@@ -467,13 +540,16 @@ def search(
         _checked_json(data)
     except PlanError as exc:
         raise _fail(exc) from None
-    if json_:
+    if json_:  # stderr stays empty on success (the rounded gbs is in the JSON)
         render.print_json(data)
         return
-    out = render.console()
-    render.render_search(result, out)
+    _notice(batch_note)
+    # with --emit, stdout carries the settings alone; the table goes to stderr
+    out = render.console(stderr=launch is not None)
+    render.render_search(result, out, mfu_convention=convention)
     if launch is not None:
-        render.render_launch(launch, out)
+        render.render_launch_notes(launch, out)
+        render.write_settings(launch)
 
 
 @app.command()
@@ -503,7 +579,8 @@ def hardware(json_: JsonOpt = False) -> None:
 @app.command()
 def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False,
              framework: FrameworkOpt = None) -> None:
-    """Run every published A100 run through the model: predicted vs measured step time."""
+    """The published runs measured on the profile's GPU (A100, H100) through the model:
+    predicted vs measured step time."""
     from . import render
     from .catalog import load_hardware
     from .options import resolve_framework
@@ -599,8 +676,14 @@ def _root(
 def main() -> None:
     """Console entry point: usage errors exit 2 with one line, a closed pipe ends quietly (see
     _Group)."""
+    import gc
+
     try:
         app(prog_name="plan3d")
     except BrokenPipeError:
         _quiet_stdout()
         sys.exit(EXIT_OK)
+    finally:
+        # the process ends here: spare the interpreter's last collection of every object
+        # (~50 ms after explain); the console entry point only, never an in-process caller
+        gc.freeze()

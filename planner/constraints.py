@@ -133,3 +133,31 @@ def admissible(model: ModelSpec, layouts):
     for rule in RULES:
         ok = ok & rule.holds(model, layouts)
     return ok
+
+
+def removed_by(model: ModelSpec, layouts, rules=RULES) -> list[tuple[Rule, int, int]]:
+    """How many of the layouts (arrays) each rule removes, each layout counted under the first
+    rule it breaks, and the index of the first layout it removes; rules that remove none are left
+    out. For the search's diagnosis."""
+    import numpy as np
+
+    alive = None
+    out = []
+    for rule in rules:
+        holds = np.asarray(rule.holds(model, layouts), dtype=bool)
+        if alive is None:
+            alive = np.ones(holds.shape, dtype=bool)
+        gone = alive & ~holds
+        if gone.any():
+            out.append((rule, int(gone.sum()), int(np.flatnonzero(gone)[0])))
+        alive &= holds
+    return out
+
+
+def one_layout(layouts, i: int) -> SimpleNamespace:
+    """Layout i of a set of layouts (arrays, or scalars shared by all) as plain ints, for
+    Rule.message."""
+    import numpy as np
+
+    return SimpleNamespace(**{k: (v[i].item() if isinstance(v, np.ndarray) else v)
+                              for k, v in vars(layouts).items()})

@@ -221,6 +221,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     att_seq = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim)
     head_seq = F.head_flops(s, 1, x.vocab, h)
     model_flops = note("model_flops", F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq))
+    # the same under the causal convention (the unmasked half of the square, as Megatron-Core logs)
+    att_causal = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, F.MFU_CONVENTIONS["causal"])
+    model_flops_causal = note("model_flops_causal",
+                              F.model_flops(x.gbs, s, L, mm_seq, att_causal, head_seq))
     # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
     # and recomputation runs (part of) the forward again
     causal_skip = 1 if c.attention is Attention.FLASH else 0
@@ -306,6 +310,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         act_first=act_first, act_last=act_last, inflight_first=inflight_first,
         inflight_last=inflight_last, tp_bytes=tp_bytes, pp_bytes=pp_bytes, cp_bytes=cp_bytes,
         model_flops=model_flops, hardware_flops=hardware_flops, fwd_s=fwd_s,
+        model_flops_causal=model_flops_causal,
         bwd_s=bwd_s, recompute_s=recompute_s, layer_fwd_total=layer_fwd_total,
         layer_bwd_total=layer_bwd_total, compute_mb_s=compute_mb_s, tp_mb_s=tp_mb_s,
         cp_mb_s=cp_mb_s, pp_mb_s=pp_mb_s, dp_bw=dp_bw, dp_lat=dp_lat, tp_inside=tp_inside,
@@ -395,18 +400,19 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
                  if z >= 2 else 0)
     zero3_mb_s = T.exposed_time_s(zero_mb_s, k.compute_mb_s) if z >= 2 else 0
     reduce_passes, gather_passes = C.ZERO_STEP_RING_PASSES[z]
-    reduce_s = C.collective_time_s(C.zero_step_reduce_bytes(
+    reduce_s = note("dp_reduce_s", C.collective_time_s(C.zero_step_reduce_bytes(
         stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, reduce_passes * ring_steps,
-        k.dp_lat)
-    gather_s = C.collective_time_s(C.zero_step_gather_bytes(
+        k.dp_lat))
+    gather_s = note("dp_gather_s", C.collective_time_s(C.zero_step_gather_bytes(
         stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, gather_passes * ring_steps,
-        k.dp_lat)
+        k.dp_lat))
     note("dp_tail_s", reduce_s + gather_s)
     # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
     # of the updated weights (after the optimizer step) under the next step's first forward pass
     # (Megatron's --overlap-grad-reduce and --overlap-param-gather, taken as set together)
-    dp_tail_exposed = (T.exposed_time_s(reduce_s, x.overlap * layers * (k.bwd_s + k.recompute_s))
-                       + T.exposed_time_s(gather_s, x.overlap * layers * k.fwd_s))
+    dp_tail_exposed = note("dp_tail_exposed_s", (
+        T.exposed_time_s(reduce_s, x.overlap * layers * (k.bwd_s + k.recompute_s))
+        + T.exposed_time_s(gather_s, x.overlap * layers * k.fwd_s)))
 
     opt_shard = d_shard if z >= 1 else 1
     optimizer_s = note("optimizer_s", T.memory_bound_time_s(
@@ -444,6 +450,8 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, k.s, step_s)),
         mfu=note("mfu", T.mfu(k.model_flops, step_s, n_gpus, x.peak_flops)),
         hfu=T.mfu(k.hardware_flops, step_s, n_gpus, x.peak_flops),
+        model_flops_causal=k.model_flops_causal,
+        mfu_causal=note("mfu_causal", T.mfu(k.model_flops_causal, step_s, n_gpus, x.peak_flops)),
         # which link each kind of traffic crosses: 1 = inside the NVLink domain, 0 = network
         tp_inside=k.tp_inside, cp_inside=k.cp_inside, dp_inside=k.dp_inside, pp_inside=k.pp_inside,
     )

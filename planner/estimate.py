@@ -43,7 +43,9 @@ def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
             code="cp-across-domain",
             message=f"tp·cp = {c.tp * c.cp} exceeds the {hw.gpus_per_domain}-GPU domain: the "
                     "context-parallel ring crosses the network"))
-    bubble = float(costs["bubble_fraction"])
+    # the bubble as every command shows it: its share of the step time, T_bubble / T_step (the
+    # schedule's own idle share, bubble_fraction, leaves out the DP tail and the optimizer)
+    bubble = float(costs["bubble_s"]) / float(costs["step_s"])
     if bubble >= BUBBLE_PITFALL:
         out.append(PlanWarning(
             code="bubble-half",

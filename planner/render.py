@@ -49,7 +49,7 @@ def console(stderr: bool = False) -> Console:
 
 
 PLAIN_WIDTH = 160  # not a terminal: wide enough that no table wraps a row
-PLAIN_MIN_WIDTH = 120
+PLAIN_MIN_WIDTH = 40
 
 
 def non_finite(data, path: str = "") -> str | None:
@@ -160,26 +160,72 @@ def config_line(plan: Plan) -> str:
 # explain
 
 
-def render_explain(plan: Plan, out: Console) -> None:
-    """The breakdown a person can check by hand."""
-    c = plan.config
-    out.print(Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
-                   f"{c.n_gpus} × {plan.hardware}", style="bold"))
-    out.print(config_line(plan))
-    values = {t.key: t.value for t in plan.terms}
-    groups = [("model", "Model"), ("memory", "Memory per GPU, GiB = 2³⁰ bytes, MiB = 2²⁰ bytes (most loaded: "
-                                            f"{plan.memory.stage} pipeline stage)"),
-              ("pipeline", "Pipeline"), ("comm", "Communication per GPU per step (GB = 10⁹ bytes, "
-                                            "MB = 10⁶ bytes)"),
-              ("time", "Time per step (s; ms = 10⁻³ s)")]
+SECTIONS = {
+    "model": "Model",
+    "memory": "Memory per GPU, GiB = 2³⁰ bytes, MiB = 2²⁰ bytes (most loaded: {stage} pipeline "
+              "stage)",
+    "pipeline": "Pipeline",
+    "comm": "Communication per GPU per step (GB = 10⁹ bytes, MB = 10⁶ bytes)",
+    "time": "Time per step (s; ms = 10⁻³ s)",
+    "constants": "Constants the formulas name (the profile's, in base units)",
+}
+WIDE_EXPLAIN = 110  # from this width the reason gets a column of its own
+
+
+def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
+    """The answer, first: what runs where, whether it fits and with what margin, the step, the
+    throughput and MFU (its convention said), where the step goes, and days and cost if asked."""
+    c, m, t = plan.config, plan.memory, plan.time
+    other = "full" if mfu_convention == "causal" else "causal"
+    lines = [Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
+                  f"{c.n_gpus:,} × {plan.hardware}: {layout_cell(plan)}, global batch {c.gbs:,} "
+                  f"× {c.seq_len:,} tokens", style="bold")]
+    spare = m.capacity_bytes - m.total_bytes
+    if m.fits:
+        lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
+                          f"({m.total_bytes / m.capacity_bytes:.0%}), {gib(spare)} GiB to spare "
+                          f"on the most loaded ({m.stage}) pipeline stage.", style="green"))
+    else:
+        lines.append(Text(f"DOES NOT FIT: {gib(m.total_bytes)} GiB per GPU needed of "
+                          f"{gib(m.capacity_bytes)} GiB ({gib(-spare)} GiB over) on the {m.stage} "
+                          "pipeline stage.", style="bold red"))
+    lines.append(Text(f"Step {seconds(t.step_s)} · {t.tokens_per_s:,.0f} tokens/s · MFU "
+                      f"{mfu_of(plan, mfu_convention):.1%} ({mfu_convention}; "
+                      f"{mfu_of(plan, other):.1%} {other}) · HFU {t.hfu:.1%}"))
+    lines.append(Text(f"Of the step: compute {t.compute_s / t.step_s:.0%}, bubble "
+                      f"{bubble_share(plan):.0%}, exposed communication "
+                      f"{t.exposed_comm_s / t.step_s:.0%}, optimizer {t.optimizer_s / t.step_s:.0%}."))
+    if plan.budget is not None:
+        lines.append(Text(budget_line(plan)))
+    return lines
+
+
+def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = False,
+                   mfu_convention: str = "causal", constants=None) -> None:
+    """The answer first (verdict_lines and the warnings), then the breakdown a person can check by
+    hand, section by section (`sections`: names of SECTIONS, default all; `brief`: none)."""
+    for line in verdict_lines(plan, mfu_convention):
+        out.print(line)
+    render_warnings(plan, out, mfu_convention)
+    if brief:
+        return
+    wanted = list(SECTIONS) if sections is None else list(sections)
     total_mem, step = plan.memory.total_bytes, plan.time.step_s
-    for group, title in groups:
-        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False)
+    wide = out.width >= WIDE_EXPLAIN
+    for group in wanted:
+        title = SECTIONS[group].format(stage=plan.memory.stage)
+        out.print()
+        if group == "constants":
+            _render_constants(constants or [], out, title)
+            continue
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False,
+                      pad_edge=False)
         table.add_column("term", no_wrap=True)
-        table.add_column("formula", overflow="fold", max_width=70)
+        table.add_column("formula", overflow="fold", max_width=70 if wide else None)
         table.add_column("value", justify="right", no_wrap=True)
         table.add_column("share", justify="right", no_wrap=True)
-        table.add_column("why", overflow="fold", max_width=44)
+        if wide:
+            table.add_column("why", overflow="fold", max_width=44)
         for t in plan.terms:
             if t.group != group:
                 continue
@@ -188,26 +234,37 @@ def render_explain(plan: Plan, out: Console) -> None:
                 share = f"{t.value / total_mem:.1%}"
             elif t.key in TIME_PARTS:
                 share = f"{t.value / step:.1%}"
-            table.add_row(t.symbol, t.formula, value_text(t.value, t.unit, t.group), share, t.why)
+            value = value_text(t.value, t.unit, t.group)
+            # Text cells: rich parses no markup in them (a third of the rendering time)
+            if wide:
+                table.add_row(Text(t.symbol), Text(t.formula), Text(value), Text(share),
+                              Text(t.why))
+            else:
+                cell = Text(t.formula)
+                cell.append("\n" + t.why, style="dim")
+                table.add_row(Text(t.symbol), cell, Text(value), Text(share))
         out.print(table)
-    out.print(layout_line(plan))
-    m = plan.memory
-    verdict = "fits" if m.fits else "DOES NOT FIT"
-    style = "green" if m.fits else "bold red"
-    out.print(Text(f"Memory: {gib(m.total_bytes)} GiB of {gib(m.capacity_bytes)} GiB "
-                   f"({m.total_bytes / m.capacity_bytes:.0%}) — {verdict}", style=style))
-    tm = plan.time
-    out.print(f"Step {seconds(tm.step_s)}: compute {tm.compute_s / step:.0%}, bubble "
-              f"{tm.bubble_s / step:.0%}, exposed communication {tm.exposed_comm_s / step:.0%}, "
-              f"optimizer {tm.optimizer_s / step:.0%} · {tm.tokens_per_s:,.0f} tokens/s · "
-              f"MFU {tm.mfu:.1%} (HFU {tm.hfu:.1%})")
-    if plan.budget is not None:
-        out.print(budget_line(plan))
-    if "inflight_first" in values:
-        n_f = values["inflight_first"]
-        out.print(f"In flight on the first stage: {n_f:g} micro-batch{'' if n_f == 1 else 'es'} "
-                  f"(schedule {c.schedule.value}).")
-    render_warnings(plan, out)
+        if group == "pipeline":
+            values = {t.key: t.value for t in plan.terms}
+            if "inflight_first" in values:
+                n_f = values["inflight_first"]
+                out.print(f"In flight on the first stage: {n_f:g} micro-batch"
+                          f"{'' if n_f == 1 else 'es'} (schedule {plan.config.schedule.value}). "
+                          f"β is the schedule's idle share; the bubble's share of the whole step "
+                          f"is T_bubble/T_step = {bubble_share(plan):.1%}.")
+        if group == "comm":
+            out.print(layout_line(plan))
+
+
+def _render_constants(constants, out: Console, title: str) -> None:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    table.add_column("symbol", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("unit", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for symbol, value, unit, meaning in constants:
+        table.add_row(symbol, f"{value:.4g}", unit, meaning)
+    out.print(table)
 
 
 LINK_NAMES = {"nvlink": "inside the NVLink domain", "network": "across the network"}
@@ -226,7 +283,7 @@ def layout_line(plan: Plan) -> str:
 
 def budget_line(plan: Plan) -> str:
     b = plan.budget
-    parts = [f"Training {b.train_tokens:.3g} tokens: {b.days:,.1f} days on {plan.config.n_gpus:,} "
+    parts = [f"Training {token_text(b.train_tokens)} tokens: {b.days:,.1f} days on {plan.config.n_gpus:,} "
              f"GPUs, {b.gpu_hours:,.0f} GPU-hours"]
     if b.cost is not None:
         parts.append(f"cost {b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour")
@@ -235,126 +292,280 @@ def budget_line(plan: Plan) -> str:
     return ", ".join(parts) + "."
 
 
+def token_text(n: float) -> str:
+    """A token count as people say it: 15T, 300B, 1.5M (10¹², 10⁹, 10⁶)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale:
+            return f"{n / scale:,.4g}{unit}"
+    return f"{n:,.0f}"
+
+
 def render_launch(launch, out: Console) -> None:
     """--emit: the settings, then what they follow and what was assumed."""
     out.print(Text(f"Launch settings for {launch.framework} ({launch.format}):", style="bold"))
     out.print(launch.text, markup=False, highlight=False)
+    render_launch_notes(launch, out, header=False)
+
+
+def write_settings(launch) -> None:
+    """--emit's settings alone on stdout, exactly as the framework reads them (no wrapping), so
+    that `> args.txt` or `> job.toml` keeps them."""
+    sys.stdout.write(launch.text.rstrip("\n") + "\n")
+    sys.stdout.flush()
+
+
+def render_launch_notes(launch, out: Console, header: bool = True) -> None:
+    """What the settings follow and what was assumed (on stderr beside write_settings)."""
+    if header:
+        out.print(Text(f"Launch settings for {launch.framework} ({launch.format}) are on stdout.",
+                       style="bold"))
     out.print(f"Option names follow: {launch.version_note}", markup=False, highlight=False)
     for note in launch.notes:
         out.print(f"note: {note}", markup=False, highlight=False)
 
 
-TIMELINE_STYLES = {"F": "black on cyan", "B": "black on magenta", "idle": "dim"}
+TIMELINE_STYLES = {"F": "black on cyan", "B": "black on magenta", "W": "black on green",
+                   "head": "black on yellow",
+                   "idle": "dim"}
+TIMELINE_LABEL = 9  # "stage 12 "
 
 
-def render_timeline(timeline, out: Console, width: int | None = None) -> None:
-    """The schedule as the terminal sees it: one row per stage, forward and backward blocks in
-    colour (F cyan, B magenta), the bubble as dots, the time axis to scale."""
-    from .timeline import to_text_rows
+def render_timeline(timeline, out: Console, width: int | None = None, head_s: float = 0.0,
+                    step_bubble: float | None = None) -> None:
+    """The schedule as the terminal sees it, as wide as the terminal: one row per stage, forward
+    (F3---) and backward (B3===) blocks with their micro-batch numbers, readable without colour
+    (colour is added on a terminal), the bubble as dots, the last stage's LM head as h, the time
+    axis to scale."""
+    from .timeline import to_text_cells
 
-    width = width or max(40, min(out.width - 12, 200))
-    rows = to_text_rows(timeline, width)
+    width = width or max(20, out.width - TIMELINE_LABEL - 1)
+    rows = to_text_cells(timeline, width, head_s)
+    share = ("" if step_bubble is None else
+             f"; of the whole step (with the DP tail and optimizer) {step_bubble:.1%}")
     out.print(Text(f"Pipeline schedule ({timeline.schedule.value}, p={timeline.pp}, "
                    f"m={timeline.n_micro}, v={timeline.vpp}); one column = "
-                   f"{seconds(timeline.makespan_s / width)}; bubble "
-                   f"{timeline.bubble_fraction:.1%}", style="bold"))
+                   f"{seconds(timeline.makespan_s / width)}; idle share of the schedule "
+                   f"β = {timeline.bubble_fraction:.1%}{share}", style="bold"))
     for k, row in enumerate(rows):
-        line = Text(f"stage {k:<3d} ")
+        line = Text(f"stage {k:<3d}"[:TIMELINE_LABEL - 1] + " ")
         for char, kind in row:
             line.append(char, style=TIMELINE_STYLES.get(kind, ""))
         out.print(line, no_wrap=True, overflow="crop")
-    out.print(f"{'':10s}0{'':{max(0, width - 12)}s}{seconds(timeline.makespan_s):>10s}")
-    out.print("F = forward, B = backward (digit = micro-batch number mod 10), · = idle")
+    end = seconds(timeline.makespan_s)
+    out.print(" " * TIMELINE_LABEL + "0" + " " * max(1, width - 1 - len(end)) + end,
+              no_wrap=True, overflow="crop")
+    legend = "F3--- forward, B3=== backward of micro-batch 3"
+    if timeline.wgrad_s > 0:
+        legend += " (its input gradient), W3~~~ its weight gradient"
+    legend += "; · idle"
+    if head_s > 0:
+        legend += (f"; h = the last stage's LM head and loss, {seconds(head_s)} per micro-batch "
+                   "(it sets the stage time)")
+    out.print(legend)
 
 
-def render_warnings(plan: Plan, out: Console) -> None:
-    for w in plan.warnings:
+def render_warnings(plan: Plan, out: Console, mfu_convention: str = "causal") -> None:
+    for w in _shown_warnings(plan, mfu_convention):
         out.print(Text(f"warning [{w.code}]: {w.message}", style="yellow"))
+
+
+# ---------------------------------------------------------------------------------------------
+# tables that fit the terminal: the decisive columns always, more as the width allows
+
+
+class Column:
+    """One column: its header (may be two lines), alignment, cells, and its priority (0: always
+    shown; then 1, 2, … added in that order while the table still fits)."""
+
+    def __init__(self, header: str, cells: list[str], priority: int = 0, justify: str = "right",
+                 fold: bool = False):
+        self.header, self.cells, self.priority, self.justify, self.fold = (
+            header, cells, priority, justify, fold)
+
+
+def _table(columns: list[Column], title: str | None) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
+                  padding=(0, 1), collapse_padding=True)
+    for col in columns:
+        table.add_column(col.header, justify=col.justify, no_wrap=not col.fold,
+                         overflow="fold" if col.fold else "ellipsis")
+    for i in range(len(columns[0].cells) if columns else 0):
+        table.add_row(*(col.cells[i] for col in columns))
+    return table
+
+
+def _width(out: Console, table: Table) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update(max_width=100_000), table).maximum
+
+
+def fitted_table(out: Console, columns: list[Column], title: str | None = None) -> Table:
+    """The columns of priority 0 and as many of the others, in priority order, as fit out.width
+    (in their given order); a column that never truncates (no cell wider than shown)."""
+    shown = [c for c in columns if c.priority == 0]
+    for col in sorted((c for c in columns if c.priority > 0), key=lambda c: c.priority):
+        trial = [c for c in columns if c in shown or c is col]
+        if _width(out, _table(trial, None)) <= out.width:
+            shown.append(col)
+    return _table([c for c in columns if c in shown], title)
 
 
 # ---------------------------------------------------------------------------------------------
 # search
 
+RECOMPUTE_SHORT = {"none": "", "selective": "sel", "full": "full"}
 
-def render_search(result, out: Console) -> None:
+
+def layout_cell(plan: Plan) -> str:
+    """The layout in a few characters: dp64 tp4 pp2 [cp2] [v8] [mbs2] z2 [sel|full] [nosp]
+    (mbs when not 1; recompute when not none; nosp when tp > 1 without sequence parallelism)."""
+    c = plan.config
+    parts = [f"dp{c.dp}", f"tp{c.tp}", f"pp{c.pp}"]
+    if c.cp > 1:
+        parts.append(f"cp{c.cp}")
+    if c.vpp > 1:
+        parts.append(f"v{c.vpp}")
+    if c.mbs != 1:
+        parts.append(f"mbs{c.mbs}")
+    parts.append(f"z{int(c.zero_stage)}")
+    if RECOMPUTE_SHORT[c.recompute.value]:
+        parts.append(RECOMPUTE_SHORT[c.recompute.value])
+    if c.tp > 1 and not c.sequence_parallel:
+        parts.append("nosp")
+    return " ".join(parts)
+
+
+LAYOUT_LEGEND = ("# 1= a tie, ! a warning below; layout: z = ZeRO stage, v = virtual stages, "
+                 "sel/full = recompute (none when absent), nosp = no sequence parallelism")
+
+
+def bubble_share(plan: Plan) -> float:
+    """The bubble as every command shows it: the share of the step time the pipeline's fill and
+    drain leave idle, T_bubble / T_step (the schedule's own idle share, (p − 1)/(v·m + p − 1), is
+    `bubble_fraction` in --json and β in explain)."""
+    t = plan.time
+    return t.bubble_s / t.step_s if t.step_s > 0 else 0.0
+
+
+def mfu_of(plan: Plan, convention: str) -> float:
+    """MFU under a convention: "causal" (the unmasked half of attention, as Megatron-Core logs it)
+    or "full" (the whole s×s square)."""
+    return plan.time.mfu_causal if convention == "causal" else plan.time.mfu
+
+
+def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
     """The ranked table, the reason for the winner, the warnings of the plans shown."""
-    table = Table(box=box.SIMPLE_HEAD, title=f"{len(result.plans)} of {result.feasible:,} plans "
-                  f"that fit ({result.considered:,} considered)", title_justify="left")
-    budget = bool(result.plans) and result.plans[0].budget is not None
-    columns = ["#", "dp", "tp", "pp", "cp", "vpp", "mbs", "M", "ZeRO", "recompute", "SP",
-               "mem GiB", "bubble", "exp. comm", "step s", "tokens/s", "MFU"]
+    plans = result.plans
+    budget = bool(plans) and plans[0].budget is not None
+    ranks = result.ranks or [str(i) for i in range(1, len(plans) + 1)]
+    warn = ["!" if any(w.code not in QUIET_WARNINGS for w in p.warnings) else "" for p in plans]
+    mfu_label = "MFU\n" + mfu_convention
+    columns = [
+        Column("#", [f"{r}{w}" for r, w in zip(ranks, warn)]),
+        Column("layout", [layout_cell(p) for p in plans], justify="left", fold=True),
+        Column("step\ns", [step_seconds(p.time.step_s) for p in plans]),
+        Column("tokens/s", [f"{p.time.tokens_per_s:,.0f}" for p in plans]),
+        Column(mfu_label, [f"{mfu_of(p, mfu_convention):.1%}" for p in plans]),
+        Column("mem", [f"{p.memory.total_bytes / p.memory.capacity_bytes:.0%}" for p in plans]),
+        Column("bubble", [f"{bubble_share(p):.1%}" for p in plans]),
+    ]
     if budget:
-        columns.append("days")
-    for col in columns:
-        table.add_column(col, justify="right" if col not in ("recompute",) else "left",
-                         no_wrap=True)
-    for i, p in enumerate(result.plans, 1):
-        c, m, t = p.config, p.memory, p.time
-        warn = "!" if any(w.code != "uneven-stages" for w in p.warnings) else ""
-        cells = [
-            f"{i}{warn}", str(c.dp), str(c.tp), str(c.pp), str(c.cp), str(c.vpp), str(c.mbs),
-            str(c.n_micro), str(int(c.zero_stage)), c.recompute.value,
-            "on" if c.sequence_parallel else "off",
-            f"{gib(m.total_bytes)}/{gib(m.capacity_bytes)}",
-            f"{p.bubble_fraction:.1%}", f"{t.exposed_comm_s / t.step_s:.1%}",
-            step_seconds(t.step_s), f"{t.tokens_per_s:,.0f}", f"{t.mfu:.1%}"]
-        if budget:
-            cells.append(f"{p.budget.days:,.1f}")
-        table.add_row(*cells)
-    out.print(table)
+        columns.append(Column("days", [f"{p.budget.days:,.1f}" for p in plans]))
+    columns += [
+        Column("mem GiB", [f"{gib(p.memory.total_bytes)}/{gib(p.memory.capacity_bytes)}"
+                           for p in plans], priority=1),
+        Column("exp.\ncomm", [f"{p.time.exposed_comm_s / p.time.step_s:.1%}" for p in plans],
+               priority=2),
+        Column("n_micro", [str(p.config.n_micro) for p in plans], priority=3),
+    ]
+    if result.variants:
+        columns.append(Column("variants", [f"+{v}" if v else "" for v in result.variants],
+                              priority=4))
+    columns.append(Column("MFU\n" + ("full" if mfu_convention == "causal" else "causal"),
+                          [f"{mfu_of(p, 'full' if mfu_convention == 'causal' else 'causal'):.1%}"
+                           for p in plans], priority=5))
+    title = (f"{len(plans)} of {result.feasible:,} plans that fit "
+             f"({result.considered:,} considered)")
+    out.print(fitted_table(out, columns, title))
+    out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
+              "bubble = T_bubble/T_step, the step's idle fill and drain.")
     if result.reason:
         out.print(result.reason)
     if budget:
-        out.print("Plan 1: " + budget_line(result.plans[0]))
+        out.print("Plan 1: " + budget_line(plans[0]))
     # one line per kind of warning: its first plan's message, and which other plans share it
-    by_code: dict[str, tuple[str, list[int]]] = {}
-    for i, p in enumerate(result.plans, 1):
-        for w in p.warnings:
+    by_code: dict[str, tuple[str, list[str]]] = {}
+    for i, p in enumerate(plans, 1):
+        for w in _shown_warnings(p, mfu_convention):
             first = by_code.setdefault(w.code, (w.message, []))
-            first[1].append(i)
-    for code, (message, plans) in by_code.items():
-        which = f"plan {plans[0]}" if len(plans) == 1 else \
-            f"plans {', '.join(map(str, plans))}; shown for plan {plans[0]}"
+            first[1].append(str(i))
+    for code, (message, which_plans) in by_code.items():
+        which = f"plan {which_plans[0]}" if len(which_plans) == 1 else \
+            f"plans {', '.join(which_plans)}; shown for plan {which_plans[0]}"
         out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
 
 
+QUIET_WARNINGS = ("uneven-stages", "mfu-convention")
+MFU_WORDS = {"causal": "the causal half of attention (as Megatron-Core logs it)",
+             "full": "attention's whole s×s square (Narayanan 2021, PaLM)"}
+
+
+def _shown_warnings(plan: Plan, mfu_convention: str):
+    """The plan's warnings; the full-square convention's warning only under that convention."""
+    return [w for w in plan.warnings
+            if not (w.code == "mfu-convention" and mfu_convention == "causal")]
+
+
 def render_models(listing, out: Console) -> None:
-    table = Table(box=box.SIMPLE_HEAD)
-    for col in ("name", "aliases", "params (10⁹)", "L", "h", "a", "kv", "ffn", "V", "seq", "mlp"):
-        table.add_column(col, no_wrap=True)
-    for m in listing:
-        table.add_row(m.name, ",".join(m.aliases), f"{m.n_params / 1e9:,.1f}", str(m.n_layers),
-                      str(m.hidden), str(m.n_heads), str(m.n_kv_heads), str(m.ffn), str(m.vocab),
-                      str(m.seq_len), m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else ""))
-    out.print(table)
+    rows = list(listing)
+    columns = [
+        Column("name", [m.name for m in rows], justify="left"),
+        Column("params\n(10⁹)", [f"{m.n_params / 1e9:,.1f}" for m in rows]),
+        Column("L", [str(m.n_layers) for m in rows]),
+        Column("h", [str(m.hidden) for m in rows]),
+        Column("a/kv", [f"{m.n_heads}/{m.n_kv_heads}" for m in rows]),
+        Column("seq", [str(m.seq_len) for m in rows]),
+        Column("aliases", [",".join(m.aliases) for m in rows], priority=1, justify="left"),
+        Column("ffn", [str(m.ffn) for m in rows], priority=2),
+        Column("V", [str(m.vocab) for m in rows], priority=3),
+        Column("mlp", [m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else "") for m in rows],
+               priority=4, justify="left"),
+    ]
+    out.print(fitted_table(out, columns))
 
 
 def render_hardware(listing, out: Console) -> None:
-    table = Table(box=box.SIMPLE_HEAD)
-    for col in ("name", "GPU", "HBM GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s",
-                "domain", "fast GB/s", "net GB/s"):
-        table.add_column(col, no_wrap=True)
-    for h in listing:
-        fp8 = h.peak_tflops.fp8
-        table.add_row(h.name, h.gpu, f"{h.hbm_gib:g}", f"{h.hbm_tb_per_s:g}",
-                      f"{h.peak_tflops.bf16:g}", "-" if fp8 is None else f"{fp8:g}",
-                      str(h.gpus_per_domain), f"{h.fast.busbw_gb_per_s:g}",
-                      f"{h.network.busbw_gb_per_s:g}")
-    out.print(table)
+    rows = list(listing)
+    columns = [
+        Column("name", [h.name for h in rows], justify="left"),
+        Column("HBM\nGiB", [f"{h.hbm_gib:g}" for h in rows]),
+        Column("bf16\nTFLOP/s", [f"{h.peak_tflops.bf16:g}" for h in rows]),
+        Column("domain", [str(h.gpus_per_domain) for h in rows]),
+        Column("fast\nGB/s", [f"{h.fast.busbw_gb_per_s:g}" for h in rows]),
+        Column("net\nGB/s", [f"{h.network.busbw_gb_per_s:g}" for h in rows]),
+        Column("fp8\nTFLOP/s", ["-" if h.peak_tflops.fp8 is None else f"{h.peak_tflops.fp8:g}"
+                                for h in rows], priority=1),
+        Column("HBM\nTB/s", [f"{h.hbm_tb_per_s:g}" for h in rows], priority=2),
+        Column("GPU", [h.gpu for h in rows], priority=3, justify="left"),
+    ]
+    out.print(fitted_table(out, columns))
 
 
 def render_validation(report, out: Console) -> None:
-    table = Table(box=box.SIMPLE_HEAD, title=f"Published runs on {report.hardware}: predicted vs "
-                  "measured step time", title_justify="left")
-    for col in ("case", "GPUs", "layout", "measured s", "model s", "error", "assumed"):
-        table.add_column(col, no_wrap=col != "assumed",
-                         justify="right" if col in ("GPUs", "measured s", "model s", "error")
-                         else "left")
-    for c in report.cases:
-        table.add_row(c.id, str(c.gpus), c.layout, step_seconds(c.measured_s),
-                      step_seconds(c.predicted_s),
-                      f"{c.error:+.1%}", c.assumed)
-    out.print(table)
+    cases = report.cases
+    columns = [
+        Column("case", [c.id for c in cases], justify="left", fold=True),
+        Column("GPUs", [str(c.gpus) for c in cases]),
+        Column("measured\ns", [step_seconds(c.measured_s) for c in cases]),
+        Column("model\ns", [step_seconds(c.predicted_s) for c in cases]),
+        Column("error", [f"{c.error:+.1%}" for c in cases]),
+        Column("layout", [c.layout for c in cases], priority=1, justify="left"),
+        Column("assumed", [c.assumed for c in cases], priority=2, justify="left"),
+    ]
+    title = (f"Published runs measured on {report.gpu}, through {report.hardware}: predicted vs "
+             "measured step time")
+    out.print(fitted_table(out, columns, title))
     ok = report.median_abs_error <= report.target_median and \
         report.max_abs_error <= report.target_max
     out.print(f"median |error| {report.median_abs_error:.1%} (target ≤ {report.target_median:.0%}),"

@@ -80,6 +80,10 @@ class Time(_Out):
     hfu: float
     model_flops: float
     hardware_flops: float
+    # MFU under the causal convention (the unmasked half of the attention square, as current
+    # Megatron-Core logs it); `mfu` and `model_flops` keep the full-square convention
+    mfu_causal: float = 0.0
+    model_flops_causal: float = 0.0
 
 
 class Term(_Out):

@@ -49,6 +49,13 @@ class SearchResult(BaseModel):
     constraints: list[str]
     reason: str = ""
     folded: int = 0  # plans left out of the table: same step time and memory as a simpler one
+    # the honest ranking (sort time or mfu): each plan's place, `1=` in a tie; the band within
+    # which step times tie (the model's uncertainty) and where it comes from; the variants of
+    # each plan's layout (ZeRO, recompute, mbs, vpp) folded into it
+    ranks: list[str] = []
+    tie_band: float = 0.0
+    tie_band_source: str = ""
+    variants: list[int] = []
 
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
@@ -226,7 +233,8 @@ def _why(plans: list[Plan]) -> str:
     t = best.time
     parts = [f"Best: {best.config.label(batch=False)} — step {t.step_s:.3g} s "
              f"({t.tokens_per_s:,.0f} tokens/s, "
-             f"MFU {t.mfu:.1%}): of the step, compute {t.compute_s / t.step_s:.0%}, bubble "
+             f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full): of the step, compute "
+             f"{t.compute_s / t.step_s:.0%}, bubble "
              f"{t.bubble_s / t.step_s:.0%}, exposed communication "
              f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
              f"{best.memory.capacity_bytes / 2**30:.1f} GiB."]
@@ -276,7 +284,7 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
                             headroom=headroom)
         except NoFeasiblePlan:
             continue
-        step = result.plans[0].time.step_s
+        step = min(p.time.step_s for p in result.plans)  # the fastest, whatever its place in a tie
         best_seen = (n, step)
         if step <= target_step_s:
             return result.model_copy(update={"reason": (
@@ -303,10 +311,7 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
         raise PlanError(f"headroom must be in [0, 1), got {headroom}")
     cols, costs = evaluate_space(model, hw, req)
     if not cols:
-        raise NoFeasiblePlan(
-            f"no layout of {model.name} satisfies the constraints on {req.gpus} GPUs "
-            f"(global batch {req.global_batch(model)}): " + "; ".join(CONSTRAINTS)
-            + " — try another --gpus, --gbs or fewer fixed dimensions")
+        raise NoFeasiblePlan(no_layout_message(model, hw, req))
     considered = len(cols["tp"])
     budget = hw.capacity_bytes * (1 - headroom)
     fits = np.flatnonzero(costs["total_bytes"] <= budget)
@@ -315,15 +320,54 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
         need = costs["total_bytes"][i]
         cfg = config_at(model, req, cols, i)
         raise NoFeasiblePlan(_diagnose(model, hw, req, cfg, need, budget))
+    if sort in ("time", "mfu"):
+        return _ranked(model, hw, req, cols, costs, fits, top, considered)
     order, folded = _distinct(costs, _order(costs, cols, fits, sort), top)
     plans = [estimate(model, hw, config_at(model, req, cols, int(i))) for i in order]
     reason = _why(plans)
     if folded:
         reason += (f" {folded} other layouts with exactly the step time and memory of a plan shown "
                    "(e.g. context parallelism traded for micro-batch size) are folded into it.")
-    rules = CONSTRAINTS + [f"{req.framework}: {rule.text}" for rule in FRAMEWORKS[req.framework].rules]
     return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
-                        constraints=rules, reason=reason, folded=folded)
+                        constraints=_constraints(req), reason=reason, folded=folded)
+
+
+def _constraints(req: PlanRequest) -> list[str]:
+    """The rules every framework shares, then the request's framework's own."""
+    return CONSTRAINTS + [f"{req.framework}: {rule.text}" for rule in FRAMEWORKS[req.framework].rules]
+
+
+def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
+    """The honest ranking (planner.ranking): one row per layout, ties within the model's
+    uncertainty shown as ties and ordered by simplicity and the framework's defaults."""
+    from .ranking import distinct_layouts, tie_order
+    from .validation import model_uncertainty
+
+    band, source = model_uncertainty(hw)
+    step = costs["step_s"]
+    order = _order(costs, cols, fits, "time")
+    # more layouts than shown, so that a tie cut by `top` is the same tie at any --top
+    defaults = FRAMEWORKS[req.framework].defaults
+    chosen, variants = distinct_layouts(cols, step, order, 3 * top + 10, band, defaults)
+    ranked, labels = tie_order(cols, step, chosen, band, defaults)
+    ranked, labels = ranked[:top], labels[:top]
+    folded_by = dict(zip(chosen, variants))
+    plans = [estimate(model, hw, config_at(model, req, cols, i)) for i in ranked]
+    reason = _why(plans)
+    ties = labels.count(labels[0]) if labels else 0
+    if ties > 1:
+        reason += (f" The first {ties} plans tie (`1=`): their step times differ by less than the "
+                   f"model's uncertainty, ±{band:.1%} ({source}); inside a tie the simpler layout "
+                   "and the framework's defaults come first.")
+    folded = sum(folded_by[i] for i in ranked)
+    if folded:
+        reason += (f" Each row is one layout (dp, tp, pp, cp); {folded:,} variants of the layouts "
+                   "shown (ZeRO stage, recompute, micro-batch size, virtual stages) are folded "
+                   "into them.")
+    return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
+                        constraints=_constraints(req), reason=reason, folded=folded, ranks=labels,
+                        tie_band=band, tie_band_source=source,
+                        variants=[folded_by[i] for i in ranked])
 
 
 def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]:
@@ -383,3 +427,113 @@ def _diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> st
             f"{need / gib:.1f} GiB per GPU (dp{cfg.dp} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} "
             f"mbs{cfg.mbs} zero{int(cfg.zero_stage)} {cfg.recompute.value}) against "
             f"{budget / gib:.1f} GiB usable; would fit with " + ", or ".join(hints))
+
+
+# ---- when no layout satisfies the rules: which rules removed the candidates, what would work ----
+
+DIAGNOSED_DIMS = ("tp", "pp", "cp", "vpp", "mbs", "dp")
+NEAREST_SHOWN = 8  # values suggested per dimension
+GPU_WINDOW = 256  # how far from --gpus the nearest working counts are looked for
+
+
+def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: bool = False):
+    """The layouts of the request's space that obey every rule under some schedule and
+    sequence-parallel setting it allows: (space, mask, removals by rule)."""
+    space = _numeric_space(model, hw, req)
+    size = len(space["tp"])
+    mask = np.zeros(size, dtype=bool)
+    removals: dict[str, list] = {}  # rule text → [count, the message for its first layout]
+    if size == 0:
+        return space, mask, removals
+    seq, gbs = req.seq(model), req.global_batch(model)
+    pairs = {(sp, sched) for _, sp, sched, _ in _choice_groups(req)}
+    vpp_rule = constraints.Rule(
+        "the search gives vpp > 1 to the interleaved schedule and vpp = 1 to the others",
+        lambda m, c: (c.vpp > 1) == c.interleaved, lambda m, c: "")
+    for sp, sched in sorted(pairs, key=str):
+        interleaved = sched is Schedule.INTERLEAVED
+        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp)
+        ok = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        mask |= ok
+        if count:
+            for rule, n, first in constraints.removed_by(model, layouts,
+                                                         (*constraints.RULES, vpp_rule)):
+                one = constraints.one_layout(layouts, first)
+                if rule is constraints.RULES[0]:  # the search derives n_micro = gbs // (dp·mbs)
+                    said = (f"global batch {gbs:,} must be divisible by dp·mbs (e.g. dp {one.dp} "
+                            f"· mbs {one.mbs} = {one.dp * one.mbs:,} is not)")
+                else:
+                    said = rule.message(model, one) or rule.text
+                removals.setdefault(rule.text, [0, said])[0] += n
+    return space, mask, removals
+
+
+def _values_that_work(model, hw, req: PlanRequest, dim: str) -> list[int]:
+    """The values of one dimension the user fixed that would leave some layout, all else kept."""
+    space, mask, _ = _admissible(model, hw, req.model_copy(update={dim: None}))
+    return sorted({int(v) for v in space[dim][mask]}) if mask.any() else []
+
+
+def _nearest(values: list[int], given: list[int]) -> list[int]:
+    target = given[0] if given else 0
+    return sorted(sorted(values, key=lambda v: (abs(v - target), v))[:NEAREST_SHOWN])
+
+
+def _gpu_counts_that_work(model, hw, req: PlanRequest) -> list[int]:
+    """The nearest GPU counts below and above --gpus at which some layout obeys every rule (the
+    same global batch and fixed dimensions)."""
+    req = req.model_copy(update={"gbs": req.global_batch(model)})
+    below, above = [], []
+    for d in range(1, GPU_WINDOW + 1):
+        for n, found in ((req.gpus - d, below), (req.gpus + d, above)):
+            if n >= 1 and len(found) < 2 and _admissible(model, hw,
+                                                        req.model_copy(update={"gpus": n}))[1].any():
+                found.append(n)
+        if len(below) >= 2 and len(above) >= 2:
+            break
+    return sorted(below + above)
+
+
+def no_layout_message(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> str:
+    """Why no layout survives the rules: the rules that removed the candidates, with counts, and
+    the nearest values that would work (of each dimension the user fixed, and of --gpus)."""
+    n, gbs = req.gpus, req.global_batch(model)
+    tp_vals = req.tp or [d for d in divisors(n) if d <= hw.gpus_per_domain
+                         or req.allow_tp_across_nodes]
+    cp_vals = req.cp or divisors(n, MAX_OPEN_CP)
+    pp_vals = req.pp or divisors(n, model.n_layers)
+    raw = (len(tp_vals) * len(cp_vals) * len(pp_vals) * len(req.mbs or DEFAULT_MBS)
+           * len(req.vpp or range(1, MAX_OPEN_VPP + 1)))
+    space, _, removals = _admissible(model, hw, req, count=True)
+    settings = len({(sp, s) for _, sp, s, _ in _choice_groups(req)})
+    product_gone = (raw - len(space["tp"])) * settings  # candidates: layouts × settings
+    reasons = []
+    fixed = ", ".join(f"{k} {','.join(map(str, getattr(req, k)))}" for k in ("dp", "tp", "pp", "cp")
+                      if getattr(req, k))
+    if product_gone and fixed:  # with nothing fixed, the product is how the space is enumerated
+        reasons.append((product_gone, f"dp·tp·pp·cp must equal {n} GPUs (with {fixed})"))
+    else:
+        raw = len(space["tp"])
+    for count, said in removals.values():
+        reasons.append((count, said))
+    reasons.sort(key=lambda r: -r[0])
+    said = "; ".join(f"{text} (removed {count:,})" for count, text in reasons[:3])
+    total = raw * settings
+    hints = []
+    for dim in DIAGNOSED_DIMS:
+        given = getattr(req, dim)
+        if not given:
+            continue
+        works = _values_that_work(model, hw, req, dim)
+        if works:
+            hints.append(f"--{dim} {', '.join(map(str, _nearest(works, given)))}")
+        else:
+            hints.append(f"no --{dim} works with the rest as given")
+    counts = _gpu_counts_that_work(model, hw, req)
+    if counts:
+        hints.append(f"--gpus {', '.join(f'{c:,}' for c in counts)}")
+    message = (f"no layout of {model.name} satisfies the constraints on {n:,} GPUs (global batch "
+               f"{gbs:,}, seq {req.seq(model):,}): of {total:,} candidates, {said}")
+    if hints:
+        message += "; values that work here (each with the rest as given): " + "; ".join(hints)
+    return message

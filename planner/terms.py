@@ -63,7 +63,8 @@ TERMS: dict[str, TermInfo] = {
     "dp_bytes": TermInfo("V_dp", "bytes", "comm",
                          "data-parallel traffic (∝ parameters); its form follows the ZeRO stage"),
     "bubble_fraction": TermInfo("β", "fraction", "pipeline",
-                                "idle share of the step while the pipeline fills and drains"),
+                                "the schedule's idle share while the pipeline fills and "
+                                "drains (of the whole step: T_bubble/T_step)"),
     "model_flops": TermInfo("F_model", "FLOPs", "time",
                             "3 passes of every matmul and attention product (MFU's numerator)"),
     "hardware_flops": TermInfo("F_hw", "FLOPs", "time",
@@ -84,7 +85,15 @@ TERMS: dict[str, TermInfo] = {
     "head_s": TermInfo("T_head", "s", "time", "LM head and loss on the last stage"),
     "compute_microbatch_s": TermInfo("T_mb", "s", "time",
                                      "a stage's compute for one micro-batch"),
+    "dp_reduce_s": TermInfo("T_rs", "s", "time",
+                            "the step's data-parallel gradient reduction (all-reduce or "
+                            "reduce-scatter)"),
+    "dp_gather_s": TermInfo("T_ag", "s", "time",
+                            "the step's gather of updated weights (ZeRO-1/2 all-gather)"),
     "dp_tail_s": TermInfo("T_dp", "s", "time", "the data-parallel gradient reduction"),
+    "dp_tail_exposed_s": TermInfo("T_dp,tail", "s", "time",
+                                  "the part of T_rs and T_ag the backward and the next forward "
+                                  "do not hide"),
     "optimizer_s": TermInfo("T_opt", "s", "time", "Adam step, HBM-bound, on the local shard"),
     "stage_microbatch_s": TermInfo("T_stage", "s", "time",
                                    "one micro-batch through the slowest stage, exposed comm included"),
@@ -97,5 +106,11 @@ TERMS: dict[str, TermInfo] = {
     "bubble_s": TermInfo("T_bubble", "s", "time", "(p−1)/v slots of the stage time"),
     "step_s": TermInfo("T_step", "s", "time", "the step: T_stage·(m + (p−1)/v) + DP tail + optimizer"),
     "tokens_per_s": TermInfo("τ", "tokens/s", "time", "B·s / T_step"),
-    "mfu": TermInfo("MFU", "fraction", "time", "model FLOPs / (T_step · N · peak)"),
+    "model_flops_causal": TermInfo("F_causal", "FLOPs", "time",
+                                   "model FLOPs counting the causal half of attention's s×s "
+                                   "square (Megatron-Core's MFU numerator)"),
+    "mfu": TermInfo("MFU_full", "fraction", "time",
+                    "model FLOPs, whole attention square / (T_step · N · peak)"),
+    "mfu_causal": TermInfo("MFU_causal", "fraction", "time",
+                           "model FLOPs, causal half / (T_step · N · peak), as Megatron-Core logs"),
 }

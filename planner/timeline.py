@@ -27,7 +27,7 @@ Sources for the per-stage orders:
   dualpipev.py @ 3da1bbe), with its queue of deferred W and its overlapped F&B pairs, which
   start when both of their inputs have arrived.
 
-``to_text_rows`` and ``to_svg`` draw the result; neither imports rich nor prints (render.py
+``to_text_rows``, ``to_text_cells`` and ``to_svg`` draw the result; neither imports rich nor prints (render.py
 colours the text cells).
 """
 
@@ -46,6 +46,7 @@ __all__ = [
     "simulate",
     "peak_in_flight",
     "to_text_rows",
+    "to_text_cells",
     "to_svg",
     "IDLE_CHAR",
 ]
@@ -600,6 +601,44 @@ def to_text_rows(timeline: Timeline, width: int) -> list[list[tuple[str, str]]]:
     return out
 
 
+FILL_CHARS = {"F": "-", "B": "=", "W": "~", "head": "h"}
+
+
+def to_text_cells(timeline: Timeline, width: int, head_s: float = 0.0) -> list[list[tuple[str, str]]]:
+    """Per stage, ``width`` cells (character, kind) drawing the step to scale, readable without
+    colour: each block covers the columns of its time span (at least one), starts with its kind
+    and 1-based micro-batch number (``F3``, ``B12``; as much as fits) and is filled with ``-``
+    (forward) or ``=`` (backward); idle time is ``IDLE_CHAR``. On the last stage the first
+    ``head_s`` of each backward block of its last chunk (the LM head and loss, which the last
+    stage alone runs, once per micro-batch, and which sets the stage time) is drawn as ``h``,
+    kind "head". Pure data for render.py."""
+    if not isinstance(width, int) or width < 1:
+        raise PlanError(f"width must be a positive integer, got {width!r}")
+    scale = width / timeline.makespan_s if timeline.makespan_s > 0 else 0.0
+    out = []
+    last = len(timeline.rows) - 1
+    for k, row in enumerate(timeline.rows):
+        cells = [(IDLE_CHAR, "idle")] * width
+        for b in row:
+            c0 = min(width - 1, int(round(b.start_s * scale)))
+            c1 = max(c0 + 1, min(width, int(round(b.end_s * scale))))
+            span = c1 - c0
+            text = f"{b.kind}{b.label}"[:span]
+            fill = [(FILL_CHARS[b.kind], b.kind)] * span
+            if k == last and b.kind == "B" and b.chunk == timeline.vpp - 1 and head_s > 0:
+                n_head = min(span - 1, int(round(head_s * scale)))
+                fill[:n_head] = [(FILL_CHARS["head"], "head")] * n_head
+                start = n_head
+            else:
+                start = 0
+            room = span - start
+            for i, ch in enumerate(text[:room]):
+                fill[start + i] = (ch, b.kind)
+            cells[c0:c1] = fill
+        out.append(cells)
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # SVG
 
@@ -681,10 +720,11 @@ def to_svg(timeline: Timeline, title: str = "") -> str:
                 f'fill-opacity="{opacity:.2f}" stroke="white" stroke-width="1">'
                 f"<title>{escape(tip)}</title></rect>"
             )
-            if w >= 7 * len(b.label) + 4:
+            text = f"{b.kind}{b.label}"  # the same labels as the text picture
+            if w >= 7 * len(text) + 4:
                 out.append(
                     f'<text x="{x + w / 2:.2f}" y="{y + row_h / 2 + 4:.1f}" text-anchor="middle" '
-                    f'fill="white" pointer-events="none">{b.label}</text>'
+                    f'fill="white" pointer-events="none">{text}</text>'
                 )
 
     # Time axis in ms.
@@ -710,7 +750,10 @@ def to_svg(timeline: Timeline, title: str = "") -> str:
 
     # Legend.
     x = left
-    for label, fill in (("forward", _FILL["F"]), ("backward", _FILL["B"]), ("idle", _IDLE_FILL)):
+    legend = [("forward", _FILL["F"]), ("backward", _FILL["B"])]
+    if tl.wgrad_s > 0:
+        legend.append(("weight gradient", _FILL["W"]))
+    for label, fill in (*legend, ("idle", _IDLE_FILL)):
         out.append(
             f'<rect class="legend" x="{x}" y="{legend_y}" width="14" height="14" fill="{fill}" '
             f'stroke="#999999"/>'

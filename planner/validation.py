@@ -1,4 +1,7 @@
-"""The published A100 runs, through the model: predicted against measured step time.
+"""The published runs, through the model: predicted against measured step time, on the GPU the
+profile describes (A100: planner/reference/published_a100.json; H100: the NVIDIA DGX Cloud
+Benchmarking runs of planner/reference/published_h100.json, whose tokens/s per GPU give the step
+time B·s/(τ_gpu·N)). A profile of another GPU has none, and `validate` says so.
 
 Cases come from planner/reference/published_a100.json (copied from the project's shared reference
 set, with sources). None of them set a parameter of the model: the A100 GEMM efficiency is fitted
@@ -18,12 +21,14 @@ Settings the sources leave unstated, and what is assumed (the same rule for ever
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from functools import cache
 from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
 
+from .errors import PlanError
 from .estimate import estimate
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .schema import HardwareProfile, ModelSpec, PlanConfig
@@ -49,6 +54,7 @@ class ValidationReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     hardware: str
+    gpu: str = "A100"  # the GPU the runs were measured on (the profile's)
     cases: list[CaseResult]
     median_abs_error: float
     max_abs_error: float
@@ -179,14 +185,40 @@ def calibrate_layer_gemm(hw: HardwareProfile) -> LayerFit:
     return LayerFit(efficiency=eta, rows=rows)
 
 
-def validate(hw: HardwareProfile, framework: str = "megatron") -> ValidationReport:
-    """Every published end-to-end A100 run: predicted vs measured step time. They ran Megatron-LM
-    (2021–22); no published step-time run of another framework is collected for A100."""
-    if framework != "megatron":
-        from .errors import PlanError
+GPU_FAMILIES = ("GB200", "B200", "H200", "H100", "A100", "MI300X")
 
-        raise PlanError(f"no published A100 runs of {framework} are collected; the A100 runs ran "
-                        "Megatron-LM (use --framework megatron)")
+
+def gpu_family(hw: HardwareProfile) -> str:
+    """The GPU a profile describes, as the published runs name it (A100, H100, …), from its `gpu`
+    string; the string itself when no family matches."""
+    for family in GPU_FAMILIES:
+        if re.search(rf"(?<![A-Z0-9]){family}(?![0-9])", hw.gpu.upper()):
+            return family
+    return hw.gpu
+
+
+@cache
+def published_h100_runs() -> list[dict]:
+    text = (resources.files("planner") / "reference" / "published_h100.json").read_text("utf-8")
+    return json.loads(text)["runs"]
+
+
+H100_ASSUMED = "z1 selective sp (NeMo defaults)"
+
+
+def h100_run_config(run: dict) -> PlanConfig:
+    """A DGX Cloud Benchmarking run's layout, with NeMo's defaults where its README is silent:
+    distributed optimizer (ZeRO-1), selective recompute, sequence parallelism with tp > 1."""
+    dp = run["gpus"] // (run["tp"] * run["pp"] * run["cp"])
+    return PlanConfig(
+        dp=dp, tp=run["tp"], pp=run["pp"], cp=run["cp"], vpp=run["vpp"], mbs=run["mbs"],
+        n_micro=run["gbs"] // (dp * run["mbs"]), gbs=run["gbs"], seq_len=run["seq_len"],
+        schedule=Schedule.INTERLEAVED if run["vpp"] > 1 else Schedule.ONE_F_ONE_B,
+        sequence_parallel=run["tp"] > 1, zero_stage=ZeroStage.OPTIMIZER,
+        recompute=Recompute.SELECTIVE, precision=run["precision"])
+
+
+def _a100_results(hw: HardwareProfile) -> list[CaseResult]:
     results = []
     for case in published_cases():
         if case["kind"] != "measured_throughput":
@@ -198,7 +230,64 @@ def validate(hw: HardwareProfile, framework: str = "megatron") -> ValidationRepo
             id=case["id"], source=case["source"], gpus=config.n_gpus, layout=config.label(),
             measured_s=measured, predicted_s=plan.time.step_s,
             error=plan.time.step_s / measured - 1, assumed=assumed))
+    return results
+
+
+def _h100_results(hw: HardwareProfile) -> list[CaseResult]:
+    from .catalog import load_model
+
+    results = []
+    for run in published_h100_runs():
+        config = h100_run_config(run)
+        if hw.peak_flops_per_s(config.precision) is None:
+            continue  # a profile without this precision's figures
+        plan = estimate(load_model(run["model"]), hw, config)
+        measured = run["gbs"] * run["seq_len"] / (run["tokens_per_s_per_gpu"] * run["gpus"])
+        results.append(CaseResult(
+            id=f"{run['model']} {run['gpus']} GPUs {run['precision']}", source=run["source"],
+            gpus=run["gpus"], layout=config.label(), measured_s=measured,
+            predicted_s=plan.time.step_s, error=plan.time.step_s / measured - 1,
+            assumed=H100_ASSUMED))
+    return results
+
+
+RUNS_BY_GPU = {"A100": _a100_results, "H100": _h100_results}
+
+
+def validate(hw: HardwareProfile, framework: str = "megatron") -> ValidationReport:
+    """Every published end-to-end run measured on the profile's GPU: predicted vs measured step
+    time. Raises PlanError when no run was measured on that GPU, or under that framework: the
+    A100 runs ran Megatron-LM (2021–22), the H100 runs NeMo (Megatron-Core)."""
+    if framework != "megatron":
+        raise PlanError(f"no published step-time runs of {framework} are collected yet: the A100 "
+                        "runs ran Megatron-LM and the H100 runs NeMo (use --framework megatron)")
+    family = gpu_family(hw)
+    runs = RUNS_BY_GPU.get(family)
+    if runs is None:
+        have = ", ".join(RUNS_BY_GPU)
+        raise PlanError(f"no published runs were measured on {hw.gpu} (the GPU of {hw.name}): "
+                        f"plan3d has runs for {have}; try --hw a100-nvlink or --hw h100-nvlink")
+    results = runs(hw)
+    if not results:
+        raise PlanError(f"none of the published {family} runs can be evaluated on {hw.name} "
+                        "(its profile lacks their precisions)")
     errors = [abs(r.error) for r in results]
-    return ValidationReport(hardware=hw.name, cases=results,
+    return ValidationReport(hardware=hw.name, gpu=family, cases=results,
                             median_abs_error=statistics.median(errors),
                             max_abs_error=max(errors))
+
+
+# The model's stated uncertainty on a step time: the median |error| of `validate` on the runs
+# measured on each GPU (tests/test_validation_gpu.py recomputes them). Plans whose step times
+# differ by less are ties (search). A GPU without runs takes the largest.
+MODEL_UNCERTAINTY = {"A100": 0.036, "H100": 0.035}
+
+
+def model_uncertainty(hw: HardwareProfile) -> tuple[float, str]:
+    """(relative step-time uncertainty, where it comes from) for a profile."""
+    family = gpu_family(hw)
+    if family in MODEL_UNCERTAINTY:
+        return MODEL_UNCERTAINTY[family], f"median |error| on the published {family} runs"
+    worst = max(MODEL_UNCERTAINTY, key=MODEL_UNCERTAINTY.get)
+    return (MODEL_UNCERTAINTY[worst],
+            f"no runs measured on {family}: the largest median |error| ({worst})")

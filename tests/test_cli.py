@@ -56,7 +56,7 @@ def test_explain_table_shows_formulas_and_fit():
     r = run(*EXPLAIN)
     assert r.exit_code == 0, r.output
     assert "(p - 1)/(m·v + p - 1)" in r.output  # the bubble, from the same code
-    assert "fits" in r.output
+    assert "Fits:" in r.output
     assert "\x1b[" not in r.output  # no colour codes when not a terminal
 
 

@@ -2,7 +2,7 @@
 (NVIDIA DGX Cloud Benchmarking recipes, NeMo 24.09/24.12) against the time model. Nothing was fitted to them: the H100 GEMM
 efficiency comes from a pure-GEMM micro-benchmark scaled by the A100's in-layer ratio (see the
 profile). The READMEs leave recompute, ZeRO and SP unstated; NeMo's defaults are assumed
-(tests/data/h100_dgxc.json says which).
+(planner/reference/published_h100.json says which).
 
 Tolerance: when this test was written the 19 BF16 runs came out −9.3 … +0.9 % (median |error| 3.4 %),
 the 5 FP8 runs (GPT-3 175B) −2.4 … +8.9 %; the bounds below (BF16 median |error| ≤ 8 %, every
@@ -20,21 +20,16 @@ import pytest
 
 from planner.catalog import load_hardware, load_model
 from planner.estimate import estimate
-from planner.formulas.choices import Recompute, Schedule, ZeroStage
-from planner.schema import PlanConfig
+from planner.validation import h100_run_config
 
-DATA = json.loads((Path(__file__).parent / "data" / "h100_dgxc.json").read_text())
+DATA = json.loads((Path(__file__).parents[1] / "planner" / "reference" /
+                   "published_h100.json").read_text())
 H100 = load_hardware("h100-nvlink")
 
 
 def _predicted_tokens_per_gpu(run: dict) -> float:
-    dp = run["gpus"] // (run["tp"] * run["pp"] * run["cp"])
-    config = PlanConfig(
-        dp=dp, tp=run["tp"], pp=run["pp"], cp=run["cp"], vpp=run["vpp"], mbs=run["mbs"],
-        n_micro=run["gbs"] // (dp * run["mbs"]), gbs=run["gbs"], seq_len=run["seq_len"],
-        schedule=Schedule.INTERLEAVED if run["vpp"] > 1 else Schedule.ONE_F_ONE_B,
-        sequence_parallel=run["tp"] > 1, zero_stage=ZeroStage.OPTIMIZER,
-        recompute=Recompute.SELECTIVE, precision=run["precision"])
+    # the run's layout with NeMo's defaults, as `plan3d validate --hw h100-nvlink` builds it
+    config = h100_run_config(run)
     return estimate(load_model(run["model"]), H100, config).time.tokens_per_s / run["gpus"]
 
 

@@ -23,6 +23,7 @@ import pytest
 from planner.catalog import load_hardware, load_model
 from planner.estimate import estimate
 from planner.schema import PlanConfig
+from planner.validation import h100_run_config, published_h100_runs
 
 DATA = Path(__file__).parent / "data"
 ROWS = json.loads((DATA / "measured_memory.json").read_text())["rows"]
@@ -80,16 +81,7 @@ def test_the_issue_example_8b_fsdp_eager():
     assert memory.activations_bytes / GIB > 23.5
 
 
-def _dgxc_config(run: dict) -> PlanConfig:
-    dp = run["gpus"] // (run["tp"] * run["pp"] * run["cp"])
-    return PlanConfig(
-        dp=dp, tp=run["tp"], pp=run["pp"], cp=run["cp"], vpp=run["vpp"], mbs=run["mbs"],
-        n_micro=run["gbs"] // (dp * run["mbs"]), gbs=run["gbs"], seq_len=run["seq_len"],
-        schedule="interleaved" if run["vpp"] > 1 else "1f1b", sequence_parallel=run["tp"] > 1,
-        zero_stage=1, recompute="selective", precision=run["precision"])
-
-
-DGXC = json.loads((DATA / "h100_dgxc.json").read_text())["runs"]
+DGXC = published_h100_runs()
 TIGHT = {("llama-3.1-405b", 576): "79.8 GiB against 79.6: 0.25 % over, inside the model's own "
                                   "uncertainty; NeMo's recipe disables NVLS to save memory, so "
                                   "the run was tight"}
@@ -102,7 +94,7 @@ TIGHT = {("llama-3.1-405b", 576): "79.8 GiB against 79.6: 0.25 % over, inside th
     else pytest.param(r, id=f"{r['model']}-{r['gpus']}-{r['precision']}") for r in DGXC])
 def test_every_published_megatron_run_that_ran_fits(run):
     # NVIDIA's DGX Cloud recipes (NeMo = Megatron-Core) on H100 80 GB: each ran, so each must fit
-    plan = estimate(load_model(run["model"]), H100, _dgxc_config(run))
+    plan = estimate(load_model(run["model"]), H100, h100_run_config(run))
     assert plan.memory.fits, f"{plan.memory.total_bytes / GIB:.1f} GiB"
 
 

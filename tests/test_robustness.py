@@ -301,7 +301,8 @@ def test_a_model_that_fits_nowhere_exits_1_with_a_diagnosis():
 
 def test_nothing_satisfies_the_constraints_exits_1():
     r = run("search", "-m", "8b", "-n", "8", "--mbs", "1000")
-    assert_one_line_error(r, 1, "no layout of llama-3.1-8b satisfies the constraints")
+    line = assert_one_line_error(r, 1, "no layout of llama-3.1-8b satisfies the constraints")
+    assert "--mbs 1, 2, 4, 8" in line  # the values of the fixed dimension that would work
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,8 +378,9 @@ def test_non_tty_output_is_plain_text_with_whole_tables():
     # every row on one line, as wide as the header (no wrapped cells)
     assert all(len(row.rstrip()) <= len(header.rstrip()) + 2 for row in rows)
     columns = len(re.split(r"\s{2,}", header.strip()))
-    assert columns == 17
-    assert all(len(re.split(r"\s{2,}", row.strip())) == columns for row in rows)
+    assert columns == 12  # at the piped default width (160), every column of the table
+    # a row has every cell (the variants cell is empty for a layout without variants)
+    assert all(len(re.split(r"\s{2,}", row.strip())) in (columns - 1, columns) for row in rows)
     r = plan3d(*EXPLAIN_70B)
     assert r.returncode == 0, r.stderr
     assert "\x1b[" not in r.stdout
@@ -411,7 +413,7 @@ def test_json_is_alone_on_stdout_and_diagnostics_go_to_stderr():
 def test_units_are_explicit_and_consistent_across_commands():
     r = run(*SEARCH_70B, "--top", "1")
     assert r.exit_code == 0
-    for header in ("mem GiB", "step s", "tokens/s", "MFU", "exp. comm"):
+    for header in ("mem GiB", "step", "tokens/s", "MFU", "causal", "exp.", "comm"):
         assert header in r.stdout
     cell = next(w for w in r.stdout.split() if "/79.6" in w)  # used/capacity, both 0.1 GiB
     used = cell.split("/")[0]
@@ -423,12 +425,12 @@ def test_units_are_explicit_and_consistent_across_commands():
             "--sp" if c["sequence_parallel"] else "--no-sp", "--schedule", c["schedule"]]
     r = run(*args)
     assert r.exit_code == 0, r.output
-    assert f"Memory: {used} GiB of 79.6 GiB" in r.stdout
+    assert f"Fits: {used} of 79.6 GiB per GPU" in r.stdout
     assert "GiB = 2³⁰ bytes" in r.stdout and "GB = 10⁹ bytes" in r.stdout
     assert "Time per step (s" in r.stdout
     r = run("hardware")
-    assert "HBM GiB" in r.stdout and "GB/s" in r.stdout and "79.6" in r.stdout
+    assert "HBM" in r.stdout and "GiB" in r.stdout and "GB/s" in r.stdout and "79.6" in r.stdout
     r = run("models")
-    assert "params (10⁹)" in r.stdout
+    assert "params" in r.stdout and "(10⁹)" in r.stdout
     r = run("validate")
-    assert "measured s" in r.stdout and "model s" in r.stdout
+    assert "measured" in r.stdout and "model" in r.stdout and " s " in r.stdout

@@ -17,6 +17,38 @@ def _is_symbolic(*xs) -> bool:
     return any(type(x).__module__.startswith("sympy") for x in xs)
 
 
+_RESOLVE: list = []  # explain's plan values while it builds formulas (see resolving)
+
+
+class resolving:
+    """While active (`with resolving(values):`), le and divides on symbols are decided at once by
+    the plan's own numbers (`values` maps each symbol to its value), so a formula never carries a
+    Piecewise for sympy to simplify: the indicator becomes the plain 1 or 0 the plan has."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def __enter__(self):
+        _RESOLVE.append(self.values)
+        return self
+
+    def __exit__(self, *exc):
+        _RESOLVE.pop()
+        return False
+
+
+def _decided(a, b, test):
+    """1 or 0 for a symbolic comparison under `resolving`, else None."""
+    if not _RESOLVE:
+        return None
+    values = _RESOLVE[-1]
+
+    def num(x):
+        return float(x.xreplace(values)) if hasattr(x, "xreplace") else float(x)
+
+    return 1 if test(num(a), num(b)) else 0
+
+
 def _is_array(*xs) -> bool:
     return any(isinstance(x, np.ndarray) for x in xs)
 
@@ -57,6 +89,9 @@ def ceil(x):
 def le(a, b):
     """The indicator 1[a ≤ b] as a number (1.0 or 0.0) on any backend."""
     if _is_symbolic(a, b):
+        decided = _decided(a, b, lambda x, y: x <= y)
+        if decided is not None:
+            return decided
         import sympy
 
         return sympy.Piecewise((1, sympy.Le(a, b)), (0, True))
@@ -68,6 +103,9 @@ def le(a, b):
 def divides(a, b):
     """The indicator 1[a divides b] (b mod a = 0) as a number on any backend."""
     if _is_symbolic(a, b):
+        decided = _decided(a, b, lambda x, y: math.fmod(y, x) == 0)
+        if decided is not None:
+            return decided
         import sympy
 
         return sympy.Piecewise((1, sympy.Eq(sympy.Mod(b, a), 0)), (0, True))

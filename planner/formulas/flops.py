@@ -7,13 +7,22 @@ For GPT (12h² matmul weights, a·d_h = h) three passes give Korthikanti 2022's 
 72·B·L·s·h²·(1 + s/6h + V/12hL), and with full recompute's extra forward Narayanan 2021 eq. 3,
 96·B·s·L·h²·(1 + s/6h + V/16Lh).
 
-Convention: *model* FLOPs count the attention matmuls over the whole s×s square (the Megatron /
-PaLM convention for MFU), so MFU figures compare with the papers'. The time model uses the FLOPs
-actually executed: a causal fused (flash) kernel skips the masked half, the classic
-implementation computes the whole square.
+Convention: *model* FLOPs (MFU's numerator) are counted two ways, named by MFU_CONVENTIONS and
+picked by the `causal_skip` argument of layer_attention_flops: "full" counts the attention
+matmuls over the whole s×s square (Narayanan 2021, Korthikanti 2022, PaLM), "causal" counts the
+unmasked half, as current Megatron-Core logs it (megatron/training/training.py
+num_floating_point_operations, "causal mask (only half of the mask is non-zero)", NVIDIA/Megatron-LM
+@ d98e8a64dd). The two differ by L·B·3·2·b·s²·a·d_h/… — little at 4k tokens, much at 128k. The time
+model uses the FLOPs actually executed: a causal fused (flash) kernel skips the masked half, the
+classic implementation computes the whole square.
 """
 
+
 from __future__ import annotations
+
+MFU_CONVENTIONS = {"causal": 1, "full": 0}
+"""The model-FLOP conventions: each name → the causal_skip its attention FLOPs are counted with."""
+DEFAULT_MFU_CONVENTION = "causal"  # what Megatron-Core logs (see above)
 
 
 def matmul_weight_params_active(attention_weights, mlp_weights_per_expert, top_k, router):

@@ -121,6 +121,10 @@ class Framework:
         default_factory=dict, hash=False, compare=False)
     notes: tuple[str, ...] = ()
     grad_bytes_fixed: float | None = None
+    defaults: dict = field(default_factory=lambda: {"zero": 1, "recompute": 1, "sp": True},
+                           hash=False, compare=False)
+    """What the framework runs when not told otherwise (ranking.preference orders ties by it):
+    zero stage, recompute (index in Recompute), sequence parallelism with tp > 1."""
 
     def grad_bytes(self, requested: float) -> float:
         """Bytes per gradient element as the framework keeps and reduces them: the plan's

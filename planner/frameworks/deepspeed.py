@@ -209,5 +209,8 @@ FRAMEWORK = Framework(
         gathered_layers=0, bucket_bytes=bucket_bytes),
     stage_split="chunks",
     extra_stage_units=0,
+    # ZeRO-1 (the pipeline engine allows no more), full checkpointing of each layer
+    # (Megatron-DeepSpeed --checkpoint-activations), Megatron's sequence parallelism off
+    defaults={"zero": 1, "recompute": 2, "sp": False},
     emitters={"deepspeed": _deepspeed},
 )

@@ -251,4 +251,7 @@ FRAMEWORK = Framework(
     extra_stage_units=2,
     emitters={"torchtitan": _torchtitan},
     grad_bytes_fixed=FP32,
+    # FSDP2 (ZeRO-3), per-op selective AC (llama3_8b; the 70B/405B configs use full), and TP
+    # always sequence-parallel (config_registry.py, parallelize.py @ b5bcd76)
+    defaults={"zero": 3, "recompute": 1, "sp": True},
 )
