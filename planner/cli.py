@@ -521,6 +521,8 @@ def calibrate(
                                      "net_busbw (comma list).")] = "gemm,hbm,fast_busbw,net_busbw",
     name: Annotated[str | None, typer.Option(help="Name of the new profile.")] = None,
     json_: JsonOpt = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Write the profile even if it fits the runs worse than --hw.")] = False,
 ) -> None:
     """Fit a profile's efficiency factors to your cluster's measured step times."""
     from pathlib import Path
@@ -541,6 +543,8 @@ def calibrate(
                             "leave the flag out")
         result = cal.calibrate(runs, profile, fit=factors, name=name)
         data = _checked_json(result.model_dump(mode="json"))
+        if output and not force:
+            cal.check_not_worse(result)
         toml_text = cal.calibration_toml(result, measurements) if output else None
         if output:
             _write_file(output, toml_text)
