@@ -51,14 +51,17 @@ def plan_timeline(model_name: str, hw_name: str, plan: Plan):
 
 
 def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_price: float | None,
-             gpu_power_w: float | None) -> Plan:
-    """--train-tokens: days, GPU-hours, cost and energy (power defaults to the profile's TDP)."""
+             gpu_power_w: float | None, goodput: float | None = None) -> Plan:
+    """--train-tokens: days, GPU-hours, cost and energy (power defaults to the profile's TDP,
+    goodput to formulas.budget.DEFAULT_GOODPUT)."""
     from .estimate import with_budget
+    from .formulas.budget import DEFAULT_GOODPUT
 
     if train_tokens is None:
         return plan
     power = gpu_power_w if gpu_power_w is not None else load_hardware(hw_name).tdp_w
-    return with_budget(plan, train_tokens, gpu_hour_price, power)
+    return with_budget(plan, train_tokens, gpu_hour_price, power,
+                       DEFAULT_GOODPUT if goodput is None else goodput)
 
 
 def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) -> SearchResult:
@@ -101,3 +104,23 @@ def list_hardware() -> list[HardwareProfile]:
 
 
 __all__ = ["explain_request", "search_request", "list_models", "list_hardware", "PlanError"]
+
+
+def compare_request(model_name: str, hw_names: list[str], gpus: list[int], req: PlanRequest,
+                    train_tokens: float, price: str | None = None, gpu_power_w: str | None = None,
+                    goodput: float | None = None, deadline_days: float | None = None,
+                    headroom: float = 0.0):
+    """compare: the best plan of each (profile, GPU count), budgeted; price and gpu_power_w as
+    the CLI takes them (one number, or NAME=NUMBER pairs keyed by the names in hw_names)."""
+    from .compare import compare, per_profile
+    from .formulas.budget import DEFAULT_GOODPUT
+    from .options import MAX_POWER_W, MAX_PRICE
+
+    if len(set(hw_names)) != len(hw_names):
+        raise PlanError(f"--hw names a profile twice ({', '.join(hw_names)})")
+    profiles = [(name, load_hardware(name)) for name in hw_names]
+    return compare(load_model(model_name), profiles, gpus, req, train_tokens,
+                   prices=per_profile(price, "price", hw_names, MAX_PRICE, allow_zero=True),
+                   powers_w=per_profile(gpu_power_w, "gpu-power-w", hw_names, MAX_POWER_W),
+                   goodput=DEFAULT_GOODPUT if goodput is None else goodput,
+                   deadline_days=deadline_days, headroom=headroom)

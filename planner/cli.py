@@ -212,16 +212,20 @@ TrainTokensOpt = Annotated[str | None, typer.Option(
 PriceOpt = Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")]
 PowerOpt = Annotated[float | None, typer.Option(
     help="Average GPU power in W for the energy (default: the profile's TDP).")]
+GoodputOpt = Annotated[float | None, typer.Option(
+    help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
+    "interruptions, restarts and checkpoints (default 0.90: Llama 3 405B on 16K H100, "
+    "Dubey et al. 2024 §3.3.4).")]
 
 
-def _extras(plan, model, hw, emit, train_tokens, price, power):
+def _extras(plan, model, hw, emit, train_tokens, price, power, goodput=None):
     """--train-tokens and --emit on one plan: (plan with budget, launch settings or None)."""
     from . import api
     from .options import MAX_POWER_W, MAX_PRICE, positive_number, token_count
 
     price = positive_number(price, "gpu-hour-price", MAX_PRICE, allow_zero=True)
     power = positive_number(power, "gpu-power-w", MAX_POWER_W, unit=" W")
-    plan = api.budgeted(plan, hw, token_count(train_tokens), price, power)
+    plan = api.budgeted(plan, hw, token_count(train_tokens), price, power, goodput)
     launch = api.launch_settings(model, plan, emit) if emit else None
     return plan, launch
 
@@ -351,7 +355,7 @@ def explain(
     timeline_out: Annotated[str | None, typer.Option(
         help="Write the schedule picture to an .svg file.")] = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
-    gpu_power_w: PowerOpt = None,
+    gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
 ) -> None:
     """One plan's breakdown: every term, its formula, its value, and why."""
     from . import api, render
@@ -364,7 +368,8 @@ def explain(
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce)
         plan = api.explain_request(model, hw, req)
-        plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
+        plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w,
+                               goodput)
         data = plan.model_dump(mode="json")
         if launch is not None:
             data["launch"] = _launch_json(launch)
@@ -425,7 +430,7 @@ def search(
     headroom: Annotated[float, typer.Option(
         help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
     json_: JsonOpt = False, emit: EmitOpt = None, train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None,
+    gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
 ) -> None:
     """Find and rank the layouts that fit."""
     from . import api, render
@@ -439,8 +444,8 @@ def search(
                             f"got {target_step_s:g}")
         result = api.search_request(model, hw, req, top=top, sort=sort, headroom=headroom,
                                     target_step_s=target_step_s)
-        plans = [_extras(plan, model, hw, None, train_tokens, gpu_hour_price, gpu_power_w)[0]
-                 for plan in result.plans]
+        plans = [_extras(plan, model, hw, None, train_tokens, gpu_hour_price, gpu_power_w,
+                         goodput)[0] for plan in result.plans]
         result = result.model_copy(update={"plans": plans})
         launch = None
         if emit:
@@ -556,11 +561,111 @@ def calibrate(
         render.render_calibration(result, render.console(), output)
 
 
+# ---- compare (several profiles and GPU counts, one job) -----------------------------------------
+
+
+def _write_binary(path: str, data: bytes) -> None:
+    """Write all of `data` to `path` or nothing (a temporary file beside it, then a rename)."""
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path).expanduser()
+    tmp = None
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a folder")
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                   dir=target.parent if str(target.parent) else ".")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+        tmp = None
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+@app.command()
+def compare(
+    model: ModelOpt,
+    hw: Annotated[str, typer.Option(
+        "--hw", help="Hardware profiles to compare, comma list (names or files).")],
+    gpus: Annotated[str, typer.Option(
+        "--gpus", "-n", help="GPU counts, comma list. With --deadline-days: the counts to try, "
+        "or one count, the most to try (whole NVLink domains, doubling up to it).")],
+    train_tokens: Annotated[str, typer.Option(help="Tokens to train on (e.g. 15T, 300B).")],
+    price: Annotated[str | None, typer.Option(
+        help="Price of a GPU-hour: one number for all profiles, or per profile, e.g. "
+        "h100-nvlink=2.5,b200-nvlink=4.")] = None,
+    gpu_power_w: Annotated[str | None, typer.Option(
+        help="Average GPU power in W for the energy, one number or NAME=W pairs (default: each "
+        "profile's TDP).")] = None,
+    goodput: GoodputOpt = None,
+    deadline_days: Annotated[float | None, typer.Option(
+        help="Size each profile: the fewest GPUs whose best plan trains the tokens within this "
+        "many days.")] = None,
+    gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
+    precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
+    overlap_grad_reduce: OverlapOpt = True,
+    headroom: Annotated[float, typer.Option(
+        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    json_: JsonOpt = False,
+    chart: Annotated[str | None, typer.Option(
+        help="Draw days and cost against GPUs to an .svg or .png file (needs matplotlib: "
+        "pip install 'plan3d[chart]').")] = None,
+) -> None:
+    """The same job on several profiles and GPU counts: the best plan of each, with days,
+    GPU-hours, cost and energy; the cheapest and the fastest first."""
+    from . import api, render
+    from .options import int_list, token_count
+    from .request import MAX_GPUS
+
+    try:
+        fmt = None
+        if chart is not None:
+            fmt = chart.rsplit(".", 1)[-1].lower() if "." in chart else ""
+            if fmt not in ("svg", "png"):
+                raise PlanError(f"--chart writes .svg or .png: give a path ending in one of them, "
+                                f"got '{chart}'")
+        names = [s.strip() for s in hw.split(",") if s.strip()]
+        counts = int_list(gpus, "gpus", MAX_GPUS) or []
+        req = _request(max(counts, default=1), None, None, None, None, None, None, None, None,
+                       None, None, gbs, tokens_per_step, seq_len, precision, grad_dtype,
+                       attention, overlap_grad_reduce)
+        result = api.compare_request(model, names, counts, req, token_count(train_tokens),
+                                     price, gpu_power_w, goodput, deadline_days, headroom)
+        data = _checked_json(result.model_dump(mode="json"))
+        if chart is not None:
+            from .compare import chart_image
+
+            _write_binary(chart, chart_image(result, fmt))
+    except PlanError as exc:
+        raise _fail(exc) from None
+    if json_:
+        render.print_json(data)
+    else:
+        out = render.console()
+        render.render_compare(result, out)
+        if chart is not None:
+            out.print(f"wrote {chart}")
+    if result.cheapest is None:
+        sys.stdout.flush()
+        raise _fail(NoFeasiblePlan(
+            f"no profile trains the tokens within {deadline_days:g} days at the sizes tried; "
+            "try more --gpus or a later deadline" if deadline_days is not None else
+            "no cell has a plan that fits; try more --gpus or profiles with more memory"))
+
+
 @app.command()
 def schema(
     command: Annotated[str | None, typer.Argument(
-        help="explain, search, validate, models, hardware or calibrate; none: all of them, "
-             "keyed by command.")] = None,
+        help="explain, search, compare, validate, models, hardware or calibrate; none: all of "
+             "them, keyed by command.")] = None,
 ) -> None:
     """Print the JSON Schema of a command's --json output (the stable interface for scripts)."""
     from . import render
