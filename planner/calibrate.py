@@ -169,7 +169,7 @@ def _resolve_model(value: Any, where: str, base_dir: Path | None) -> ModelSpec:
     name = str(value).strip()
     if base_dir is not None and not Path(name).expanduser().is_absolute():
         beside = base_dir / name
-        if beside.is_file() and not Path(name).is_file():
+        if beside.exists() and not Path(name).exists():  # a file, or a model folder
             name = str(beside)
     try:
         return load_model(name)

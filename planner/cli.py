@@ -175,7 +175,8 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
 
 # ---- shared options ---------------------------------------------------------------------------
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, size alias (70b), "
-                                       "plan3d model file or Hugging Face config.json.")]
+                                       "plan3d model file or Hugging Face config.json, or a "
+                                       "model folder holding a config.json.")]
 HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="Number of GPUs.")]
 ListOpt = Annotated[str | None, typer.Option()]

@@ -204,6 +204,7 @@ def chart_image(result: CompareResult, fmt: str) -> bytes:
     optional extra: `pip install 'plan3d[chart]'`), one line per profile: days to train against
     GPUs (with the deadline, if any), and cost (or GPU-hours, without prices) against GPUs."""
     try:
+        from matplotlib import rc_context
         from matplotlib.figure import Figure
     except ImportError:
         raise PlanError("--chart draws with matplotlib, which is not installed: "
@@ -247,7 +248,9 @@ def chart_image(result: CompareResult, fmt: str) -> bytes:
                  f"{result.seq_len:,} tokens; best plan per point")
     buf = io.BytesIO()
     metadata = {"Date": None} if fmt == "svg" else None  # an SVG that does not change per run
-    fig.savefig(buf, format=fmt, metadata=metadata)
+    # text stays text (searchable, selectable); fixed ids: the same SVG every run
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "plan3d"}):
+        fig.savefig(buf, format=fmt, metadata=metadata)
     return buf.getvalue()
 
 
@@ -263,7 +266,9 @@ def per_profile(text: str | None, flag: str, names: Sequence[str], top: float,
         try:
             value = float(s)
         except ValueError:
-            raise PlanError(f"--{flag}: {what} {s.strip()!r} is not a number") from None
+            raise PlanError(f"--{flag}: {what} {s.strip()!r} is not a number; give one number "
+                            f"for all profiles or NAME=NUMBER pairs ({', '.join(names)})"
+                            ) from None
         ok = (value >= 0 if allow_zero else value > 0) and value <= top  # false for nan
         if not ok:
             low = "≥ 0" if allow_zero else "positive"
