@@ -121,7 +121,10 @@ class _Group(TyperGroup):
         sys.exit(self._guarded(args, "plan3d", complete_var, **extra))
 
     def _guarded(self, args, prog_name, complete_var, **extra) -> int:
-        from .render import error
+        def error(message: str) -> None:  # rich, numpy and the models load only for an error
+            from .render import error as say
+
+            say(message)
 
         ClickException, UsageError, _, NoArgsIsHelpError = _click_errors()
         NoArgsIsHelpError = NoArgsIsHelpError or ()
@@ -170,7 +173,7 @@ class _Group(TyperGroup):
         return code
 
 
-app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_enable=False, help=HELP)
 
 # ---- shared options ---------------------------------------------------------------------------
