@@ -446,7 +446,7 @@ def render_compare(result, out: Console) -> None:
     by_cost = result.cheapest_by == "cost"
     within = f" within {result.deadline_days:g} days" if result.deadline_days is not None else ""
     say(f"{result.model}, {_short_number(result.train_tokens)} tokens, batch {result.gbs:,} × "
-        f"{result.seq_len:,} tokens in every cell, goodput {result.goodput:.0%}")
+        f"{result.seq_len:,} tokens (all cells), goodput {result.goodput:.0%}")
     if result.cheapest is None:
         say("No size tried finishes" + within + "." if within else "No cell has a plan.")
     else:

@@ -225,3 +225,23 @@ def test_matplotlib_is_not_imported_without_chart():
             "print('matplotlib' in sys.modules, 'scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def readme_examples() -> list[tuple[list[str], str]]:
+    """The README's `plan3d compare` commands, each with the output block after it."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    pairs = re.findall(r"```bash\n(plan3d compare [^\n]*)\n```\n\n```\n(.*?)\n```", text, re.S)
+    return [(shlex.split(cmd)[1:], out) for cmd, out in pairs]
+
+
+def test_readme_compare_examples_are_real_output():
+    examples = readme_examples()
+    assert len(examples) == 2
+    for args, shown in examples:
+        r = runner.invoke(app, args, env={"COLUMNS": "160"})
+        assert r.exit_code == 0, r.output
+        assert r.stdout.rstrip("\n") == shown, " ".join(args)
