@@ -43,3 +43,25 @@ def test_entry_point_switches_the_collector_off_and_freezes():
     import planner.cli  # noqa: F401
 
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("argv, built", [
+    (["models"], ["models"]),  # only the command being run
+    (["--version"], []),  # none
+    (["--help"], None),  # all: the root help lists them
+    (["serch"], None),  # all: "No such command 'serch'. Did you mean 'search'?"
+])
+def test_main_builds_only_the_command_it_runs(argv, built):
+    code = (f"import sys; sys.argv = ['plan3d'] + {argv!r}\n"
+            "from planner import cli\nn = len(cli.app.registered_commands)\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "names = [c.callback.__name__ for c in cli.app.registered_commands]\n"
+            "sys.stderr.write('BUILT ' + ','.join(names) + ' OF ' + str(n) + '\\n')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    names, total = run.stderr.rsplit("BUILT ", 1)[1].split(" OF ")
+    names = [n for n in names.split(",") if n]
+    assert names == (built if built is not None else names) and int(total) >= 8
+    if built is None:
+        assert len(names) == int(total)
+    if argv == ["serch"]:
+        assert "Did you mean 'search'?" in run.stderr and run.returncode == 2
