@@ -39,7 +39,8 @@ def imported_libraries(plan3d: str) -> list[str]:
     for line in run.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
             name = line.rsplit("|", 1)[1].strip()
-            if name and name.split(".")[0] != "planner" and name not in names:
+            if name and name != "imported package" and name.split(".")[0] != "planner" \
+                    and name not in names:
                 names.append(name)
     return names
 
