@@ -124,3 +124,24 @@ def compare_request(model_name: str, hw_names: list[str], gpus: list[int], req: 
                    powers_w=per_profile(gpu_power_w, "gpu-power-w", hw_names, MAX_POWER_W),
                    goodput=DEFAULT_GOODPUT if goodput is None else goodput,
                    deadline_days=deadline_days, headroom=headroom)
+
+
+def deadline_target_step_s(model_name: str, req: PlanRequest, train_tokens: float | None,
+                           deadline_days: float, goodput: float | None = None) -> float:
+    """search --deadline-days: the step time a plan must reach to train train_tokens within
+    deadline_days (formulas.budget.deadline_step_s) at the request's global batch — the batch
+    `search --sort gpus` keeps at every size."""
+    from .formulas import budget as B
+
+    if train_tokens is None:
+        raise PlanError("--deadline-days needs --train-tokens (the tokens to train by then)")
+    if not 0 < deadline_days < float("inf"):
+        raise PlanError(f"--deadline-days must be a positive number of days, got "
+                        f"{deadline_days:g}")
+    g = B.DEFAULT_GOODPUT if goodput is None else goodput
+    if not 0 < g <= 1:
+        raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
+                        f"(0, 1] such as {B.DEFAULT_GOODPUT:g}, got {g:g}")
+    model = load_model(model_name)
+    tokens_per_step = req.global_batch(model) * req.seq(model)
+    return B.deadline_step_s(deadline_days * B.SECONDS_PER_DAY, train_tokens, tokens_per_step, g)

@@ -216,6 +216,9 @@ TrainTokensOpt = Annotated[str | None, typer.Option(
 PriceOpt = Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")]
 PowerOpt = Annotated[float | None, typer.Option(
     help="Average GPU power in W for the energy (default: the profile's TDP).")]
+DeadlineOpt = Annotated[float | None, typer.Option(
+    help="With --train-tokens: the fewest GPUs (whole NVLink domains, doubling up to --gpus) "
+    "whose best plan trains the tokens within this many days (wall-clock, at --goodput).")]
 GoodputOpt = Annotated[float | None, typer.Option(
     help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
     "interruptions, restarts and checkpoints (default 0.90: Llama 3 405B on 16K H100, "
@@ -259,6 +262,18 @@ def _first_expressible(model: str, plans, framework: str):
         return launch
     raise PlanError(f"none of the plans shown can be expressed in {framework}: {refusals[0]}"
                     + (f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""))
+
+
+def _deadline_sort(model, req, train_tokens, deadline_days, goodput, sort, target_step_s):
+    """search --deadline-days: --sort gpus with the step time that trains the tokens in time."""
+    from . import api
+    from .options import token_count
+
+    if target_step_s is not None or sort not in ("time", "gpus"):
+        raise PlanError("--deadline-days sizes the cluster itself (as --sort gpus with a step "
+                        "time): leave out --target-step-s and --sort")
+    return "gpus", api.deadline_target_step_s(model, req, token_count(train_tokens),
+                                              deadline_days, goodput)
 
 
 def _launch_json(launch):
@@ -435,6 +450,7 @@ def search(
         help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
     json_: JsonOpt = False, emit: EmitOpt = None, train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    deadline_days: DeadlineOpt = None,
 ) -> None:
     """Find and rank the layouts that fit."""
     from . import api, render
@@ -446,6 +462,9 @@ def search(
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")
+        if deadline_days is not None:  # the fewest GPUs whose best plan trains in time
+            sort, target_step_s = _deadline_sort(model, req, train_tokens, deadline_days, goodput,
+                                                 sort, target_step_s)
         result = api.search_request(model, hw, req, top=top, sort=sort, headroom=headroom,
                                     target_step_s=target_step_s)
         plans = [_extras(plan, model, hw, None, train_tokens, gpu_hour_price, gpu_power_w,

@@ -116,3 +116,44 @@ def test_cli_goodput_default_and_flag():
                             "--train-tokens", "1T", "--goodput", "0.5", "--json", "--top", "1"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["plans"][0]["budget"]["goodput"] == 0.5
+
+
+def test_deadline_step_hand_case_and_inverse():
+    # 60 days at goodput 0.9 is 60 · 86,400 · 0.9 = 4,665,600 s of training; 15T tokens at
+    # 512 · 8,192 = 4,194,304 tokens per step is 3,576,278.7 steps: 1.304596 s per step at most
+    assert B.deadline_step_s(60 * 86_400, 15e12, 512 * 8192, 0.9) == pytest.approx(1.304596,
+                                                                                   rel=1e-6)
+    D, T, Bt, g = sp.symbols("D T B g", positive=True)
+    step = B.deadline_step_s(D, T, Bt, g)
+    assert sp.simplify(B.wall_clock_s(T, Bt / step, g) - D) == 0
+
+
+def test_search_deadline_sizes_the_cluster():
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    runner = CliRunner()
+    base = ["search", "--model", "8b", "--hw", "h100-nvlink", "--gbs", "256",
+            "--train-tokens", "1T", "--json", "--top", "1"]
+    # the days of the best plan on 32 and 64 GPUs at this batch; a deadline between them
+    days = {n: json.loads(runner.invoke(app, [*base, "--gpus", str(n)]).stdout)["plans"][0]
+            ["budget"]["days"] for n in (32, 64)}
+    assert days[64] < days[32]
+    deadline = (days[32] + days[64]) / 2
+    r = runner.invoke(app, [*base, "--gpus", "256", "--deadline-days", f"{deadline:.6f}"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)["plans"][0]
+    assert plan["config"]["dp"] * plan["config"]["tp"] * plan["config"]["pp"] \
+        * plan["config"]["cp"] == 64
+    assert plan["budget"]["days"] == pytest.approx(days[64]) and plan["budget"]["days"] <= deadline
+    # no time without tokens; not with another ranking
+    r = runner.invoke(app, ["search", "--model", "8b", "--gpus", "64", "--deadline-days", "9"])
+    assert r.exit_code == 2 and "--deadline-days needs --train-tokens" in r.stderr
+    r = runner.invoke(app, [*base, "--gpus", "64", "--deadline-days", "9", "--sort", "memory"])
+    assert r.exit_code == 2 and "leave out --target-step-s and --sort" in r.stderr
+    # too soon for any size: exit 1
+    r = runner.invoke(app, [*base, "--gpus", "64", "--deadline-days", "0.001"])
+    assert r.exit_code == 1

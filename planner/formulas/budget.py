@@ -61,3 +61,10 @@ def goodput_of_interruptions(mean_s_between, restart_s, checkpoint_interval_s, c
     M = 54·86,400/466 ≈ 10,012 s; "> 90 %" then bounds C/I + (R + I/2)/M below 0.1."""
     return 1 - checkpoint_s / checkpoint_interval_s \
         - (restart_s + checkpoint_interval_s / 2) / mean_s_between
+
+
+def deadline_step_s(deadline_s, train_tokens, tokens_per_step, goodput):
+    """The longest step time that trains T tokens within a wall-clock deadline D when a share g
+    of the time trains, at B tokens per step: T/B steps in D·g seconds, D·g·B / T. The inverse of
+    wall_clock_s at τ = B / step."""
+    return deadline_s * goodput * tokens_per_step / train_tokens
