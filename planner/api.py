@@ -138,10 +138,9 @@ def deadline_target_step_s(model_name: str, req: PlanRequest, train_tokens: floa
     if not 0 < deadline_days < float("inf"):
         raise PlanError(f"--deadline-days must be a positive number of days, got "
                         f"{deadline_days:g}")
-    g = B.DEFAULT_GOODPUT if goodput is None else goodput
-    if not 0 < g <= 1:
-        raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
-                        f"(0, 1] such as {B.DEFAULT_GOODPUT:g}, got {g:g}")
+    from .estimate import check_goodput
+
+    g = check_goodput(B.DEFAULT_GOODPUT if goodput is None else goodput)
     model = load_model(model_name)
     tokens_per_step = req.global_batch(model) * req.seq(model)
     return B.deadline_step_s(deadline_days * B.SECONDS_PER_DAY, train_tokens, tokens_per_step, g)

@@ -32,6 +32,7 @@ from .errors import (
     PlanError,
     exit_code,
 )
+from .formulas.budget import DEFAULT_GOODPUT
 
 __all__ = ["app", "main", "EXIT_OK", "EXIT_NO_FIT", "EXIT_USAGE", "EXIT_BUG"]
 
@@ -221,8 +222,8 @@ DeadlineOpt = Annotated[float | None, typer.Option(
     "whose best plan trains the tokens within this many days (wall-clock, at --goodput).")]
 GoodputOpt = Annotated[float | None, typer.Option(
     help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
-    "interruptions, restarts and checkpoints (default 0.90: Llama 3 405B on 16K H100, "
-    "Dubey et al. 2024 §3.3.4).")]
+    f"interruptions, restarts and checkpoints (default {DEFAULT_GOODPUT:.2f}: Llama 3 405B on "
+    "16K H100, Dubey et al. 2024 §3.3.4).")]
 
 
 def _extras(plan, model, hw, emit, train_tokens, price, power, goodput=None):

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from .errors import NoFeasiblePlan, PlanError
-from .estimate import with_budget
+from .estimate import check_goodput, with_budget
 from .formulas.budget import DEFAULT_GOODPUT
 from .request import PlanRequest
 from .results import Plan
@@ -134,9 +134,7 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
         raise PlanError("--hw named no profile; give one or more, e.g. h100-nvlink,b200-nvlink")
     if not gpus:
         raise PlanError("--gpus named no count; give one or more, e.g. 1024,2048")
-    if not 0 < goodput <= 1:
-        raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
-                        f"(0, 1] such as {DEFAULT_GOODPUT:g}, got {goodput:g}")
+    check_goodput(goodput)
     if deadline_days is not None and not 0 < deadline_days < float("inf"):
         raise PlanError(f"--deadline-days must be a positive number of days, got "
                         f"{deadline_days:g}")

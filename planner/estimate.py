@@ -122,6 +122,16 @@ def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
     return plan_from_costs(model, hw, config, costs)
 
 
+def check_goodput(goodput: float) -> float:
+    """A goodput, refused unless in (0, 1] (NaN too)."""
+    from .formulas.budget import DEFAULT_GOODPUT
+
+    if not 0 < goodput <= 1:
+        raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
+                        f"(0, 1] such as {DEFAULT_GOODPUT:g}, got {goodput:g}")
+    return goodput
+
+
 def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | None = None,
                 gpu_power_w: float | None = None, goodput: float = 1.0) -> Plan:
     """The plan with what training on train_tokens costs (days, GPU-hours, money, energy), over
@@ -133,9 +143,7 @@ def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | 
         return plan
     if train_tokens <= 0:
         raise PlanError(f"--train-tokens must be positive, got {train_tokens:g}")
-    if not 0 < goodput <= 1:
-        raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
-                        f"(0, 1] such as {B.DEFAULT_GOODPUT:g}, got {goodput:g}")
+    check_goodput(goodput)
     n, tau = plan.config.n_gpus, plan.time.tokens_per_s
     hours = B.gpu_hours(n, train_tokens, tau, goodput)
     energy = (None if gpu_power_w is None
