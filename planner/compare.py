@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import NoFeasiblePlan, PlanError
+from .errors import PlanError
 from .estimate import check_goodput, with_budget
 from .formulas.budget import DEFAULT_GOODPUT
 from .request import PlanRequest
@@ -101,9 +101,7 @@ def _cell(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, gpus: int,
     try:
         best = search(model, hw, req.model_copy(update={"gpus": gpus}), top=1, sort="time",
                       headroom=headroom).plans[0]
-    except NoFeasiblePlan as exc:
-        return CompareCell(hardware=hw.name, gpus=gpus, reason=str(exc))
-    except PlanError as exc:  # e.g. a precision the profile has no figures for
+    except PlanError as exc:  # nothing fits; or, e.g., a precision the profile has no figures for
         return CompareCell(hardware=hw.name, gpus=gpus, reason=str(exc))
     return CompareCell(hardware=hw.name, gpus=gpus,
                        plan=with_budget(best, train_tokens, price, power_w, goodput))
@@ -135,6 +133,9 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
     if not gpus:
         raise PlanError("--gpus named no count; give one or more, e.g. 1024,2048")
     check_goodput(goodput)
+    if not 0 <= headroom < 1:
+        raise PlanError(f"--headroom is a fraction of the memory to keep free, in [0, 1), got "
+                        f"{headroom:g}")
     if deadline_days is not None and not 0 < deadline_days < float("inf"):
         raise PlanError(f"--deadline-days must be a positive number of days, got "
                         f"{deadline_days:g}")
