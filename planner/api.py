@@ -63,14 +63,17 @@ def plan_timeline(model_name: str, hw_name: str, plan: Plan):
 
 
 def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_price: float | None,
-             gpu_power_w: float | None) -> Plan:
-    """--train-tokens: days, GPU-hours, cost and energy (power defaults to the profile's TDP)."""
+             gpu_power_w: float | None, goodput: float | None = None) -> Plan:
+    """--train-tokens: days, GPU-hours, cost and energy (power defaults to the profile's TDP,
+    goodput to formulas.budget.DEFAULT_GOODPUT)."""
     from .estimate import with_budget
+    from .formulas.budget import DEFAULT_GOODPUT
 
     if train_tokens is None:
         return plan
     power = gpu_power_w if gpu_power_w is not None else load_hardware(hw_name).tdp_w
-    return with_budget(plan, train_tokens, gpu_hour_price, power)
+    return with_budget(plan, train_tokens, gpu_hour_price, power,
+                       DEFAULT_GOODPUT if goodput is None else goodput)
 
 
 def explain_constants(model_name: str, hw_name: str, plan: Plan) -> list[tuple]:
@@ -136,3 +139,43 @@ def list_hardware() -> list[HardwareProfile]:
 
 
 __all__ = ["explain_request", "search_request", "list_models", "list_hardware", "PlanError"]
+
+
+def compare_request(model_name: str, hw_names: list[str], gpus: list[int], req: PlanRequest,
+                    train_tokens: float, price: str | None = None, gpu_power_w: str | None = None,
+                    goodput: float | None = None, deadline_days: float | None = None,
+                    headroom: float = 0.0):
+    """compare: the best plan of each (profile, GPU count), budgeted; price and gpu_power_w as
+    the CLI takes them (one number, or NAME=NUMBER pairs keyed by the names in hw_names)."""
+    from .compare import compare, per_profile
+    from .formulas.budget import DEFAULT_GOODPUT
+    from .options import MAX_POWER_W, MAX_PRICE
+
+    if len(set(hw_names)) != len(hw_names):
+        raise PlanError(f"--hw names a profile twice ({', '.join(hw_names)})")
+    profiles = [(name, load_hardware(name)) for name in hw_names]
+    return compare(load_model(model_name), profiles, gpus, req, train_tokens,
+                   prices=per_profile(price, "price", hw_names, MAX_PRICE, allow_zero=True),
+                   powers_w=per_profile(gpu_power_w, "gpu-power-w", hw_names, MAX_POWER_W),
+                   goodput=DEFAULT_GOODPUT if goodput is None else goodput,
+                   deadline_days=deadline_days, headroom=headroom)
+
+
+def deadline_target_step_s(model_name: str, req: PlanRequest, train_tokens: float | None,
+                           deadline_days: float, goodput: float | None = None) -> float:
+    """search --deadline-days: the step time a plan must reach to train train_tokens within
+    deadline_days (formulas.budget.deadline_step_s) at the request's global batch — the batch
+    `search --sort gpus` keeps at every size."""
+    from .formulas import budget as B
+
+    if train_tokens is None:
+        raise PlanError("--deadline-days needs --train-tokens (the tokens to train by then)")
+    if not 0 < deadline_days < float("inf"):
+        raise PlanError(f"--deadline-days must be a positive number of days, got "
+                        f"{deadline_days:g}")
+    from .estimate import check_goodput
+
+    g = check_goodput(B.DEFAULT_GOODPUT if goodput is None else goodput)
+    model = load_model(model_name)
+    tokens_per_step = req.global_batch(model) * req.seq(model)
+    return B.deadline_step_s(deadline_days * B.SECONDS_PER_DAY, train_tokens, tokens_per_step, g)

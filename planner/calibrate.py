@@ -8,9 +8,10 @@ by least squares on log step time (`calibrate`), and writes the fitted profile a
 that `load_hardware` reads back (`profile_to_toml`, `calibration_toml`).
 
 Every prediction goes through `cost.plan_costs`: the fit perturbs the numbers `cost.numbers`
-builds (gemm_eff, hbm_eff, fast_bw, net_bw), never a second copy of a formula. The optimiser is a
-bounded Levenberg–Marquardt in log-parameter space with a central-difference Jacobian (numpy
-only; each run is one vectorised `plan_costs` call per iteration). A factor the runs cannot
+builds (gemm_eff, hbm_eff, fast_bw, net_bw), never a second copy of a formula. The optimiser is
+`scipy.optimize.least_squares` (trust-region reflective, bounded) in log-parameter space with a
+central-difference Jacobian (each run one vectorised `plan_costs` call per evaluation); scipy is
+imported by this fit alone, never at start-up. A factor the runs cannot
 identify — its elasticity d log step / d log factor is ~0 for every run, e.g. no run crosses the
 network — is left as it was and reported as such.
 """
@@ -168,7 +169,7 @@ def _resolve_model(value: Any, where: str, base_dir: Path | None) -> ModelSpec:
     name = str(value).strip()
     if base_dir is not None and not Path(name).expanduser().is_absolute():
         beside = base_dir / name
-        if beside.is_file() and not Path(name).is_file():
+        if beside.exists() and not Path(name).exists():  # a file, or a model folder
             name = str(beside)
     try:
         return load_model(name)
@@ -495,46 +496,21 @@ class _Problem:
         return r, jac
 
 
-def _levenberg_marquardt(problem: _Problem, theta0: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                         max_iter: int = 100) -> tuple[np.ndarray, int, bool]:
-    """Bounded Levenberg–Marquardt: a factor at a bound whose gradient points outward is held
-    there for the step; trial points are projected onto the box."""
-    theta = np.clip(theta0, lo, hi)
-    r, jac = problem.jacobian(theta)
-    cost = float(r @ r)
-    lam = 1e-3
-    for it in range(1, max_iter + 1):
-        if cost < 1e-24:
-            return theta, it - 1, True
-        g = jac.T @ r
-        at_lo, at_hi = theta <= lo + 1e-12, theta >= hi - 1e-12
-        free = ~((at_lo & (g > 0)) | (at_hi & (g < 0)))
-        if not free.any() or np.max(np.abs(g[free])) < 1e-15:
-            return theta, it - 1, True
-        jf = jac[:, free]
-        a = jf.T @ jf
-        d = np.maximum(np.diag(a), 1e-12 * max(float(np.max(np.diag(a))), 1e-30))
-        while True:
-            step = np.linalg.solve(a + lam * np.diag(d), -g[free])
-            trial = theta.copy()
-            trial[free] += step
-            trial = np.clip(trial, lo, hi)
-            r_trial = problem.residuals(trial)
-            cost_trial = float(r_trial @ r_trial)
-            if cost_trial < cost:
-                lam = max(lam / 5, 1e-12)
-                break
-            lam *= 10
-            if lam > 1e12:
-                return theta, it, True  # no descent left: a (local) minimum
-        moved = float(np.max(np.abs(trial - theta)))
-        gain = cost - cost_trial
-        theta = trial
-        r, jac = problem.jacobian(theta)
-        cost = float(r @ r)
-        if moved < 1e-10 or gain <= 1e-14 * cost:
-            return theta, it, True
-    return theta, max_iter, False
+def _least_squares(problem: _Problem, theta0: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   max_nfev: int = 200) -> tuple[np.ndarray, int, bool, np.ndarray]:
+    """scipy's bounded trust-region reflective least squares on the log residuals, with the
+    problem's own central-difference Jacobian (one vectorised plan_costs batch per run). Returns
+    θ, the Jacobian evaluations (the iterations), whether it converged, and which bound each
+    factor ended on (−1 lower, +1 upper, 0 free; scipy's active_mask), a factor on its bound
+    placed exactly there."""
+    from scipy.optimize import least_squares  # only calibrate pays for importing scipy
+
+    start = np.clip(theta0, lo, hi)
+    fit = least_squares(problem.residuals, start, jac=lambda t: problem.jacobian(t)[1],
+                        bounds=(lo, hi), method="trf", ftol=1e-12, xtol=1e-12, gtol=1e-12,
+                        max_nfev=max_nfev)
+    theta = np.where(fit.active_mask < 0, lo, np.where(fit.active_mask > 0, hi, fit.x))
+    return theta, int(fit.njev or 0), bool(fit.status > 0), fit.active_mask
 
 
 def _selected(fit: Iterable[str]) -> set[str]:
@@ -604,12 +580,12 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
         lo = np.log([f.lower for f in fitted])
         hi = np.log([f.upper for f in fitted])
         theta0 = np.log([before[f.key] for f in fitted])
-        theta, iterations, converged = _levenberg_marquardt(problem, theta0, lo, hi)
+        theta, iterations, converged, active = _least_squares(problem, theta0, lo, hi)
         for j, f in enumerate(fitted):
             after[f.key] = _round(float(np.exp(theta[j])))
-            if theta[j] <= lo[j] + 1e-6:
+            if active[j] < 0 or theta[j] <= lo[j] + 1e-6:
                 bound_of[f.key] = "lower"
-            elif theta[j] >= hi[j] - 1e-6:
+            elif active[j] > 0 or theta[j] >= hi[j] - 1e-6:
                 bound_of[f.key] = "upper"
         rel_std = _uncertainty(problem, theta, [f.key not in bound_of for f in fitted])
         if len(measurements) < len(fitted):
@@ -663,6 +639,26 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
         rms_log_error_before=rms_log(r.error_before for r in rows),
         rms_log_error_after=rms_log(r.error_after for r in rows),
         iterations=iterations, converged=converged, warnings=warnings)
+
+
+WORSE_TOLERANCE = 1e-4
+"""How much larger the fitted profile's rms log error may be than the starting profile's before
+calibrate calls it worse: 10⁻⁴ (0.01 % of a step time, far below what a measurement resolves),
+so that rounding the fitted values to SIGNIFICANT_DIGITS never counts as worse."""
+
+
+def check_not_worse(result: CalibrationResult) -> None:
+    """Refuse (PlanError) a fitted profile that predicts the runs worse than the profile it
+    started from, by the measure the fit minimises (rms of log(predicted / measured)). It happens
+    when a starting value lies outside the fit's physical bounds (the fit starts from the bound),
+    or when a factor stops on a bound."""
+    if result.rms_log_error_after > result.rms_log_error_before + WORSE_TOLERANCE:
+        raise PlanError(
+            f"the calibrated profile fits the runs worse than {result.hardware} did (rms log "
+            f"error {result.rms_log_error_after:.4f} against {result.rms_log_error_before:.4f}, "
+            f"median |error| {result.median_abs_error_after:.1%} against "
+            f"{result.median_abs_error_before:.1%}); not written — check the runs and --fit, or "
+            "give --force to write it anyway")
 
 
 def _uncertainty(problem: _Problem, theta: np.ndarray, free: list[bool]) -> dict[str, float | None]:

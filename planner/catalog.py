@@ -1,5 +1,6 @@
 """Model presets and hardware profiles: built-in data files, the user's own files, and Hugging Face
-`config.json` import. A path works wherever a preset name does."""
+`config.json` import. A path works wherever a preset name does; for a model, so does a folder
+holding a `config.json` (a Hugging Face snapshot), named after the folder."""
 
 from __future__ import annotations
 
@@ -260,8 +261,33 @@ def load_model(name: str) -> ModelSpec:
     if path is not None or _looks_like_path(name):
         if path is None:
             raise PlanError(f"model file {name!r} not found")
+        if path.is_dir():
+            return _model_from_folder(path)
         return _model_from_file(path)
     raise _unknown("model", name, sorted(presets) + sorted(MODEL_ALIASES))
+
+
+def model_folder_name(folder: Path) -> str:
+    """The name a model folder gives its model: the folder's own name, or NAME for a snapshot in
+    the Hugging Face hub cache (`…/models--ORG--NAME/snapshots/COMMIT/`, whose own name is a
+    commit hash)."""
+    folder = Path(folder).absolute()
+    parent = folder.parent
+    if parent.name == "snapshots" and parent.parent.name.startswith("models--"):
+        return parent.parent.name.split("--")[-1]
+    return folder.name
+
+
+def _model_from_folder(folder: Path) -> ModelSpec:
+    """A model folder (a Hugging Face snapshot, or any folder holding its config.json), named
+    after the folder."""
+    config = folder / "config.json"
+    if not config.is_file():
+        raise PlanError(f"{folder}: a model folder needs a config.json (as a Hugging Face "
+                        "snapshot has); there is none — give the folder of a snapshot, a "
+                        "config.json, a plan3d model file or a preset name")
+    model = _model_from_file(config)
+    return model.model_copy(update={"name": model_folder_name(folder)})
 
 
 # ---------------------------------------------------------------------------------------------

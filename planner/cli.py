@@ -32,6 +32,7 @@ from .errors import (
     PlanError,
     exit_code,
 )
+from .formulas.budget import DEFAULT_GOODPUT
 
 __all__ = ["app", "main", "EXIT_OK", "EXIT_NO_FIT", "EXIT_USAGE", "EXIT_BUG"]
 
@@ -121,10 +122,10 @@ class _Group(TyperGroup):
         sys.exit(self._guarded(args, "plan3d", complete_var, **extra))
 
     def _guarded(self, args, prog_name, complete_var, **extra) -> int:
-        def error(message: str) -> None:  # rich (render) only when there is an error to print
-            from .render import error as _error
+        def error(message: str) -> None:  # rich, numpy and the models load only for an error
+            from .render import error as say
 
-            _error(message)
+            say(message)
 
         ClickException, UsageError, _, NoArgsIsHelpError = _click_errors()
         NoArgsIsHelpError = NoArgsIsHelpError or ()
@@ -178,7 +179,8 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, rich_m
 
 # ---- shared options ---------------------------------------------------------------------------
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, size alias (70b), "
-                                       "plan3d model file or Hugging Face config.json.")]
+                                       "plan3d model file or Hugging Face config.json, or a "
+                                       "model folder holding a config.json.")]
 HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="Number of GPUs.")]
 ListOpt = Annotated[str | None, typer.Option()]
@@ -247,14 +249,23 @@ def _notice(note: str | None) -> None:
         notice(note)
 
 
-def _extras(plan, model, hw, emit, train_tokens, price, power):
+DeadlineOpt = Annotated[float | None, typer.Option(
+    help="With --train-tokens: the fewest GPUs (whole NVLink domains, doubling up to --gpus) "
+    "whose best plan trains the tokens within this many days (wall-clock, at --goodput).")]
+GoodputOpt = Annotated[float | None, typer.Option(
+    help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
+    f"interruptions, restarts and checkpoints (default {DEFAULT_GOODPUT:.2f}: Llama 3 405B on "
+    "16K H100, Dubey et al. 2024 §3.3.4).")]
+
+
+def _extras(plan, model, hw, emit, train_tokens, price, power, goodput=None):
     """--train-tokens and --emit on one plan: (plan with budget, launch settings or None)."""
     from . import api
     from .options import MAX_POWER_W, MAX_PRICE, positive_number, token_count
 
     price = positive_number(price, "gpu-hour-price", MAX_PRICE, allow_zero=True)
     power = positive_number(power, "gpu-power-w", MAX_POWER_W, unit=" W")
-    plan = api.budgeted(plan, hw, token_count(train_tokens), price, power)
+    plan = api.budgeted(plan, hw, token_count(train_tokens), price, power, goodput)
     launch = api.launch_settings(model, plan, emit) if emit else None
     return plan, launch
 
@@ -284,6 +295,18 @@ def _first_expressible(model: str, plans, framework: str):
         return launch
     raise PlanError(f"none of the plans shown can be expressed in {framework}: {refusals[0]}"
                     + (f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""))
+
+
+def _deadline_sort(model, req, train_tokens, deadline_days, goodput, sort, target_step_s):
+    """search --deadline-days: --sort gpus with the step time that trains the tokens in time."""
+    from . import api
+    from .options import token_count
+
+    if target_step_s is not None or sort not in ("time", "gpus"):
+        raise PlanError("--deadline-days sizes the cluster itself (as --sort gpus with a step "
+                        "time): leave out --target-step-s and --sort")
+    return "gpus", api.deadline_target_step_s(model, req, token_count(train_tokens),
+                                              deadline_days, goodput)
 
 
 def _launch_json(launch):
@@ -401,7 +424,7 @@ def explain(
     timeline_out: Annotated[str | None, typer.Option(
         help="Write the schedule picture to an .svg file.")] = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
-    gpu_power_w: PowerOpt = None,
+    gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
     brief: Annotated[bool, typer.Option(
         "--brief", help="Print only the answer: fit, step, tokens/s, MFU (days and cost if "
         "asked) and the warnings.")] = False,
@@ -424,7 +447,8 @@ def explain(
                        overlap_grad_reduce, framework=framework, emit=emit)
         batch_note = _batch_note(model, req)
         plan = api.explain_request(model, hw, req)
-        plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
+        plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w,
+                               goodput)
         data = plan.model_dump(mode="json")
         if launch is not None:
             data["launch"] = _launch_json(launch)
@@ -501,8 +525,8 @@ def search(
         help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None,
-    mfu_convention: MfuOpt = "causal",
+    gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
@@ -518,10 +542,13 @@ def search(
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")
+        if deadline_days is not None:  # the fewest GPUs whose best plan trains in time
+            sort, target_step_s = _deadline_sort(model, req, train_tokens, deadline_days, goodput,
+                                                 sort, target_step_s)
         result = api.search_request(model, hw, req, top=top, sort=sort, headroom=headroom,
                                     target_step_s=target_step_s)
-        plans = [_extras(plan, model, hw, None, train_tokens, gpu_hour_price, gpu_power_w)[0]
-                 for plan in result.plans]
+        plans = [_extras(plan, model, hw, None, train_tokens, gpu_hour_price, gpu_power_w,
+                         goodput)[0] for plan in result.plans]
         result = result.model_copy(update={"plans": plans})
         launch = None
         if emit:
@@ -608,6 +635,8 @@ def calibrate(
                                      "net_busbw (comma list).")] = "gemm,hbm,fast_busbw,net_busbw",
     name: Annotated[str | None, typer.Option(help="Name of the new profile.")] = None,
     json_: JsonOpt = False, framework: FrameworkOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Write the profile even if it fits the runs worse than --hw.")] = False,
 ) -> None:
     """Fit a profile's efficiency factors to your cluster's measured step times."""
     from pathlib import Path
@@ -631,6 +660,8 @@ def calibrate(
                             "leave the flag out")
         result = cal.calibrate(runs, profile, fit=factors, name=name)
         data = _checked_json(result.model_dump(mode="json"))
+        if output and not force:
+            cal.check_not_worse(result)
         toml_text = cal.calibration_toml(result, measurements) if output else None
         if output:
             _write_file(output, toml_text)
@@ -642,11 +673,111 @@ def calibrate(
         render.render_calibration(result, render.console(), output)
 
 
+# ---- compare (several profiles and GPU counts, one job) -----------------------------------------
+
+
+def _write_binary(path: str, data: bytes) -> None:
+    """Write all of `data` to `path` or nothing (a temporary file beside it, then a rename)."""
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path).expanduser()
+    tmp = None
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a folder")
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                   dir=target.parent if str(target.parent) else ".")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+        tmp = None
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+@app.command()
+def compare(
+    model: ModelOpt,
+    hw: Annotated[str, typer.Option(
+        "--hw", help="Hardware profiles to compare, comma list (names or files).")],
+    gpus: Annotated[str, typer.Option(
+        "--gpus", "-n", help="GPU counts, comma list. With --deadline-days: the counts to try, "
+        "or one count, the most to try (whole NVLink domains, doubling up to it).")],
+    train_tokens: Annotated[str, typer.Option(help="Tokens to train on (e.g. 15T, 300B).")],
+    price: Annotated[str | None, typer.Option(
+        help="Price of a GPU-hour: one number for all profiles, or per profile, e.g. "
+        "h100-nvlink=2.5,b200-nvlink=4.")] = None,
+    gpu_power_w: Annotated[str | None, typer.Option(
+        help="Average GPU power in W for the energy, one number or NAME=W pairs (default: each "
+        "profile's TDP).")] = None,
+    goodput: GoodputOpt = None,
+    deadline_days: Annotated[float | None, typer.Option(
+        help="Size each profile: the fewest GPUs whose best plan trains the tokens within this "
+        "many days.")] = None,
+    gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
+    precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
+    overlap_grad_reduce: OverlapOpt = True,
+    headroom: Annotated[float, typer.Option(
+        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    json_: JsonOpt = False,
+    chart: Annotated[str | None, typer.Option(
+        help="Draw days and cost against GPUs to an .svg or .png file (needs matplotlib: "
+        "pip install 'plan3d[chart]').")] = None,
+) -> None:
+    """The same job on several profiles and GPU counts: the best plan of each, with days,
+    GPU-hours, cost and energy; the cheapest and the fastest first."""
+    from . import api, render
+    from .options import int_list, token_count
+    from .request import MAX_GPUS
+
+    try:
+        fmt = None
+        if chart is not None:
+            fmt = chart.rsplit(".", 1)[-1].lower() if "." in chart else ""
+            if fmt not in ("svg", "png"):
+                raise PlanError(f"--chart writes .svg or .png: give a path ending in one of them, "
+                                f"got '{chart}'")
+        names = [s.strip() for s in hw.split(",") if s.strip()]
+        counts = int_list(gpus, "gpus", MAX_GPUS) or []
+        req = _request(max(counts, default=1), None, None, None, None, None, None, None, None,
+                       None, None, gbs, tokens_per_step, seq_len, precision, grad_dtype,
+                       attention, overlap_grad_reduce)
+        result = api.compare_request(model, names, counts, req, token_count(train_tokens),
+                                     price, gpu_power_w, goodput, deadline_days, headroom)
+        data = _checked_json(result.model_dump(mode="json"))
+        if chart is not None:
+            from .compare import chart_image
+
+            _write_binary(chart, chart_image(result, fmt))
+    except PlanError as exc:
+        raise _fail(exc) from None
+    if json_:
+        render.print_json(data)
+    else:
+        out = render.console()
+        render.render_compare(result, out)
+        if chart is not None:
+            out.print(f"wrote {chart}")
+    if result.cheapest is None:
+        sys.stdout.flush()
+        raise _fail(NoFeasiblePlan(
+            f"no profile trains the tokens within {deadline_days:g} days at the sizes tried; "
+            "try more --gpus or a later deadline" if deadline_days is not None else
+            "no cell has a plan that fits; try more --gpus or profiles with more memory"))
+
+
 @app.command()
 def schema(
     command: Annotated[str | None, typer.Argument(
-        help="explain, search, validate, models, hardware or calibrate; none: all of them, "
-             "keyed by command.")] = None,
+        help="explain, search, compare, validate, models, hardware or calibrate; none: all of "
+             "them, keyed by command.")] = None,
 ) -> None:
     """Print the JSON Schema of a command's --json output (the stable interface for scripts)."""
     from . import render
@@ -673,11 +804,26 @@ def _root(
     """plan3d: how to lay a large-model training job out over a GPU cluster, with reasons."""
 
 
+def _build_only_what_runs(args: list[str]) -> None:
+    """typer builds the parameters of every command before it parses (≈ 3 ms each, half the
+    time it spends before the command runs): keep only the command being run, or none for
+    --version (click's lazy-group idea). A root --help, or anything else, keeps them all."""
+    if not args:
+        return
+    if args[0] == "--version":
+        app.registered_commands[:] = []
+        return
+    chosen = [c for c in app.registered_commands if (c.name or c.callback.__name__) == args[0]]
+    if chosen:
+        app.registered_commands[:] = chosen
+
+
 def main() -> None:
     """Console entry point: usage errors exit 2 with one line, a closed pipe ends quietly (see
     _Group)."""
     import gc
 
+    _build_only_what_runs(sys.argv[1:])
     try:
         app(prog_name="plan3d")
     except BrokenPipeError:

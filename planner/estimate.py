@@ -148,9 +148,20 @@ def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
     return plan_from_costs(model, hw, config, costs)
 
 
+def check_goodput(goodput: float) -> float:
+    """A goodput, refused unless in (0, 1] (NaN too)."""
+    from .formulas.budget import DEFAULT_GOODPUT
+
+    if not 0 < goodput <= 1:
+        raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
+                        f"(0, 1] such as {DEFAULT_GOODPUT:g}, got {goodput:g}")
+    return goodput
+
+
 def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | None = None,
-                gpu_power_w: float | None = None) -> Plan:
-    """The plan with what training on train_tokens costs (days, GPU-hours, money, energy)."""
+                gpu_power_w: float | None = None, goodput: float = 1.0) -> Plan:
+    """The plan with what training on train_tokens costs (days, GPU-hours, money, energy), over
+    the wall-clock time when only a share `goodput` of it trains (formulas.budget)."""
     from .formulas import budget as B
     from .results import Budget
 
@@ -158,11 +169,14 @@ def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | 
         return plan
     if train_tokens <= 0:
         raise PlanError(f"--train-tokens must be positive, got {train_tokens:g}")
+    check_goodput(goodput)
     n, tau = plan.config.n_gpus, plan.time.tokens_per_s
-    hours = B.gpu_hours(n, train_tokens, tau)
+    hours = B.gpu_hours(n, train_tokens, tau, goodput)
     energy = (None if gpu_power_w is None
-              else B.energy_j(n, train_tokens, tau, gpu_power_w) / 3.6e9)  # J → MWh
+              else B.energy_j(n, train_tokens, tau, gpu_power_w, goodput) / 3.6e9)  # J → MWh
     return plan.model_copy(update={"budget": Budget(
-        train_tokens=train_tokens, days=B.training_s(train_tokens, tau) / B.SECONDS_PER_DAY,
+        train_tokens=train_tokens,
+        days=B.wall_clock_s(train_tokens, tau, goodput) / B.SECONDS_PER_DAY,
         gpu_hours=hours, cost=None if gpu_hour_price is None else hours * gpu_hour_price,
-        gpu_hour_price=gpu_hour_price, energy_mwh=energy, gpu_power_w=gpu_power_w)})
+        gpu_hour_price=gpu_hour_price, energy_mwh=energy, gpu_power_w=gpu_power_w,
+        goodput=goodput)})

@@ -16,6 +16,9 @@ DESCRIPTIONS = {
                "is given. Exit 1 (memory.fits false) when the plan does not fit.",
     "search": "plan3d search --json: the ranked plans that fit (planner.search.SearchResult), "
               "with `launch` for plan 1 when --emit is given.",
+    "compare": "plan3d compare --json: the best plan of each (profile, GPU count) with its "
+               "budget, and the cheapest and fastest cells (planner.compare.CompareResult). "
+               "Exit 1 when no cell has a plan (or, with --deadline-days, none finishes in time).",
     "validate": "plan3d validate --json: the published runs, predicted vs measured.",
     "models": "plan3d models --json: the built-in model presets.",
     "hardware": "plan3d hardware --json: the built-in hardware profiles (their file fields).",
@@ -28,6 +31,7 @@ def _output_types() -> dict:
     """Each command's output type, built on first use (they pull in most of the package)."""
     from .api import ModelListing
     from .calibrate import CalibrationResult
+    from .compare import CompareResult
     from .emit import EmitResult
     from .results import Plan
     from .schema import HardwareProfile
@@ -46,7 +50,7 @@ def _output_types() -> dict:
 
     return {"explain": ExplainOutput, "search": SearchOutput, "validate": ValidationReport,
             "models": list[ModelListing], "hardware": list[HardwareProfile],
-            "calibrate": CalibrationResult}
+            "calibrate": CalibrationResult, "compare": CompareResult}
 
 
 @cache

@@ -602,3 +602,97 @@ def render_calibration(result, out: Console, output: str | None) -> None:
         out.print(f"wrote {output}: use it with --hw {output}")
     else:
         out.print("(pass -o FILE.toml to write the calibrated profile)")
+
+
+# =============================================================================================
+# plan3d compare (the compare helper's block: render_compare and its formatting helpers)
+
+
+COMPARE_WIDTH = 80  # the comparison fits any terminal
+
+
+def _short_number(x: float) -> str:
+    """A count or amount in at most ~5 characters: 987, 12.3k, 4.45M, 1.2B, 15T."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            v = x / scale
+            return f"{v:.3g}{suffix}" if v < 100 else f"{v:,.0f}{suffix}"
+    return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def compact_layout(plan: Plan) -> str:
+    """tp8 pp16 v2 z1 sel: the degrees above 1 (dp is the rest of the GPUs), ZeRO, recompute."""
+    c = plan.config
+    parts = [f"tp{c.tp}", f"pp{c.pp}"]
+    if c.cp > 1:
+        parts.append(f"cp{c.cp}")
+    if c.vpp > 1:
+        parts.append(f"v{c.vpp}")
+    parts += [f"z{int(c.zero_stage)}", {"selective": "sel"}.get(c.recompute.value,
+                                                                  c.recompute.value)]
+    return " ".join(parts)
+
+
+def _first_clause(text: str) -> str:
+    return one_line(text).split("; ")[0]
+
+
+def _pick_line(label: str, pick, days_first: bool) -> str:
+    money = f"cost {_short_number(pick.cost)}" if pick.cost is not None \
+        else f"{_short_number(pick.gpu_hours)} GPU-hours"
+    days = f"{pick.days:,.1f} days"
+    first, second = (days, money) if days_first else (money, days)
+    return f"{label}: {pick.hardware} × {pick.gpus:,} GPUs — {first}, {second}"
+
+
+def render_compare(result, out: Console) -> None:
+    """The answer (cheapest, fastest), then one row per cell: its best plan's layout, step time,
+    days, GPU-hours, cost and energy; then the cells without a plan and the notes. Fits 80
+    columns."""
+    width = min(out.width, COMPARE_WIDTH)
+
+    def say(text: str) -> None:
+        out.print(text, width=width)
+
+    by_cost = result.cheapest_by == "cost"
+    within = f" within {result.deadline_days:g} days" if result.deadline_days is not None else ""
+    say(f"{result.model}, {_short_number(result.train_tokens)} tokens, batch {result.gbs:,} × "
+        f"{result.seq_len:,} tokens (all cells), goodput {result.goodput:.0%}")
+    if result.cheapest is None:
+        say("No size tried finishes" + within + "." if within else "No cell has a plan.")
+    else:
+        say(_pick_line(("Cheapest" if by_cost else "Fewest GPU-hours") + within,
+                       result.cheapest, days_first=False))
+        say(_pick_line("Fastest" + within, result.fastest, days_first=True))
+    cells = result.shown
+    priced = any(c.plan is not None and c.plan.budget.cost is not None for c in cells)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    columns = ["hardware", "GPUs", "layout", "step s", "days", "GPU-h"]
+    columns += ["cost"] if priced else []
+    columns += ["MWh"]
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("hardware", "layout") else "right",
+                         no_wrap=col != "layout", overflow="fold")
+    missing = []
+    for c in cells:
+        if c.plan is None:
+            table.add_row(c.hardware, f"{c.gpus:,}", "no plan", *[""] * (len(columns) - 3))
+            missing.append(c)
+            continue
+        p, b = c.plan, c.plan.budget
+        late = "" if c.meets_deadline is not False else " >"
+        row = [c.hardware, f"{c.gpus:,}", compact_layout(p), f"{p.time.step_s:,.2f}",
+               f"{b.days:,.1f}{late}", _short_number(b.gpu_hours)]
+        if priced:
+            row.append("—" if b.cost is None else _short_number(b.cost))
+        row.append("—" if b.energy_mwh is None else _short_number(b.energy_mwh))
+        table.add_row(*row)
+    out.print(table, width=width)
+    for c in missing:
+        say(f"{c.hardware} × {c.gpus:,}: {_first_clause(c.reason)}")
+    if result.deadline_days is not None and any(c.meets_deadline is False for c in cells):
+        say(f"> misses the {result.deadline_days:g}-day deadline (its largest size tried)")
+    for note in result.notes:
+        say(note)
+    say(f"Days and GPU-hours are wall-clock at goodput {result.goodput:.0%} (--goodput); energy "
+        "is GPU board power (TDP unless --gpu-power-w) over those days.")

@@ -108,6 +108,7 @@ class Budget(_Out):
     gpu_hour_price: float | None = None
     energy_mwh: float | None = None
     gpu_power_w: float | None = None
+    goodput: float = 1.0  # share of the wall-clock time that trains; days and hours include the rest
 
 
 class Plan(_Out):

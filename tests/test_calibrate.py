@@ -359,3 +359,50 @@ def test_fit_is_fast_and_deterministic(h100):
     assert elapsed < 1.0
     assert first == second
     assert np.isfinite([f.after for f in first.factors]).all()
+
+
+# --------------------------------------------------------------------------------------------
+# Refusing a profile that fits worse than the one it started from
+
+
+def test_refuses_a_fit_worse_than_the_start(tmp_path, h100):
+    from typer.testing import CliRunner
+
+    from planner.calibrate import check_not_worse
+    from planner.cli import app
+
+    # a starting profile whose BF16 GEMM efficiency (0.03) lies below the fit's physical lower
+    # bound (0.05), and runs measured exactly as that profile predicts: before the fit every
+    # error is 0; the fit can only start from the bound, 0.05, which predicts every GEMM
+    # 0.03/0.05 = 0.6× as long — worse than where it started
+    start = with_factors(h100, {"gemm.bf16": 0.03})
+    runs = synthetic(LAYOUTS[:4], start)
+    result = calibrate(runs, start, fit=("gemm",))
+    assert result.rms_log_error_before == pytest.approx(0.0, abs=1e-12)
+    f = factor(result, "gemm.bf16")
+    assert f.after == pytest.approx(0.05) and f.status == "at-bound"
+    assert result.rms_log_error_after > 0.1
+    with pytest.raises(PlanError, match=r"fits the runs worse than h100-nvlink did .* --force"):
+        check_not_worse(result)
+    # a fit that improves passes
+    check_not_worse(calibrate(synthetic(LAYOUTS[:4], with_factors(h100, {"gemm.bf16": 0.5})),
+                              h100, fit=("gemm",)))
+
+    # the command: one line on stderr, exit 2, nothing written; --force writes it
+    profile = tmp_path / "start.toml"
+    profile.write_text(profile_to_toml(start.model_copy(update={"name": "start"})))
+    csv_path = tmp_path / "runs.csv"
+    csv_path.write_text("model,dp,tp,pp,mbs,gbs,seq_len,step_s\n" + "".join(
+        f"{m.model.name},{m.config.dp},{m.config.tp},{m.config.pp},{m.config.mbs},"
+        f"{m.config.gbs},{m.config.seq_len},{m.step_s!r}\n" for m in runs))
+    out = tmp_path / "fitted.toml"
+    runner = CliRunner()
+    r = runner.invoke(app, ["calibrate", str(csv_path), "--hw", str(profile), "--fit", "gemm",
+                            "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+    assert "fits the runs worse than start did" in r.stderr and not out.exists()
+    r = runner.invoke(app, ["calibrate", str(csv_path), "--hw", str(profile), "--fit", "gemm",
+                            "-o", str(out), "--force"])
+    assert r.exit_code == 0, r.output
+    assert load_hardware(str(out)).efficiency.gemm.bf16 == pytest.approx(0.05)

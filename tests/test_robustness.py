@@ -58,7 +58,7 @@ def assert_one_line_error(r, code=2, *needles):
     (["explain", "-m", "nope.toml", "-n", "8"], ["model file 'nope.toml' not found"]),
     (["search", "-m", "70b", "-n", "8", "--hw", "missing/profile.toml"],
      ["hardware profile file", "not found"]),
-    (["explain", "-m", "/", "-n", "8"], ["is a folder"]),
+    (["explain", "-m", "/", "-n", "8"], ["a model folder needs a config.json"]),
     # GPU count: ≤ 0, not an integer, absurd
     (["explain", "-m", "70b", "-n", "0"], ["--gpus", "positive whole number"]),
     (["explain", "-m", "70b", "-n", "-8"], ["--gpus", "positive whole number"]),

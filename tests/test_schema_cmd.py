@@ -31,6 +31,11 @@ OUTPUTS = {
     "models": [["models"]],
     "hardware": [["hardware"]],
     "calibrate": [["calibrate", str(RUNS)]],
+    "compare": [
+        ["compare", "-m", "8b", "--hw", "h100-nvlink,b200-nvlink", "-n", "16,32", "--gbs", "256",
+         "--train-tokens", "1T", "--price", "h100-nvlink=2"],
+        ["compare", "-m", "405b", "--hw", "h100-nvlink", "-n", "8", "--train-tokens", "15T"],
+    ],
 }
 
 

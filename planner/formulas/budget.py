@@ -1,6 +1,7 @@
 """What a plan costs to train: days, GPU-hours, money, energy.
 
-T tokens to train, τ tokens per second of the plan, N GPUs."""
+T tokens to train, τ tokens per second of the plan, N GPUs, g the goodput (the share of the
+wall-clock time that trains; 1 = no interruptions)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,57 @@ def training_s(train_tokens, tokens_per_s):
     return train_tokens / tokens_per_s
 
 
-def gpu_hours(n_gpus, train_tokens, tokens_per_s):
-    """N · T / τ / 3600."""
-    return n_gpus * training_s(train_tokens, tokens_per_s) / SECONDS_PER_HOUR
+def gpu_hours(n_gpus, train_tokens, tokens_per_s, goodput=1):
+    """N · T / (τ · g) / 3600: the GPUs are held for the whole wall-clock time, lost time too."""
+    return n_gpus * wall_clock_s(train_tokens, tokens_per_s, goodput) / SECONDS_PER_HOUR
 
 
-def energy_j(n_gpus, train_tokens, tokens_per_s, gpu_power_w):
-    """GPU energy at a constant board power: N · P_gpu · T/τ (GPUs only: no CPUs, network or
-    cooling — multiply by the facility's PUE for the bill)."""
-    return n_gpus * gpu_power_w * training_s(train_tokens, tokens_per_s)
+def energy_j(n_gpus, train_tokens, tokens_per_s, gpu_power_w, goodput=1):
+    """GPU energy at a constant board power over the wall-clock time: N · P_gpu · T / (τ · g)
+    (GPUs only: no CPUs, network or cooling — multiply by the facility's PUE for the bill; the
+    time lost to interruptions is counted at the same power, an upper bound like the TDP the
+    power defaults to)."""
+    return n_gpus * gpu_power_w * wall_clock_s(train_tokens, tokens_per_s, goodput)
 
 
 def narayanan_training_s(train_tokens, n_params, n_gpus, flops_per_gpu_s):
     """Narayanan et al. 2021 §5.1 estimate: 8·T·P / (n·X) — 6TP model FLOPs plus the recomputed
     forward (2TP). GPT-3 175B, 300B tokens, 1,024 A100 at 140 TFLOP/s: ≈ 34 days."""
     return 8 * train_tokens * n_params / (n_gpus * flops_per_gpu_s)
+
+
+# ---- goodput: the share of wall-clock time that trains --------------------------------------
+
+DEFAULT_GOODPUT = 0.90
+"""Share of the wall-clock time a large synchronous training job spends making progress, the
+rest lost to interruptions (failed hardware, the work since the last checkpoint redone), restarts
+and checkpoint writes. Dubey et al. 2024, "The Llama 3 Herd of Models", §3.3.4 (Reliability and
+operational challenges): Llama 3 405B pre-training on up to 16K H100 GPUs saw 466 job
+interruptions (47 planned, 419 unexpected) in a 54-day snapshot and achieved "higher than 90%
+effective training time". 0.90 is that lower figure; a smaller cluster, or one with a better
+failure rate, does better (give --goodput)."""
+
+
+def wall_clock_s(train_tokens, tokens_per_s, goodput):
+    """Wall-clock seconds to train T tokens when a share g of the time trains: T / (τ · g).
+    g = 1 is an uninterrupted run (training_s)."""
+    return training_s(train_tokens, tokens_per_s) / goodput
+
+
+def goodput_of_interruptions(mean_s_between, restart_s, checkpoint_interval_s, checkpoint_s):
+    """Goodput of a job checkpointed every I seconds (each write pausing it C seconds) and
+    interrupted on average every M seconds, each interruption costing a restart R plus the work
+    since the last checkpoint, I/2 on average: g = 1 − C/I − (R + I/2)/M. First order in the
+    failure rate (Young 1974, "A first order approximation to the optimum checkpoint interval",
+    CACM 17(9), whose optimum I = √(2·C·M) this makes stationary); valid while the result is
+    well above 0. Llama 3 405B (Dubey et al. 2024 §3.3.4): 466 interruptions in 54 days is
+    M = 54·86,400/466 ≈ 10,012 s; "> 90 %" then bounds C/I + (R + I/2)/M below 0.1."""
+    return 1 - checkpoint_s / checkpoint_interval_s \
+        - (restart_s + checkpoint_interval_s / 2) / mean_s_between
+
+
+def deadline_step_s(deadline_s, train_tokens, tokens_per_step, goodput):
+    """The longest step time that trains T tokens within a wall-clock deadline D when a share g
+    of the time trains, at B tokens per step: T/B steps in D·g seconds, D·g·B / T. The inverse of
+    wall_clock_s at τ = B / step."""
+    return deadline_s * goodput * tokens_per_step / train_tokens
