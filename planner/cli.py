@@ -205,6 +205,18 @@ AttnOpt = Annotated[str, typer.Option(help="Attention kernel: flash or classic."
 OverlapOpt = Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
                                           help="Overlap the DP gradient reduction with backward.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+# moe: expert parallelism
+EpOpt = _opt("Expert-parallel degree(s) of a MoE model (search: the divisors of its experts).")
+EtpOpt = _opt("Expert tensor-parallel degree(s) of a MoE model (search: 1 unless given).")
+MoeImbalanceOpt = Annotated[float, typer.Option(
+    help="Busiest expert-parallel rank's routed tokens over the mean (Switch Transformer's "
+    "capacity factor 1.25).", min=1.0, max=64.0)]
+MoeCapacityOpt = Annotated[float | None, typer.Option(
+    help="Drop tokens beyond this capacity factor (caps the imbalance); default dropless.",
+    min=0.01, max=64.0)]
+MoeOverlapOpt = Annotated[bool, typer.Option(
+    "--moe-a2a-overlap/--no-moe-a2a-overlap",
+    help="Overlap the all-to-all with another micro-batch's compute (DualPipe-style).")]
 EmitOpt = Annotated[str | None, typer.Option(
     help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
 TrainTokensOpt = Annotated[str | None, typer.Option(
@@ -317,7 +329,7 @@ def _not_fit_message(plan) -> str:
 
 def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs, tokens, seq,
              precision, grad_dtype, attention, overlap, allow_tp_across_nodes=False,
-             auto_default=False):
+             auto_default=False, **moe):
     from pydantic import ValidationError
 
     from .options import parse_request
@@ -327,7 +339,8 @@ def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
             gpus=gpus, dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero,
             recompute=recompute, schedule=schedule, sp=sp, gbs=gbs, tokens_per_step=tokens,
             seq_len=seq, precision=precision, grad_dtype=grad_dtype, attention=attention,
-            overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes)
+            overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes,
+            **moe)  # moe: ep, etp, moe_imbalance, moe_capacity_factor, moe_a2a_overlap
     except ValidationError as err:
         from .options import validation_message
 
@@ -352,6 +365,8 @@ def explain(
         help="Write the schedule picture to an .svg file.")] = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
     gpu_power_w: PowerOpt = None,
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
 ) -> None:
     """One plan's breakdown: every term, its formula, its value, and why."""
     from . import api, render
@@ -362,7 +377,8 @@ def explain(
                             f"got '{timeline_out}'")
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
-                       overlap_grad_reduce)
+                       overlap_grad_reduce, ep=ep, etp=etp, moe_imbalance=moe_imbalance,
+                       moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w)
         data = plan.model_dump(mode="json")
@@ -426,6 +442,8 @@ def search(
         help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
     json_: JsonOpt = False, emit: EmitOpt = None, train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None,
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
 ) -> None:
     """Find and rank the layouts that fit."""
     from . import api, render
@@ -433,7 +451,9 @@ def search(
     try:
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
-                       overlap_grad_reduce, allow_tp_across_nodes)
+                       overlap_grad_reduce, allow_tp_across_nodes, ep=ep, etp=etp,
+                       moe_imbalance=moe_imbalance, moe_capacity_factor=moe_capacity_factor,
+                       moe_a2a_overlap=moe_a2a_overlap)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")

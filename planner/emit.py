@@ -97,6 +97,9 @@ def emit(framework: str, config: PlanConfig, model: ModelSpec) -> EmitResult:
     if key not in _EMITTERS:
         raise PlanError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     _check_plan(key, config)
+    from .launch_moe import check_expressible  # moe: which emitters express expert parallelism
+
+    check_expressible(key, config, model)
     return _EMITTERS[key](config, model)
 
 
@@ -136,7 +139,8 @@ def _common_notes(c: PlanConfig, m: ModelSpec) -> list[str]:
                      "1F1B.")
     if m.n_experts > 1:
         notes.append(f"{m.name} is a mixture of experts ({m.n_experts} experts, top-{m.top_k}); "
-                     "the plan has no expert parallelism, so expert-parallel size stays 1.")
+                     f"the expert layers fold onto the same GPUs as ep·etp·edp = "
+                     f"{c.ep}·{c.etp}·{c.edp}.")
     return notes
 
 
@@ -231,9 +235,10 @@ def _megatron_model_args(a: _Args, c: PlanConfig, m: ModelSpec) -> None:
     if not m.dropout:
         a.add("--attention-dropout", "0.0")
         a.add("--hidden-dropout", "0.0")
-    if m.n_experts > 1:
-        a.add("--num-experts", m.n_experts)
-        a.add("--moe-router-topk", m.top_k)
+    from .launch_moe import megatron_moe_args  # moe: MoE and MLA arguments
+
+    for flag, value in megatron_moe_args(c, m):
+        a.add(flag, value)
 
 
 def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:

@@ -86,7 +86,9 @@ def validation_message(err: ValidationError) -> str:
 
 def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                   tokens_per_step, seq_len, precision, grad_dtype, attention,
-                  overlap_grad_reduce, allow_tp_across_nodes=False) -> PlanRequest:
+                  overlap_grad_reduce, allow_tp_across_nodes=False, ep=None, etp=None,
+                  moe_imbalance=1.25, moe_capacity_factor=None,
+                  moe_a2a_overlap=False) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -107,7 +109,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         sp=None if sp is None else [sp], gbs=gbs, tokens_per_step=tokens_per_step,
         seq_len=seq_len, precision=one_enum(precision, Precision, "precision"),
         grad_dtype=grad_dtype, attention=one_enum(attention, Attention, "attention"),
-        overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes)
+        overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes,
+        ep=int_list(ep, "ep"), etp=int_list(etp, "etp"), moe_imbalance=moe_imbalance,
+        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)  # moe
 
 
 SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}

@@ -118,6 +118,9 @@ class ModelSpec(_Strict):
 
     @property
     def dim_head(self) -> int:
+        """d_h; under MLA the query/key head width d_n + d_r (the value width is v_head_dim)."""
+        if self.kv_lora_rank is not None:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_dim or self.hidden // self.n_heads
 
     @property
@@ -184,8 +187,6 @@ class ModelSpec(_Strict):
     @property
     def qk_head_dim(self) -> int:
         """Per-head query/key width: d_nope + d_rope under MLA, d_h otherwise."""
-        if self.is_mla:
-            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.dim_head
 
     @property
@@ -353,6 +354,31 @@ class PlanConfig(_Strict):
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
+    # ---- expert parallelism (MoE models; the defaults leave a dense model's plan as it was) ----
+    ep: PositiveInt = Field(1, description="Expert parallel: the routed experts split ep ways.")
+    etp: PositiveInt = Field(1, description="Expert tensor parallel: each expert's matrices split "
+                             "etp ways (Megatron's --expert-tensor-parallel-size).")
+    moe_imbalance: float = Field(
+        1.25, ge=1, le=64, description="Busiest expert-parallel rank's routed tokens over the "
+        "mean (formulas.moe.MOE_IMBALANCE: Switch Transformer's capacity factor 1.25).")
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, le=64, description="Token dropping at this capacity factor: an expert takes at "
+        "most this multiple of its mean tokens, which bounds the imbalance (None: dropless).")
+    moe_a2a_overlap: bool = Field(
+        False, description="All-to-all overlapped with another micro-batch's compute "
+        "(DeepSeek-V3 DualPipe §3.2.1; Megatron --overlap-moe-expert-parallel-comm).")
+
+    @property
+    def moe_load_factor(self) -> float:
+        """The imbalance the cost model uses: the capacity factor caps it when tokens drop."""
+        if self.moe_capacity_factor is None:
+            return self.moe_imbalance
+        return min(self.moe_imbalance, self.moe_capacity_factor)
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel: dp·cp·tp / (ep·etp) (Megatron-Core parallel folding)."""
+        return self.dp * self.cp * self.tp // (self.ep * self.etp)
 
     @property
     def n_gpus(self) -> int:
@@ -366,6 +392,8 @@ class PlanConfig(_Strict):
             parts.append(f"cp{self.cp}")
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
+        if self.ep > 1 or self.etp > 1:
+            parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else ""))
         parts.append(f"mbs{self.mbs}")
         if batch:
             parts += [f"gbs{self.gbs}", f"s{self.seq_len}"]

@@ -172,3 +172,40 @@ def expert_data_parallel(dp, cp, tp, ep, etp):
     reduced and (distributed optimizer) its optimizer state is sharded (Megatron-Core parallel
     folding, Liu et al. 2025 §3)."""
     return dp * cp * tp / (ep * etp)
+
+
+def grouped_gemm_wave_efficiency(rows_per_expert, cols, n_local_experts, n_units, tile_rows=128,
+                                 tile_cols=128):
+    """Useful share of a grouped GEMM over the local experts (one launch, every expert's tiles
+    together, as Megatron-Core's --moe-grouped-gemm / TE GroupedLinear): each expert's
+    rows_e × cols output is padded to whole tiles, and the tiles of all experts fill waves of
+    n_units SMs:
+        useful / run = n_e·r·c / (⌈n_e·⌈r/tr⌉·⌈c/tc⌉ / n⌉ · n · tr·tc)
+    (NVIDIA "Matrix Multiplication Background", tile and wave quantisation). Few rows per expert
+    (fine-grained experts, small micro-batches) waste most of each tile."""
+    tiles = n_local_experts * _ops.ceil(rows_per_expert / tile_rows) * _ops.ceil(cols / tile_cols)
+    run = _ops.ceil(tiles / n_units) * n_units * tile_rows * tile_cols
+    return n_local_experts * rows_per_expert * cols / run
+
+
+def expert_layer_wave_efficiency(rows_per_expert, hidden, expert_ffn, n_mlp_matrices, etp,
+                                 n_local_experts, n_units, tile_rows=128, tile_cols=128):
+    """FLOP-weighted grouped-GEMM efficiency of an expert MLP's two forward GEMMs, fc1 with
+    N = (n_mlp − 1)·f_e/etp (gate and up fused) and fc2 with N = h (K = f_e/etp):
+    Σ flops / Σ (flops / efficiency); both GEMMs have the same flops per row when n_mlp = 2,
+    and fc1 twice fc2's for SwiGLU."""
+    fc1 = (n_mlp_matrices - 1) * expert_ffn / etp
+    fc2 = expert_ffn / etp
+    w1 = grouped_gemm_wave_efficiency(rows_per_expert, fc1, n_local_experts, n_units, tile_rows,
+                                      tile_cols)
+    w2 = grouped_gemm_wave_efficiency(rows_per_expert, hidden, n_local_experts, n_units,
+                                      tile_rows, tile_cols)
+    return (fc1 * hidden + fc2 * hidden) / (fc1 * hidden / w1 + fc2 * hidden / w2)
+
+
+def moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq, is_moe=1):
+    """MoE layers among layers [start, stop): those i ≥ first_k_dense with i mod freq = 0, counted
+    as ⌈max(0, stop − max(start, k)) / freq⌉ (exact for freq = 1 and for spans starting at a
+    multiple of freq; at most one too many otherwise). 0 for a dense model (is_moe = 0)."""
+    span = _ops.maximum(0, stop - _ops.maximum(start, first_k_dense))
+    return is_moe * _ops.ceil(span / moe_layer_freq)
