@@ -175,9 +175,17 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     layers = note("stage_layers", P.layers_per_stage(L, p, v))
 
     # ---- parameters -------------------------------------------------------------------------
-    n_params = note("n_params", _ops.select(x.moe_mla, x.total_params, P.model_params(
+    # moe: a MoE/MLA model (any row's, when models are stacked) builds its own expressions, and
+    # pick() selects them row by row: a dense row gets exactly the dense value. A dense model
+    # builds nothing more than before.
+    moe_model = _flag(x.moe_mla)
+
+    def pick(moe_value, dense_value):
+        return _ops.select(x.moe_mla, moe_value(), dense_value) if moe_model else dense_value
+
+    n_params = note("n_params", pick(lambda: x.total_params, P.model_params(
         L, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, x.bias, x.norm_width, x.vocab,
-        x.positions, x.learned_positions, x.tied, x.n_experts, x.router_experts)))  # moe: select
+        x.positions, x.learned_positions, x.tied, x.n_experts, x.router_experts)))
     layer_sharded = P.layer_sharded_params(h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp,
                                            x.bias, x.n_experts, x.router_experts)
     layer_replicated = P.layer_replicated_params(h, x.bias, x.norm_width, x.n_experts)
@@ -191,9 +199,11 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # ---- moe: MoE/MLA parameters. The stage's MoE layers (first stage: layers [0, L_s), last:
     # [L − L_s, L)) hold their non-expert part over t and their routed experts over ep·etp,
     # apart (expert_first/last), for their own ZeRO group; a dense model selects stage() as is
-    note_moe = note if _flag(x.moe_mla) else _same  # expert terms shown for MoE/MLA models only
-    moe_first = MO.moe_layers_in_span(0, layers, x.first_k_dense, x.moe_freq, x.moe)
-    moe_last = MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe)
+    note_moe = note if moe_model else _same  # expert terms shown for MoE/MLA models only
+    moe_first = (MO.moe_layers_in_span(0, layers, x.first_k_dense, x.moe_freq, x.moe)
+                 if moe_model else 0)
+    moe_last = (MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe)
+                if moe_model else 0)
     expert_shard = MO.expert_state_shard(x.ep, x.etp)
 
     def moe_stage(first, n_moe):
@@ -206,15 +216,13 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     expert_first = moe_first * x.expert_layer / expert_shard
     expert_last = moe_last * x.expert_layer / expert_shard
 
-    params_first = note("params_first_stage",
-                        _ops.select(x.moe_mla, moe_stage(1, moe_first), stage(1)))
-    params_last = note("params_last_stage",
-                       _ops.select(x.moe_mla, moe_stage(0, moe_last), stage(0)))
+    params_first = note("params_first_stage", pick(lambda: moe_stage(1, moe_first), stage(1)))
+    params_last = note("params_last_stage", pick(lambda: moe_stage(0, moe_last), stage(0)))
     # moe: the layer ZeRO-3 gathers is a MoE layer (its experts counted with the replicated part,
     # as they are not divided by t)
-    layer_sharded = _ops.select(x.moe_mla, _ops.select(x.moe, x.moe_sharded, x.dense_sharded),
-                                layer_sharded)
-    layer_replicated = _ops.select(x.moe_mla, _ops.select(
+    layer_sharded = pick(lambda: _ops.select(x.moe, x.moe_sharded, x.dense_sharded),
+                         layer_sharded)
+    layer_replicated = pick(lambda: _ops.select(
         x.moe, x.moe_replicated + x.expert_layer / expert_shard, x.dense_replicated),
         layer_replicated)
 
@@ -225,9 +233,11 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # experts'; an MLA layer its own tensors (formulas/moe.py); the dispatcher keeps the k − 1
     # extra token copies and the router's scores
     moe_width = MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, x.moe_load)
-    routed_ffn = _ops.select(x.moe_mla, _ops.select(x.moe, moe_width, x.ffn), routed_ffn)
+    routed_ffn = pick(lambda: _ops.select(x.moe, moe_width, x.ffn), routed_ffn)
 
     def moe_mla_act(recompute):
+        if not moe_model:
+            return 0
         mla = MO.mla_layer_activation_bytes(
             s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
             x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
@@ -236,11 +246,12 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
             x.act_bytes)
         return x.mla * mla + dispatch
 
-    layer_act = note("layer_activation_bytes", (1 - x.mla) * A.layer_activation_bytes(
+    not_mla = 1 - x.mla if moe_model else 1  # moe: an MLA layer's activations replace these
+    layer_act = note("layer_activation_bytes", not_mla * A.layer_activation_bytes(
         s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
         c.sequence_parallel, c.recompute, c.attention, x.act_bytes) + moe_mla_act(c.recompute))
     # under full recompute, the layer being recomputed holds all its activations for a moment
-    working_act = ((1 - x.mla) * A.layer_activation_bytes(
+    working_act = (not_mla * A.layer_activation_bytes(
         s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
         c.sequence_parallel, Recompute.NONE, c.attention, x.act_bytes)
         + moe_mla_act(Recompute.NONE) if c.recompute is Recompute.FULL else 0)
@@ -254,10 +265,11 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # moe: the dispatcher's send and receive buffers of the all-to-all in flight,
     # 2·T·k·load·h·act with T = b·s/(c·t) tokens per GPU (0 for a dense model)
     moe_tokens = b * s / (cp * t)
-    dispatch_buffers = note_moe("moe_dispatch_buffer_bytes", x.moe * 2 * moe_tokens * x.top_k
-                            * x.moe_load * h * x.act_bytes)
-    act_first = act_first + dispatch_buffers
-    act_last = act_last + dispatch_buffers
+    if moe_model:
+        dispatch_buffers = note_moe("moe_dispatch_buffer_bytes", x.moe * 2 * moe_tokens
+                                    * x.top_k * x.moe_load * h * x.act_bytes)
+        act_first = act_first + dispatch_buffers
+        act_last = act_last + dispatch_buffers
 
     # ---- communication volume per GPU per step, and the bubble --------------------------------
     tp_layer = note("tp_layer_bytes", C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes))
@@ -290,7 +302,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                            F.mla_attention_flops(s, 1, x.n_heads, x.head_dim, x.v_dim, skip),
                            F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, skip))
 
-    model_flops = note("model_flops", _ops.select(x.moe_mla, F.mixed_model_flops(
+    model_flops = note("model_flops", pick(lambda: F.mixed_model_flops(
         x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq, att_flops(0), head_seq),
         F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq)))
     # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
@@ -298,10 +310,9 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
     shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
     att_run_moe = att_flops(causal_skip)  # moe
-    hardware_flops = note("hardware_flops", _ops.select(
-        x.moe_mla,
-        F.mixed_model_flops(x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq,
-                            att_run_moe, head_seq)
+    hardware_flops = note("hardware_flops", pick(
+        lambda: F.mixed_model_flops(x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq,
+                                    moe_mm_seq, att_run_moe, head_seq)
         + F.recompute_flops(x.gbs, L, mean_mm_seq, att_run_moe, *shares[c.recompute])
         + F.flash_backward_flops(x.gbs, L, att_run_moe, causal_skip),
         F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
@@ -321,30 +332,32 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # non-expert weights over t at their own wave quantisation, the expert GEMMs per GPU as
     # T·k·load tokens through one expert each (etp splits the expert and gathers etp× the
     # tokens), as grouped GEMMs of expert_tokens rows per local expert
-    ne_weights = _ops.select(x.moe, x.attn_matmul + x.shared_matmul + h * x.router_experts,
-                             x.attn_matmul + x.dense_matmul)
-    ne_wave = _ops.select(has_sm, T.layer_gemm_wave_efficiency(
-        tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ne_ffn, x.n_mlp, t,
-        _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1)
-    rows_per_expert = MO.expert_tokens(moe_tokens * x.etp, x.top_k, x.ep, x.n_experts, x.moe_load)
-    expert_wave = note_moe("expert_wave_efficiency", _ops.select(
-        has_sm * x.moe, MO.expert_layer_wave_efficiency(
-            rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp, MO.local_experts(x.n_experts, x.ep),
-            _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
-    expert_s = note_moe("expert_matmul_s", x.moe * T.compute_time_s(
-        F.layer_matmul_flops(moe_tokens * x.top_k * x.moe_load, 1, x.expert_matmul),
-        x.peak_flops, x.gemm_eff * expert_wave))
-    mm_s = note("matmul_s", _ops.select(
-        x.moe_mla,
-        T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
-                         x.gemm_eff * ne_wave) + expert_s,
-        T.compute_time_s(F.layer_matmul_flops(s, b, active) / (t * cp), x.peak_flops,
-                         x.gemm_eff * wave)))
-    att_s = note("attention_s", T.compute_time_s(
-        _ops.select(x.mla, F.mla_attention_flops(s, b, x.n_heads, x.head_dim, x.v_dim,
-                                                 causal_skip),
-                    F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)) / (t * cp),
-        x.peak_flops_16, x.gemm_eff_16))
+    def moe_mm_s():
+        ne_weights = _ops.select(x.moe, x.attn_matmul + x.shared_matmul + h * x.router_experts,
+                                 x.attn_matmul + x.dense_matmul)
+        ne_wave = _ops.select(has_sm, T.layer_gemm_wave_efficiency(
+            tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ne_ffn, x.n_mlp, t,
+            _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1)
+        rows_per_expert = MO.expert_tokens(moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
+                                           x.moe_load)
+        expert_wave = note_moe("expert_wave_efficiency", _ops.select(
+            has_sm * x.moe, MO.expert_layer_wave_efficiency(
+                rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp,
+                MO.local_experts(x.n_experts, x.ep), _ops.maximum(x.n_sm, 1), x.tile_rows,
+                x.tile_cols), 1))
+        expert_s = note_moe("expert_matmul_s", x.moe * T.compute_time_s(
+            F.layer_matmul_flops(moe_tokens * x.top_k * x.moe_load, 1, x.expert_matmul),
+            x.peak_flops, x.gemm_eff * expert_wave))
+        return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
+                                 x.gemm_eff * ne_wave) + expert_s)
+
+    mm_s = note("matmul_s", pick(moe_mm_s, T.compute_time_s(
+        F.layer_matmul_flops(s, b, active) / (t * cp), x.peak_flops, x.gemm_eff * wave)))
+    att_fwd = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
+    att_fwd = pick(lambda: _ops.select(x.mla, F.mla_attention_flops(  # moe: MLA's d_qk, d_v
+        s, b, x.n_heads, x.head_dim, x.v_dim, causal_skip), att_fwd), att_fwd)
+    att_s = note("attention_s", T.compute_time_s(att_fwd / (t * cp), x.peak_flops_16,
+                                                 x.gemm_eff_16))
     elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
         s, b, h, routed_ffn, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
         x.rotary, t, cp, sp_divisor, x.act_bytes), x.hbm_bw, x.hbm_eff))
@@ -381,17 +394,19 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens
     # over the etp ranks and its reduce-scatter (4 × (etp − 1)·T·k·load·h·act on NVLink: etp
     # sits inside the domain). Exposed unless overlapped with another micro-batch's compute
-    a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, x.moe_load)
-    etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * x.moe_load * h * x.act_bytes
-    ep_span_inside = C.inside_domain(x.ep * x.etp, x.domain)
-    a2a_s = note_moe("all_to_all_s", MO.all_to_all_time_s(
-        a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, x.domain), x.fast_bw, x.net_bw,
-        C.on_link(ep_span_inside, x.fast_lat, x.net_lat)))
-    etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
-    ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), fwd_s + bwd_s,
-                                                          x.a2a_overlap)
-    ep_mb_s = moe_last * ep_layer_exposed
-    ep_bytes = note_moe("ep_bytes", x.moe * m * moe_last * 4 * (a2a_bytes + etp_bytes))
+    ep_mb_s = ep_bytes = ep_span_inside = 0
+    if moe_model:
+        a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, x.moe_load)
+        etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * x.moe_load * h * x.act_bytes
+        ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, x.domain)
+        a2a_s = note_moe("all_to_all_s", MO.all_to_all_time_s(
+            a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, x.domain), x.fast_bw, x.net_bw,
+            C.on_link(ep_span_inside, x.fast_lat, x.net_lat)))
+        etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
+        ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), fwd_s + bwd_s,
+                                                              x.a2a_overlap)
+        ep_mb_s = moe_last * ep_layer_exposed
+        ep_bytes = note_moe("ep_bytes", x.moe * m * moe_last * 4 * (a2a_bytes + etp_bytes))
 
     head_s = note("head_s", T.head_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp),
                                           logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
@@ -441,6 +456,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
 
     # moe: expert states are sharded over the expert-data-parallel group edp = d·c·t/(ep·etp)
     edp = MO.expert_data_parallel(x.dp, cp, t, x.ep, x.etp)
+    moe = _flag(x.moe)
 
     def memory(psi, act, psi_e=0):
         # the model states (weights, gradients, optimizer) are exactly ZeRO's; ZeRO-3's gathered
@@ -448,10 +464,10 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         w = M.weight_bytes(psi, x.w_bytes, d_shard, z)
         g = M.gradient_bytes(psi, x.g_bytes, d_shard, z)
         o = M.optimizer_bytes(psi, MASTER_BYTES, MOMENT_BYTES, d_shard, z)
-        # moe: the stage's routed experts (psi_e per GPU after ep·etp), ZeRO over edp
-        w = w + M.weight_bytes(psi_e, x.w_bytes, edp, z)
-        g = g + M.gradient_bytes(psi_e, x.g_bytes, edp, z)
-        o = o + M.optimizer_bytes(psi_e, MASTER_BYTES, MOMENT_BYTES, edp, z)
+        if moe:  # moe: the stage's routed experts (psi_e per GPU after ep·etp), ZeRO over edp
+            w = w + M.weight_bytes(psi_e, x.w_bytes, edp, z)
+            g = g + M.gradient_bytes(psi_e, x.g_bytes, edp, z)
+            o = o + M.optimizer_bytes(psi_e, MASTER_BYTES, MOMENT_BYTES, edp, z)
         overhead = M.runtime_overhead_bytes(x.reserved, x.frag, w + g + o + act + prefetch)
         return w, g, o, act, overhead + prefetch
 
@@ -461,7 +477,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
     stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
     stage_experts = _ops.select(is_first, k.expert_first, k.expert_last)  # moe
-    if _flag(x.moe):  # moe: the expert parameters per GPU, shown for MoE models
+    if moe:  # moe: the expert parameters per GPU, shown for MoE models
         stage_experts = note("expert_stage_params", stage_experts)
     weights = note("weights_bytes", worst[0])
     grads = note("gradients_bytes", worst[1])
@@ -472,8 +488,8 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
 
     dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
                                                     z))
-    # moe: the experts' gradients are reduced (and their weights gathered) over edp
-    dp_bytes = dp_bytes + C.dp_gradient_bytes(stage_experts, x.g_bytes, x.w_bytes, edp, m, z)
+    if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
+        dp_bytes = dp_bytes + C.dp_gradient_bytes(stage_experts, x.g_bytes, x.w_bytes, edp, m, z)
 
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction)
@@ -493,7 +509,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     # moe: the same collectives for the expert shards over their edp group (the same span of
     # ranks as the dense layers' d·c·t, so the same link)
     edp_steps = edp - 1
-    if _flag(x.moe):
+    if moe:
         zero_mb_s = zero_mb_s + (x.moe * C.collective_time_s(C.zero_microbatch_bytes(
             stage_experts, x.g_bytes, x.w_bytes, edp, z), k.dp_bw,
             C.ZERO_MICROBATCH_RING_PASSES[z] * edp_steps, k.dp_lat) if z >= 2 else 0)
@@ -513,9 +529,9 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
 
     opt_shard = d_shard if z >= 1 else 1
     opt_bytes = T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard)
-    # moe: the expert shards' Adam step, over edp under ZeRO ≥ 1
-    opt_bytes = opt_bytes + T.optimizer_step_bytes(stage_experts, x.g_bytes, x.w_bytes,
-                                                   edp if z >= 1 else 1)
+    if moe:  # moe: the expert shards' Adam step, over edp under ZeRO ≥ 1
+        opt_bytes = opt_bytes + T.optimizer_step_bytes(stage_experts, x.g_bytes, x.w_bytes,
+                                                       edp if z >= 1 else 1)
     optimizer_s = note("optimizer_s", T.memory_bound_time_s(opt_bytes, x.hbm_bw, x.hbm_eff))
 
     stage_mb_s = note("stage_microbatch_s", k.compute_mb_s + k.tp_mb_s + k.cp_mb_s + k.pp_mb_s + zero3_mb_s
@@ -529,7 +545,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     pp_exposed = note("pp_exposed_s", m * k.pp_mb_s)
     dp_exposed = note("dp_exposed_s", m * zero3_mb_s + dp_tail_exposed)
     ep_exposed = m * k.ep_mb_s  # moe
-    if _flag(x.moe):
+    if moe:
         ep_exposed = note("ep_exposed_s", ep_exposed)
     return dict(
         n_params=k.n_params, vocab_padded=k.vocab_padded, stage_layers=layers,
