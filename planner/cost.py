@@ -335,9 +335,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     def moe_mm_s():
         ne_weights = _ops.select(x.moe, x.attn_matmul + x.shared_matmul + h * x.router_experts,
                                  x.attn_matmul + x.dense_matmul)
-        ne_wave = _ops.select(has_sm, T.layer_gemm_wave_efficiency(
+        # (shown as the layer's wave efficiency in place of the dense one, which is not used)
+        ne_wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
             tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ne_ffn, x.n_mlp, t,
-            _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1)
+            _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
         rows_per_expert = MO.expert_tokens(moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
                                            x.moe_load)
         expert_wave = note_moe("expert_wave_efficiency", _ops.select(
