@@ -277,6 +277,12 @@ def _hf_moe_spec(data: dict, where: str, arch: str, model_type: str | None, name
                     first_k_dense=data.get("first_k_dense_replace") or 0,
                     moe_layer_freq=optional("moe_layer_freq") or 1,
                     router="sigmoid" if data.get("scoring_func") == "sigmoid" else "softmax",
+                    # group-limited routing (V2: group_limited_greedy, V3: noaux_tc); 1 group =
+                    # none
+                    n_expert_groups=(optional("n_group") if (data.get("n_group") or 1) > 1
+                                     else None),
+                    topk_groups=(optional("topk_group") if (data.get("n_group") or 1) > 1
+                                 else None),
                     q_lora_rank=optional("q_lora_rank"), kv_lora_rank=need("kv_lora_rank"),
                     qk_nope_head_dim=need("qk_nope_head_dim"),
                     qk_rope_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"))

@@ -42,6 +42,9 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
             args.append(("--moe-layer-freq", f'"{moe_layer_pattern(model)}"'))
         if model.router != "softmax":
             args.append(("--moe-router-score-function", model.router))
+        if model.n_expert_groups is not None:
+            args += [("--moe-router-num-groups", model.n_expert_groups),
+                     ("--moe-router-group-topk", model.topk_groups)]
         args += [("--expert-model-parallel-size", config.ep),
                  # Megatron defaults the expert TP to the dense TP: always say it
                  ("--expert-tensor-parallel-size", config.etp),

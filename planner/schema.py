@@ -77,6 +77,11 @@ class ModelSpec(_Strict):
         "(layer i is MoE when i ≥ first_k_dense and i mod n = 0; DeepSeek's convention).")
     router: Literal["softmax", "sigmoid"] = Field(
         "softmax", description="Router score function (DeepSeek-V3: sigmoid).")
+    n_expert_groups: PositiveInt | None = Field(
+        None, description="Group-limited routing: the experts in this many groups (DeepSeek "
+        "n_group); a token picks its experts within topk_groups of them.")
+    topk_groups: PositiveInt | None = Field(
+        None, description="Groups a token's experts may come from (DeepSeek topk_group).")
     # ---- multi-head latent attention (DeepSeek-V2 §2.1); kv_lora_rank set = MLA --------------
     q_lora_rank: PositiveInt | None = Field(
         None, description="MLA query compression rank d_c'; None: queries projected from h.")
@@ -102,6 +107,13 @@ class ModelSpec(_Strict):
         if self.first_k_dense >= self.n_layers and self.n_experts > 1:
             raise ValueError(f"first_k_dense ({self.first_k_dense}) leaves no MoE layer of "
                              f"{self.n_layers}; set n_experts = 1 for a dense model")
+        if (self.n_expert_groups is None) != (self.topk_groups is None):
+            raise ValueError("group-limited routing needs both n_expert_groups and topk_groups")
+        if self.n_expert_groups is not None and (
+                self.n_experts % self.n_expert_groups or self.topk_groups > self.n_expert_groups):
+            raise ValueError(f"n_expert_groups ({self.n_expert_groups}) must divide n_experts "
+                             f"({self.n_experts}) and be at least topk_groups "
+                             f"({self.topk_groups})")
         mla = [self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim]
         if self.kv_lora_rank is not None and None in mla:
             raise ValueError("an MLA model (kv_lora_rank set) needs qk_nope_head_dim, "

@@ -90,7 +90,8 @@ def test_hf_config_matches_the_preset(folder, preset):
     assert imported.n_params == built_in.n_params
     assert imported.n_active_params == built_in.n_active_params
     for field in ("n_experts", "top_k", "expert_ffn", "n_shared_experts", "first_k_dense",
-                  "n_moe_layers", "kv_lora_rank", "q_lora_rank", "qk_head_dim", "router"):
+                  "n_moe_layers", "kv_lora_rank", "q_lora_rank", "qk_head_dim", "router",
+                  "n_expert_groups", "topk_groups"):
         assert getattr(imported, field) == getattr(built_in, field), field
 
 
@@ -131,6 +132,10 @@ def test_model_file_validation():
         ModelSpec(**base, kv_lora_rank=32)
     with pytest.raises(ValueError, match="need kv_lora_rank"):
         ModelSpec(**base, q_lora_rank=32)
+    with pytest.raises(ValueError, match="needs both n_expert_groups"):
+        ModelSpec(**base, n_experts=4, top_k=2, n_expert_groups=2)
+    with pytest.raises(ValueError, match="must divide n_experts"):
+        ModelSpec(**base, n_experts=4, top_k=2, n_expert_groups=3, topk_groups=1)
     with pytest.raises(ValueError, match="leaves no MoE layer"):
         ModelSpec(**base, n_experts=4, top_k=2, first_k_dense=4)
     # every other layer from the third: i ∈ {2, 4} of 0..5 → 2 MoE layers

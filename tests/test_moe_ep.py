@@ -193,7 +193,8 @@ def test_cli_explain_shows_expert_terms_and_emits_megatron_flags():
                  "--moe-shared-expert-intermediate-size 2048",
                  '--moe-layer-freq "([0]*3+[1]*58)"', "--multi-latent-attention",
                  "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-head-dim 128",
-                 "--qk-pos-emb-head-dim 64", "--v-head-dim 128"):
+                 "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--moe-router-num-groups 8",
+                 "--moe-router-group-topk 4", "--moe-router-score-function sigmoid"):
         assert flag in text, flag
 
 
