@@ -62,7 +62,10 @@ MODEL_LIMITS = [
     ("n_kv_heads", 1, 2**16, ""), ("head_dim", 1, 2**16, ""), ("ffn", 1, 2**24, ""),
     ("vocab", 1, 2**24, "tokens"), ("seq_len", 1, 2**30, "tokens"),
     ("max_positions", 1, 2**30, "positions"), ("n_experts", 1, 2**16, ""),
-    ("top_k", 1, 2**16, ""),
+    ("top_k", 1, 2**16, ""), ("moe_ffn", 1, 2**24, ""), ("shared_ffn", 1, 2**24, ""),
+    ("n_shared_experts", 0, 2**16, ""), ("q_lora_rank", 1, 2**20, ""),
+    ("kv_lora_rank", 1, 2**20, ""), ("qk_nope_head_dim", 1, 2**16, ""),
+    ("qk_rope_head_dim", 1, 2**16, ""), ("v_head_dim", 1, 2**16, ""),
 ]
 HARDWARE_LIMITS = [
     ("hbm_gib", 1e-3, 1e6, "GiB"), ("hbm_tb_per_s", 1e-3, 1e4, "TB/s"),
@@ -161,6 +164,11 @@ def _path(name: str) -> Path | None:
 HF_LLAMA_FAMILY = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                    "MixtralForCausalLM", "Qwen3ForCausalLM"}
 HF_GPT2_FAMILY = {"GPT2LMHeadModel"}
+# Mixture-of-experts families with their own keys (moe_intermediate_size, shared experts, MLA).
+HF_QWEN_MOE_FAMILY = {"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"}
+HF_DEEPSEEK_FAMILY = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
+HF_GPT_OSS_FAMILY = {"GptOssForCausalLM"}
+HF_MOE_FAMILY = HF_QWEN_MOE_FAMILY | HF_DEEPSEEK_FAMILY | HF_GPT_OSS_FAMILY
 
 
 def _hf_arch(data: dict) -> str:
@@ -213,10 +221,14 @@ def model_from_hf_config(data: dict, where: str) -> ModelSpec:
             dropout=bool(data.get("attention_dropout", 0.0)),
             n_experts=optional("num_local_experts") or 1,
             top_k=optional("num_experts_per_tok") or 1)
+    elif arch in HF_MOE_FAMILY or model_type in {"qwen2_moe", "qwen3_moe", "deepseek_v2",
+                                                 "deepseek_v3", "gpt_oss"}:
+        spec = _hf_moe_spec(data, where, arch, model_type, name, need, optional)
     else:
         raise PlanError(
             f"{where}: unsupported architecture '{arch}' (supported: "
-            f"{', '.join(sorted(HF_LLAMA_FAMILY | HF_GPT2_FAMILY))}); write a plan3d model file "
+            f"{', '.join(sorted(HF_LLAMA_FAMILY | HF_GPT2_FAMILY | HF_MOE_FAMILY))}); write a "
+            "plan3d model file "
             "instead (see model_presets/)")
     try:
         model = ModelSpec(**spec)
@@ -224,6 +236,63 @@ def model_from_hf_config(data: dict, where: str) -> ModelSpec:
         raise PlanError(_format_validation(err, f"{where} (as imported)", ModelSpec)) from None
     _check_ranges(model, MODEL_LIMITS, where)
     return model
+
+
+def _hf_moe_spec(data: dict, where: str, arch: str, model_type: str | None, name: str, need,
+                 optional) -> dict:
+    """The ModelSpec fields of a Qwen2-MoE / Qwen3-MoE, DeepSeek-V2/V3 or gpt-oss config.json.
+
+    Keys as the transformers configuration classes name them (configuration_qwen2_moe.py,
+    configuration_qwen3_moe.py, configuration_deepseek_v3.py, configuration_gpt_oss.py):
+    Qwen: num_experts, moe_intermediate_size, shared_expert_intermediate_size (Qwen2-MoE: one
+    shared expert of that width), decoder_sparse_step, mlp_only_layers; DeepSeek:
+    n_routed_experts, n_shared_experts, first_k_dense_replace, moe_layer_freq, scoring_func and
+    the MLA ranks and head dims; gpt-oss: num_local_experts, experts of width intermediate_size,
+    biases on every linear (attention_bias)."""
+    n_heads = need("num_attention_heads")
+    spec = dict(
+        name=name, source=f"Hugging Face config {where}", n_layers=need("num_hidden_layers"),
+        hidden=need("hidden_size"), n_heads=n_heads,
+        n_kv_heads=optional("num_key_value_heads") or n_heads, vocab=need("vocab_size"),
+        seq_len=min(need("max_position_embeddings"), 8192), mlp="swiglu", norm="rmsnorm",
+        bias=bool(data.get("attention_bias", False)), position_embedding="rotary",
+        tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+        dropout=bool(data.get("attention_dropout", 0.0)),
+        top_k=optional("num_experts_per_tok") or optional("experts_per_token") or 1)
+    deepseek = arch in HF_DEEPSEEK_FAMILY or model_type in {"deepseek_v2", "deepseek_v3"}
+    if arch in HF_QWEN_MOE_FAMILY or model_type in {"qwen2_moe", "qwen3_moe"}:
+        if data.get("mlp_only_layers"):
+            raise PlanError(f"{where}: 'mlp_only_layers' (dense layers at chosen places) is not "
+                            "supported; write a plan3d model file with first_k_dense / "
+                            "moe_layer_freq instead")
+        shared = optional("shared_expert_intermediate_size")
+        spec.update(head_dim=optional("head_dim"), ffn=need("intermediate_size"),
+                    n_experts=need("num_experts"), moe_ffn=need("moe_intermediate_size"),
+                    n_shared_experts=1 if shared else 0, shared_ffn=shared,
+                    moe_layer_freq=optional("decoder_sparse_step") or 1)
+    elif deepseek:
+        # MLA: the key/value heads are not shared (num_key_value_heads = heads; unused)
+        spec.update(ffn=need("intermediate_size"), n_experts=need("n_routed_experts"),
+                    moe_ffn=need("moe_intermediate_size"),
+                    n_shared_experts=optional("n_shared_experts") or 0,
+                    first_k_dense=data.get("first_k_dense_replace") or 0,
+                    moe_layer_freq=optional("moe_layer_freq") or 1,
+                    router="sigmoid" if data.get("scoring_func") == "sigmoid" else "softmax",
+                    # group-limited routing (V2: group_limited_greedy, V3: noaux_tc); 1 group =
+                    # none
+                    n_expert_groups=(optional("n_group") if (data.get("n_group") or 1) > 1
+                                     else None),
+                    topk_groups=(optional("topk_group") if (data.get("n_group") or 1) > 1
+                                 else None),
+                    q_lora_rank=optional("q_lora_rank"), kv_lora_rank=need("kv_lora_rank"),
+                    qk_nope_head_dim=need("qk_nope_head_dim"),
+                    qk_rope_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"))
+    else:  # gpt-oss: experts as wide as intermediate_size, biases on every linear
+        spec.update(head_dim=optional("head_dim"), ffn=need("intermediate_size"),
+                    n_experts=need("num_local_experts"))
+        if data.get("initial_context_length") is not None:
+            spec["seq_len"] = need("initial_context_length")
+    return spec
 
 
 def _model_from_file(path: Path) -> ModelSpec:

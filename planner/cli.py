@@ -214,6 +214,18 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 FrameworkOpt = Annotated[str | None, typer.Option(
     help="The training framework the plan is for: megatron (Megatron-Core, NeMo; default), "
          "torchtitan, deepspeed. --emit X implies X's framework.")]
+# moe: expert parallelism
+EpOpt = _opt("Expert-parallel degree(s) of a MoE model (search: the divisors of its experts).")
+EtpOpt = _opt("Expert tensor-parallel degree(s) of a MoE model (search: 1 unless given).")
+MoeImbalanceOpt = Annotated[float, typer.Option(
+    help="Busiest expert-parallel rank's routed tokens over the mean (Switch Transformer's "
+    "capacity factor 1.25).", min=1.0, max=64.0)]
+MoeCapacityOpt = Annotated[float | None, typer.Option(
+    help="Drop tokens beyond this capacity factor (caps the imbalance); default dropless.",
+    min=0.01, max=64.0)]
+MoeOverlapOpt = Annotated[bool, typer.Option(
+    "--moe-a2a-overlap/--no-moe-a2a-overlap",
+    help="Overlap the all-to-all with another micro-batch's compute (DualPipe-style).")]
 EmitOpt = Annotated[str | None, typer.Option(
     help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
 TrainTokensOpt = Annotated[str | None, typer.Option(
@@ -373,7 +385,7 @@ def _not_fit_message(plan) -> str:
 
 def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs, tokens, seq,
              precision, grad_dtype, attention, overlap, allow_tp_across_nodes=False,
-             auto_default=False, framework=None, emit=None):
+             auto_default=False, framework=None, emit=None, **moe):
     from pydantic import ValidationError
 
     from .options import parse_request, resolve_framework
@@ -384,7 +396,8 @@ def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
             recompute=recompute, schedule=schedule, sp=sp, gbs=gbs, tokens_per_step=tokens,
             seq_len=seq, precision=precision, grad_dtype=grad_dtype, attention=attention,
             overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes,
-            framework=resolve_framework(framework, emit))
+            framework=resolve_framework(framework, emit),
+            **moe)  # moe: ep, etp, moe_imbalance, moe_capacity_factor, moe_a2a_overlap
     except ValidationError as err:
         from .options import validation_message
 
@@ -432,6 +445,8 @@ def explain(
         help="The sections to print after the answer, comma list of model, memory, pipeline, "
         "comm, time, constants (default: all).")] = None,
     mfu_convention: MfuOpt = "causal",
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     from . import api
@@ -444,7 +459,9 @@ def explain(
         sections = _sections(section)
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
-                       overlap_grad_reduce, framework=framework, emit=emit)
+                       overlap_grad_reduce, framework=framework, emit=emit,
+                       ep=ep, etp=etp, moe_imbalance=moe_imbalance,
+                       moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)
         batch_note = _batch_note(model, req)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w,
@@ -527,6 +544,8 @@ def search(
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
@@ -537,7 +556,8 @@ def search(
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
-                       emit=emit)
+                       emit=emit, ep=ep, etp=etp, moe_imbalance=moe_imbalance,
+                       moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)
         batch_note = _batch_note(model, req)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "

@@ -39,7 +39,8 @@ def of(config: PlanConfig) -> SimpleNamespace:
         dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
         interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
-        schedule=config.schedule, **choices(config.zero_stage, config.schedule, config.precision))
+        schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
+        **choices(config.zero_stage, config.schedule, config.precision))
 
 
 def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
@@ -112,11 +113,51 @@ RULES = (
          | ((c.pp % 2 == 0) & (c.n_micro % 2 == 0) & (c.n_micro >= 2 * c.pp)),
          lambda m, c: f"dualpipe needs an even pp and an even n_micro ≥ 2·pp (got pp={c.pp}, "
                       f"n_micro={c.n_micro}): half the micro-batches enter at each end"),
+    # ---- moe: expert parallelism (Megatron-Core MoE parallel folding; megatron/training/
+    # arguments.py validate_args and megatron/core/parallel_state.py @ d98e8a64dd) -------------
+    Rule("ep = etp = 1 for a dense model",
+         lambda m, c: (m.n_experts > 1) | ((_ep(c) == 1) & (_etp(c) == 1)),
+         lambda m, c: f"{m.name} has no routed experts: --ep and --etp must be 1 "
+                      f"(got ep={_ep(c)}, etp={_etp(c)})"),
+    Rule("ep divides the routed experts",
+         lambda m, c: m.n_experts % _ep(c) == 0,
+         lambda m, c: f"ep={_ep(c)} must divide the {m.n_experts} routed experts of {m.name} "
+                      "(Megatron: num_experts a multiple of expert_model_parallel_size)"),
+    Rule("ep·etp divides dp·cp·tp (the expert layers' ep × etp × edp tile the dense layers' "
+         "dp × cp × tp GPUs: edp = dp·cp·tp/(ep·etp))",
+         lambda m, c: (c.dp * c.cp * c.tp) % (_ep(c) * _etp(c)) == 0,
+         lambda m, c: f"ep·etp = {_ep(c)}·{_etp(c)} = {_ep(c) * _etp(c)} must divide "
+                      f"dp·cp·tp = {c.dp}·{c.cp}·{c.tp} = {c.dp * c.cp * c.tp}: the expert "
+                      "layers fold onto the same GPUs as the dense layers"),
+    Rule("etp divides the expert FFN size",
+         lambda m, c: m.expert_ffn % _etp(c) == 0,
+         lambda m, c: f"etp={_etp(c)} must divide the expert FFN size ({m.expert_ffn}) of "
+                      f"{m.name}"),
+    # Megatron-Core refuses MoE with TP in training without sequence parallelism
+    # (megatron/core/transformer/moe/moe_layer.py forward, ValueError, @ d98e8a64dd)
+    Rule("a MoE model with tp > 1 needs sequence parallelism",
+         lambda m, c: (m.n_experts == 1) | (c.tp == 1) | (c.sp != 0),
+         lambda m, c: f"{m.name} is a mixture of experts: with tp={c.tp} it needs sequence "
+                      "parallelism (--sp); Megatron-Core's MoE dispatch takes each TP rank's "
+                      "sequence shard"),
 )
 
+MOE_RULES = RULES[-5:]
+"""The expert-parallel rules (moe), the last five of RULES."""
 
-SCHEDULE_RULES = RULES[-4:]
-"""The rules of the split-backward schedules (issue 15): they read the layout's `schedule`."""
+
+def _ep(layout):
+    """The layout's expert-parallel degree (1 where the layout does not say: a dense plan)."""
+    return getattr(layout, "ep", 1)
+
+
+def _etp(layout):
+    return getattr(layout, "etp", 1)
+
+
+SCHEDULE_RULES = RULES[-9:-5]
+"""The rules of the split-backward schedules (issue 15), the four before MOE_RULES: they read the
+layout's `schedule`."""
 
 
 def broken(model: ModelSpec, layout) -> Rule | None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
 
+import numpy as np
+
 from .formulas import _ops
 from .formulas import activations as A
 from .formulas import comm as C
 from .formulas import flops as F
 from .formulas import memory as M
+from .formulas import moe as MO
 from .formulas import params as P
 from .formulas import pipeline as PL
 from .formulas import timing as T
@@ -59,6 +62,46 @@ def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
         tied=int(model.tied_embeddings), dropout=int(model.dropout),
         rotary=1 - model.learned_positions, n_experts=model.n_experts, top_k=model.top_k,
         router_experts=model.router_experts,
+        **moe_numbers(model),  # moe: MoE/MLA numbers, neutral for a dense model
+    )
+
+
+def moe_numbers(model: ModelSpec) -> dict:
+    """A MoE or MLA model's numbers (moe helper). `moe_mla` = 1 sends plan_costs down the MoE/MLA
+    expressions; for a dense multi-head model every term built from these is multiplied by 0 or
+    selected away, so its numbers do not change."""
+    attn_sharded, attn_replicated = model.attention_params_split
+    h, n, bias, nw = model.hidden, model.n_mlp_matrices, int(model.bias), model.norm_width
+    shared = P.shared_expert_params(h, model.shared_expert_ffn, n, model.n_shared_experts)
+    mla = model.is_mla
+    attn_matmul = (F.mla_matmul_weights(h, model.n_heads, model.q_lora_rank or 0,
+                                        model.kv_lora_rank, model.qk_nope_head_dim,
+                                        model.qk_rope_head_dim, model.v_head_dim,
+                                        int(model.q_lora_rank is not None))
+                   if mla else P.attention_weight_params(h, model.n_heads, model.kv_heads,
+                                                         model.dim_head))
+    return dict(
+        moe_mla=int(model.is_moe or mla), moe=int(model.is_moe), mla=int(mla),
+        total_params=model.n_params, n_moe_layers=model.n_moe_layers,
+        first_k_dense=model.first_k_dense, moe_freq=model.moe_layer_freq,
+        # per layer, what TP splits and what it replicates (norms, row biases, MLA down-projections,
+        # the router); a MoE layer's routed experts apart, split ep·etp ways
+        dense_sharded=attn_sharded + n * h * model.ffn + bias * (n - 1) * model.ffn,
+        dense_replicated=attn_replicated + bias * h + P.norm_params(h, nw),
+        moe_sharded=attn_sharded + shared,
+        moe_replicated=attn_replicated + P.router_params(h, model.router_experts)
+        + P.norm_params(h, nw),
+        expert_layer=model.n_experts * P.expert_params(h, model.expert_ffn, n, bias),
+        expert_ffn=model.expert_ffn, n_shared=model.n_shared_experts,
+        shared_ffn=model.shared_expert_ffn,
+        # weights a token meets (FLOPs): attention, the dense MLP, one expert, the shared experts
+        attn_matmul=attn_matmul, dense_matmul=n * h * model.ffn,
+        expert_matmul=n * h * model.expert_ffn, shared_matmul=shared,
+        # the MLP GEMMs beside the experts that the non-expert wave quantisation weighs
+        ne_ffn=model.n_shared_experts * model.shared_expert_ffn if model.n_shared_experts
+        else model.ffn,
+        q_rank=model.q_lora_rank or 0, kv_rank=model.kv_lora_rank or 0,
+        rope_dim=model.qk_rope_head_dim or 0, v_dim=model.value_head_dim,
     )
 
 
@@ -92,6 +135,9 @@ def config_numbers(config: PlanConfig) -> dict:
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
         overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
+        # moe: expert parallelism (1, 1 and no a2a for a dense model)
+        ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
+        a2a_overlap=int(config.moe_a2a_overlap),
     )
 
 
@@ -110,6 +156,12 @@ def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Simple
 
 def _same(name, value):
     return value
+
+
+def _flag(value) -> bool:
+    """A model indicator (moe, mla) as a Python truth: any row's, where tests stack models into
+    arrays (a dense row then takes the MoE expressions, which give it exactly 0)."""
+    return bool(np.any(np.asarray(value)))
 
 
 def plan_costs(x, c: Choices, note=_same) -> dict:
@@ -138,9 +190,17 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                   else P.layers_per_stage(L, p, v))
 
     # ---- parameters -------------------------------------------------------------------------
-    n_params = note("n_params", P.model_params(
+    # moe: a MoE/MLA model (any row's, when models are stacked) builds its own expressions, and
+    # pick() selects them row by row: a dense row gets exactly the dense value. A dense model
+    # builds nothing more than before.
+    moe_model = _flag(x.moe_mla)
+
+    def pick(moe_value, dense_value):
+        return _ops.select(x.moe_mla, moe_value(), dense_value) if moe_model else dense_value
+
+    n_params = note("n_params", pick(lambda: x.total_params, P.model_params(
         L, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, x.bias, x.norm_width, x.vocab,
-        x.positions, x.learned_positions, x.tied, x.n_experts, x.router_experts))
+        x.positions, x.learned_positions, x.tied, x.n_experts, x.router_experts)))
     layer_sharded = P.layer_sharded_params(h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp,
                                            x.bias, x.n_experts, x.router_experts)
     layer_replicated = P.layer_replicated_params(h, x.bias, x.norm_width, x.n_experts)
@@ -155,12 +215,46 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         return P.stage_params_per_gpu(layers, t, layer_sharded, layer_replicated, vocab_padded, h,
                                       positions, x.norm_width, x.tied, first, both)
 
-    params_first = note("params_first_stage", stage(1, both_ends))
-    params_last = note("params_last_stage", stage(0, single_stage))
+    # ---- moe: MoE/MLA parameters. The stage's MoE layers (first stage: layers [0, L_s), last:
+    # [L − L_s, L)) hold their non-expert part over t and their routed experts over ep·etp,
+    # apart (expert_first/last), for their own ZeRO group; a dense model selects stage() as is
+    note_moe = note if moe_model else _same  # expert terms shown for MoE/MLA models only
+    moe_first = (MO.moe_layers_in_span(0, layers, x.first_k_dense, x.moe_freq, x.moe)
+                 if moe_model else 0)
+    moe_last = (MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe)
+                if moe_model else 0)
+    expert_shard = MO.expert_state_shard(x.ep, x.etp)
+
+    def moe_stage(first, both, n_moe):
+        return (P.stage_params_per_gpu(layers, t, x.dense_sharded, x.dense_replicated,
+                                       vocab_padded, h, positions, x.norm_width, x.tied, first,
+                                       both)
+                + n_moe * ((x.moe_sharded - x.dense_sharded) / t
+                           + x.moe_replicated - x.dense_replicated))
+
+    expert_first = moe_first * x.expert_layer / expert_shard
+    expert_last = moe_last * x.expert_layer / expert_shard
+
+    params_first = note("params_first_stage", pick(lambda: moe_stage(1, both_ends, moe_first),
+                                                   stage(1, both_ends)))
+    params_last = note("params_last_stage", pick(lambda: moe_stage(0, single_stage, moe_last),
+                                                 stage(0, single_stage)))
+    # moe: the layer ZeRO-3 gathers is a MoE layer (its experts counted with the replicated part,
+    # as they are not divided by t)
+    layer_sharded = pick(lambda: _ops.select(x.moe, x.moe_sharded, x.dense_sharded),
+                         layer_sharded)
+    layer_replicated = pick(lambda: _ops.select(
+        x.moe, x.moe_replicated + x.expert_layer / expert_shard, x.dense_replicated),
+        layer_replicated)
 
     # ---- activations, as the plan's framework saves them -------------------------------------
     # a token's MLP activations are kept in each of the top-k experts it is routed to
     routed_ffn = x.ffn * x.top_k
+    # moe: a MoE layer stores k routed expert widths (× the busiest rank's load) and the shared
+    # experts'; an MLA layer its own tensors (formulas/moe.py); the dispatcher keeps the k − 1
+    # extra token copies and the router's scores
+    moe_width = MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, x.moe_load)
+    routed_ffn = pick(lambda: _ops.select(x.moe, moe_width, x.ffn), routed_ffn)
     conv = c.framework.memory
 
     def saved(recompute):
@@ -177,14 +271,28 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
             s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn, x.n_mlp, x.dropout, t, cp,
             c.sequence_parallel, recompute, c.attention, x.act_bytes)
 
+    def moe_mla_act(recompute):
+        if not moe_model:
+            return 0
+        mla = MO.mla_layer_activation_bytes(
+            s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
+            x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
+        dispatch = 0 if recompute is Recompute.FULL else x.moe * MO.moe_dispatch_activation_bytes(
+            s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, x.moe_load,
+            x.act_bytes)
+        return x.mla * mla + dispatch
+
+    not_mla = 1 - x.mla if moe_model else 1  # moe: an MLA layer's activations replace these
     # under an fp8 recipe Transformer Engine keeps linear layers' inputs in 1 byte, not 2
     fp8_saving = (x.fp8 * conv.fp8_saves_linear_inputs * (x.act_bytes - 1)
                   * A.fp8_linear_input_bytes(s, b, h, x.n_heads, x.head_dim, routed_ffn, t, cp,
                                              c.sequence_parallel)
                   if c.recompute is not Recompute.FULL else 0)
-    layer_act = note("layer_activation_bytes", saved(c.recompute) - fp8_saving)
+    layer_act = note("layer_activation_bytes", not_mla * (saved(c.recompute) - fp8_saving)
+                     + moe_mla_act(c.recompute))
     # under full recompute, the layer being recomputed holds all its activations for a moment
-    working_act = saved(Recompute.NONE) if c.recompute is Recompute.FULL else 0
+    working_act = (not_mla * saved(Recompute.NONE) + moe_mla_act(Recompute.NONE)
+                   if c.recompute is Recompute.FULL else 0)
     inflight_first = note("inflight_first", PL.in_flight_first_stage(p, m, v, c.schedule))
     inflight_last = note("inflight_last", PL.in_flight_last_stage(p, m, v, c.schedule))
     embed_act = A.embedding_activation_bytes(s, b, h, x.dropout, t, cp, c.sequence_parallel)
@@ -201,6 +309,14 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     act_first = (inflight_first * (layers * layer_act + embed_act) + both_ends * loss_act
                  + working_act)
     act_last = inflight_last * layers * layer_act + loss_act + working_act
+    # moe: the dispatcher's send and receive buffers of the all-to-all in flight,
+    # 2·T·k·load·h·act with T = b·s/(c·t) tokens per GPU (0 for a dense model)
+    moe_tokens = b * s / (cp * t)
+    if moe_model:
+        dispatch_buffers = note_moe("moe_dispatch_buffer_bytes", x.moe * 2 * moe_tokens
+                                    * x.top_k * x.moe_load * h * x.act_bytes)
+        act_first = act_first + dispatch_buffers
+        act_last = act_last + dispatch_buffers
 
     # ---- communication volume per GPU per step, and the bubble --------------------------------
     tp_layer = note("tp_layer_bytes", C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes))
@@ -220,19 +336,42 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     mm_seq = F.layer_matmul_flops(s, 1, active)  # forward, per sequence
     att_seq = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim)
     head_seq = F.head_flops(s, 1, x.vocab, h)
-    model_flops = note("model_flops", F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq))
+    causal_skip = 1 if c.attention is Attention.FLASH else 0
+    # moe: MoE/MLA model FLOPs count the active weights (a MoE layer's k routed and the shared
+    # experts, the router; a dense layer's MLP) and MLA's d_qk/d_v attention products
+    n_moe_layers = x.moe * x.n_moe_layers
+    dense_mm_seq = F.layer_matmul_flops(s, 1, x.attn_matmul + x.dense_matmul)
+    moe_mm_seq = F.layer_matmul_flops(s, 1, F.moe_matmul_weights_active(
+        x.attn_matmul, x.expert_matmul, x.top_k, x.shared_matmul, h * x.router_experts))
+    mean_mm_seq = ((L - n_moe_layers) * dense_mm_seq + n_moe_layers * moe_mm_seq) / L
+
+    def att_flops(skip):
+        return _ops.select(x.mla,
+                           F.mla_attention_flops(s, 1, x.n_heads, x.head_dim, x.v_dim, skip),
+                           F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, skip))
+
+    model_flops = note("model_flops", pick(lambda: F.mixed_model_flops(
+        x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq, att_flops(0), head_seq),
+        F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq)))
     # the same under the causal convention (the unmasked half of the square, as Megatron-Core logs)
     att_causal = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, F.MFU_CONVENTIONS["causal"])
-    model_flops_causal = note("model_flops_causal",
-                              F.model_flops(x.gbs, s, L, mm_seq, att_causal, head_seq))
+    model_flops_causal = note("model_flops_causal", pick(lambda: F.mixed_model_flops(
+        x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq,
+        att_flops(F.MFU_CONVENTIONS["causal"]), head_seq),
+        F.model_flops(x.gbs, s, L, mm_seq, att_causal, head_seq)))
     # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
     # and recomputation runs (part of) the forward again
-    causal_skip = 1 if c.attention is Attention.FLASH else 0
     att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
     shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
-    hardware_flops = note("hardware_flops", F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
-                          + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute])
-                          + F.flash_backward_flops(x.gbs, L, att_run, causal_skip))
+    att_run_moe = att_flops(causal_skip)  # moe
+    hardware_flops = note("hardware_flops", pick(
+        lambda: F.mixed_model_flops(x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq,
+                                    moe_mm_seq, att_run_moe, head_seq)
+        + F.recompute_flops(x.gbs, L, mean_mm_seq, att_run_moe, *shares[c.recompute])
+        + F.flash_backward_flops(x.gbs, L, att_run_moe, causal_skip),
+        F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
+        + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute])
+        + F.flash_backward_flops(x.gbs, L, att_run, causal_skip)))
 
     # ---- time: one micro-batch on the slowest (last) stage, per GPU ----------------------------
     materialised = 1 if c.attention is Attention.CLASSIC else 0
@@ -243,11 +382,37 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
         tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, t,
         _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols, tokens * x.top_k / x.n_experts), 1))
-    mm_s = note("matmul_s", T.compute_time_s(F.layer_matmul_flops(s, b, active) / (t * cp),
-                                             x.peak_flops, x.gemm_eff * wave))
-    att_s = note("attention_s", T.compute_time_s(
-        F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip) / (t * cp),
-        x.peak_flops_16, x.gemm_eff_16))
+    # moe: a MoE/MLA layer's GEMMs (the time sizes a MoE layer, a stage's heaviest): the
+    # non-expert weights over t at their own wave quantisation, the expert GEMMs per GPU as
+    # T·k·load tokens through one expert each (etp splits the expert and gathers etp× the
+    # tokens), as grouped GEMMs of expert_tokens rows per local expert
+    def moe_mm_s():
+        ne_weights = _ops.select(x.moe, x.attn_matmul + x.shared_matmul + h * x.router_experts,
+                                 x.attn_matmul + x.dense_matmul)
+        # (shown as the layer's wave efficiency in place of the dense one, which is not used)
+        ne_wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
+            tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ne_ffn, x.n_mlp, t,
+            _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
+        rows_per_expert = MO.expert_tokens(moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
+                                           x.moe_load)
+        expert_wave = note_moe("expert_wave_efficiency", _ops.select(
+            has_sm * x.moe, MO.expert_layer_wave_efficiency(
+                rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp,
+                MO.local_experts(x.n_experts, x.ep), _ops.maximum(x.n_sm, 1), x.tile_rows,
+                x.tile_cols), 1))
+        expert_s = note_moe("expert_matmul_s", x.moe * T.compute_time_s(
+            F.layer_matmul_flops(moe_tokens * x.top_k * x.moe_load, 1, x.expert_matmul),
+            x.peak_flops, x.gemm_eff * expert_wave))
+        return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
+                                 x.gemm_eff * ne_wave) + expert_s)
+
+    mm_s = note("matmul_s", pick(moe_mm_s, T.compute_time_s(
+        F.layer_matmul_flops(s, b, active) / (t * cp), x.peak_flops, x.gemm_eff * wave)))
+    att_fwd = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
+    att_fwd = pick(lambda: _ops.select(x.mla, F.mla_attention_flops(  # moe: MLA's d_qk, d_v
+        s, b, x.n_heads, x.head_dim, x.v_dim, causal_skip), att_fwd), att_fwd)
+    att_s = note("attention_s", T.compute_time_s(att_fwd / (t * cp), x.peak_flops_16,
+                                                 x.gemm_eff_16))
     elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
         s, b, h, routed_ffn, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
         x.rotary, t, cp, sp_divisor, x.act_bytes), x.hbm_bw, x.hbm_eff))
@@ -279,6 +444,24 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     cp_layer_s = C.collective_time_s(cp_layer, cp_bw, 3 * (cp - 1), cp_lat)
     # ring attention passes K/V while the attention products run, forward and backward
     cp_layer_exposed = T.exposed_time_s(cp_layer_s, (1 + att_bwd) * att_s)
+
+    # ---- moe: expert-parallel all-to-all, per MoE layer and micro-batch: dispatch and combine
+    # forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens
+    # over the etp ranks and its reduce-scatter (4 × (etp − 1)·T·k·load·h·act on NVLink: etp
+    # sits inside the domain). Exposed unless overlapped with another micro-batch's compute
+    ep_mb_s = ep_bytes = ep_span_inside = 0
+    if moe_model:
+        a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, x.moe_load)
+        etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * x.moe_load * h * x.act_bytes
+        ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, x.domain)
+        a2a_s = note_moe("all_to_all_s", MO.all_to_all_time_s(
+            a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, x.domain), x.fast_bw, x.net_bw,
+            C.on_link(ep_span_inside, x.fast_lat, x.net_lat)))
+        etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
+        ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), fwd_s + bwd_s,
+                                                              x.a2a_overlap)
+        ep_mb_s = moe_last * ep_layer_exposed
+        ep_bytes = note_moe("ep_bytes", x.moe * m * moe_last * 4 * (a2a_bytes + etp_bytes))
 
     head_s = note("head_s", T.head_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp),
                                           logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
@@ -315,7 +498,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         layer_bwd_total=layer_bwd_total, compute_mb_s=compute_mb_s, tp_mb_s=tp_mb_s,
         cp_mb_s=cp_mb_s, pp_mb_s=pp_mb_s, dp_bw=dp_bw, dp_lat=dp_lat, tp_inside=tp_inside,
         cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside,
-        param_copies=param_copies, wgrad_mb_s=wgrad_mb_s, fwd_mb_s=fwd_mb_s)
+        param_copies=param_copies, wgrad_mb_s=wgrad_mb_s, fwd_mb_s=fwd_mb_s,
+        # moe
+        expert_first=expert_first, expert_last=expert_last, ep_mb_s=ep_mb_s, ep_bytes=ep_bytes,
+        ep_inside=ep_span_inside)
 
 
 def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
@@ -333,6 +519,10 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     layer_w = M.layer_gpu_params(k.layer_sharded, k.layer_replicated, t)
     end_w = k.vocab_padded * x.hidden / t  # the embedding or the LM head on one GPU
     pp_w, pp_g = conv.pp_unsharded
+
+    # moe: expert states are sharded over the expert-data-parallel group edp = d·c·t/(ep·etp)
+    edp = MO.expert_data_parallel(x.dp, cp, t, x.ep, x.etp)
+    moe = _flag(x.moe)
 
     def buffers(psi, ends):
         """What the framework holds beside the model states and activations, for a stage of psi
@@ -357,13 +547,17 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
             held = held + shards * (1 - single_stage) * M.unsharded_stage_bytes(psi, pp_g)
         return held
 
-    def memory(psi, act, ends):
+    def memory(psi, act, ends, psi_e=0):
         # the model states (weights, gradients, optimizer) as the framework keeps them; DualPipe
         # holds two copies of its stages (DeepSeek-V3 report, Table 2)
-        psi = psi * k.param_copies
+        psi, psi_e = psi * k.param_copies, psi_e * k.param_copies
         w = M.state_bytes(psi, states.weight_bytes, d_shard, states.weight_sharded)
         g = M.state_bytes(psi, states.grad_bytes, d_shard, states.grad_sharded)
         o = M.state_bytes(psi, states.optimizer_bytes, d_shard, states.optimizer_sharded)
+        if moe:  # moe: the stage's routed experts (psi_e per GPU after ep·etp), sharded over edp
+            w = w + M.state_bytes(psi_e, states.weight_bytes, edp, states.weight_sharded)
+            g = g + M.state_bytes(psi_e, states.grad_bytes, edp, states.grad_sharded)
+            o = o + M.state_bytes(psi_e, states.optimizer_bytes, edp, states.optimizer_sharded)
         held = buffers(psi, ends)
         allocated = w + g + o + act + held
         frag = x.frag if conv.fragmentation is None else conv.fragmentation
@@ -375,11 +569,14 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
 
     first_ends = _ops.select(_ops.maximum(single_stage, PL.ends_on_first_gpu(c.schedule)),
                              2 - x.tied, 1)
-    first = memory(k.params_first, k.act_first, first_ends)
-    last = memory(k.params_last, k.act_last, first_ends)
+    first = memory(k.params_first, k.act_first, first_ends, k.expert_first)
+    last = memory(k.params_last, k.act_last, first_ends, k.expert_last)
     is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
     stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
+    stage_experts = _ops.select(is_first, k.expert_first, k.expert_last)  # moe
+    if moe:  # moe: the expert parameters per GPU, shown for MoE models
+        stage_experts = note("expert_stage_params", stage_experts)
     weights = note("weights_bytes", worst[0])
     grads = note("gradients_bytes", worst[1])
     optimizer = note("optimizer_bytes", worst[2])
@@ -390,6 +587,8 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
 
     dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
                                                     z))
+    if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
+        dp_bytes = dp_bytes + C.dp_gradient_bytes(stage_experts, x.g_bytes, x.w_bytes, edp, m, z)
 
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction)
@@ -406,6 +605,20 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     gather_s = note("dp_gather_s", C.collective_time_s(C.zero_step_gather_bytes(
         stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, gather_passes * ring_steps,
         k.dp_lat))
+    # moe: the same collectives for the expert shards over their edp group (the same span of
+    # ranks as the dense layers' d·c·t, so the same link)
+    edp_steps = edp - 1
+    if moe:
+        zero_mb_s = zero_mb_s + (x.moe * C.collective_time_s(C.zero_microbatch_bytes(
+            stage_experts, x.g_bytes, x.w_bytes, edp, z), k.dp_bw,
+            C.ZERO_MICROBATCH_RING_PASSES[z] * edp_steps, k.dp_lat) if z >= 2 else 0)
+        zero3_mb_s = T.exposed_time_s(zero_mb_s, k.compute_mb_s) if z >= 2 else 0
+        reduce_s = reduce_s + x.moe * C.collective_time_s(C.zero_step_reduce_bytes(
+            stage_experts, x.g_bytes, x.w_bytes, edp, z), k.dp_bw, reduce_passes * edp_steps,
+            k.dp_lat)
+        gather_s = gather_s + x.moe * C.collective_time_s(C.zero_step_gather_bytes(
+            stage_experts, x.g_bytes, x.w_bytes, edp, z), k.dp_bw, gather_passes * edp_steps,
+            k.dp_lat)
     note("dp_tail_s", reduce_s + gather_s)
     # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
     # of the updated weights (after the optimizer step) under the next step's first forward pass
@@ -415,10 +628,14 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         + T.exposed_time_s(gather_s, x.overlap * layers * k.fwd_s)))
 
     opt_shard = d_shard if z >= 1 else 1
-    optimizer_s = note("optimizer_s", T.memory_bound_time_s(
-        T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard), x.hbm_bw, x.hbm_eff))
+    opt_bytes = T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard)
+    if moe:  # moe: the expert shards' Adam step, over edp under ZeRO ≥ 1
+        opt_bytes = opt_bytes + T.optimizer_step_bytes(stage_experts, x.g_bytes, x.w_bytes,
+                                                       edp if z >= 1 else 1)
+    optimizer_s = note("optimizer_s", T.memory_bound_time_s(opt_bytes, x.hbm_bw, x.hbm_eff))
 
-    stage_mb_s = note("stage_microbatch_s", k.compute_mb_s + k.tp_mb_s + k.cp_mb_s + k.pp_mb_s + zero3_mb_s)
+    stage_mb_s = note("stage_microbatch_s", k.compute_mb_s + k.tp_mb_s + k.cp_mb_s + k.pp_mb_s + zero3_mb_s
+                      + k.ep_mb_s)  # moe: + exposed all-to-all
     bgrad_mb_s = stage_mb_s - k.fwd_mb_s - k.wgrad_mb_s  # B: the backward less its W
     times = (c.schedule, k.fwd_mb_s, bgrad_mb_s, k.wgrad_mb_s)
     bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v, *times))
@@ -430,6 +647,9 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     cp_exposed = note("cp_exposed_s", m * k.cp_mb_s)
     pp_exposed = note("pp_exposed_s", m * k.pp_mb_s)
     dp_exposed = note("dp_exposed_s", m * zero3_mb_s + dp_tail_exposed)
+    ep_exposed = m * k.ep_mb_s  # moe
+    if moe:
+        ep_exposed = note("ep_exposed_s", ep_exposed)
     return dict(
         n_params=k.n_params, vocab_padded=k.vocab_padded, stage_layers=layers,
         params_first_stage=k.params_first, params_last_stage=k.params_last, stage_params=stage_params,
@@ -443,7 +663,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         bubble_fraction=bubble, model_flops=k.model_flops, hardware_flops=k.hardware_flops,
         compute_s=note("compute_s", m * k.compute_mb_s), tp_exposed_s=tp_exposed,
         cp_exposed_s=cp_exposed, pp_exposed_s=pp_exposed, dp_exposed_s=dp_exposed,
-        exposed_comm_s=tp_exposed + cp_exposed + pp_exposed + dp_exposed,
+        exposed_comm_s=tp_exposed + cp_exposed + pp_exposed + dp_exposed + ep_exposed,
         bubble_s=note("bubble_s", stage_mb_s * (slots - m)), optimizer_s=optimizer_s,
         step_s=step_s, stage_microbatch_s=stage_mb_s, forward_layer_s=k.fwd_s,
         layer_forward_total_s=k.layer_fwd_total, layer_backward_total_s=k.layer_bwd_total,
@@ -454,4 +674,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         mfu_causal=note("mfu_causal", T.mfu(k.model_flops_causal, step_s, n_gpus, x.peak_flops)),
         # which link each kind of traffic crosses: 1 = inside the NVLink domain, 0 = network
         tp_inside=k.tp_inside, cp_inside=k.cp_inside, dp_inside=k.dp_inside, pp_inside=k.pp_inside,
+        # moe: expert parallelism's traffic, exposed time and link; expert parameters per GPU
+        ep_bytes=k.ep_bytes, ep_exposed_s=ep_exposed, ep_inside=k.ep_inside,
+        expert_stage_params=stage_experts,
     )

@@ -87,13 +87,9 @@ def _link(degree: int, inside: float) -> str:
 
 
 def model_warnings(model: ModelSpec) -> list[PlanWarning]:
-    """What the model of a plan leaves out for this architecture."""
-    if model.n_experts > 1:
-        return [PlanWarning(
-            code="moe-approximate",
-            message=f"{model.name} is a mixture of experts: every GPU is taken to hold all "
-                    f"{model.n_experts} experts (no expert parallelism) and the all-to-all "
-                    "token exchange and routing buffers are not modelled")]
+    """What the model of a plan leaves out for this architecture. (moe: mixtures of experts are
+    modelled with expert parallelism, the all-to-all and the dispatcher's buffers since the
+    moe-approximate warning was retired.)"""
     return []
 
 

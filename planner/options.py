@@ -87,7 +87,8 @@ def validation_message(err: ValidationError) -> str:
 def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                   tokens_per_step, seq_len, precision, grad_dtype, attention,
                   overlap_grad_reduce, allow_tp_across_nodes=False,
-                  framework: str = "megatron") -> PlanRequest:
+                  framework: str = "megatron", ep=None, etp=None, moe_imbalance=1.25,
+                  moe_capacity_factor=None, moe_a2a_overlap=False) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -109,7 +110,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         seq_len=seq_len, precision=one_enum(precision, Precision, "precision"),
         grad_dtype=grad_dtype, attention=one_enum(attention, Attention, "attention"),
         overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes,
-        framework=framework)
+        framework=framework,
+        ep=int_list(ep, "ep"), etp=int_list(etp, "etp"), moe_imbalance=moe_imbalance,
+        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)
 
 
 def resolve_framework(framework: str | None, emit: str | None) -> str:

@@ -58,6 +58,13 @@ class PlanRequest(BaseModel):
     overlap_grad_reduce: bool = True
     allow_tp_across_nodes: bool = False
     framework: Literal["megatron", "torchtitan", "deepspeed"] = "megatron"
+    # moe: expert parallel and expert tensor parallel degrees (None: 1 in explain; search: the
+    # divisors of the routed experts, and etp 1), load imbalance, capacity factor, a2a overlap
+    ep: list[Dim] | None = None
+    etp: list[Dim] | None = None
+    moe_imbalance: float = Field(1.25, ge=1, le=64)
+    moe_capacity_factor: float | None = Field(None, gt=0, le=64)
+    moe_a2a_overlap: bool = False
 
     def seq(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len
@@ -112,5 +119,15 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        grad_dtype=req.grad_dtype, attention=req.attention,
-                       overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework)
+                       overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
+                       **moe_settings(req))
             for z in zeros for r in recomputes]
+
+
+def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None) -> dict:
+    """The PlanConfig fields of expert parallelism (moe): ep and etp given, or the request's one
+    value each (explain; default 1), and the load settings."""
+    return dict(ep=ep if ep is not None else _one(req.ep, "ep", 1),
+                etp=etp if etp is not None else _one(req.etp, "etp", 1),
+                moe_imbalance=req.moe_imbalance, moe_capacity_factor=req.moe_capacity_factor,
+                moe_a2a_overlap=req.moe_a2a_overlap)

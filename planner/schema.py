@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 from .formulas import params as P
 from .formulas.choices import (
@@ -52,8 +60,38 @@ class ModelSpec(_Strict):
     position_embedding: Literal["learned", "rotary"] = "rotary"
     tied_embeddings: bool = False
     dropout: bool = Field(False, description="Dropout layers present (GPT-3 era) or not.")
-    n_experts: PositiveInt = 1
-    top_k: PositiveInt = 1
+    n_experts: PositiveInt = Field(1, description="Routed experts per MoE layer (1: dense).")
+    top_k: PositiveInt = Field(1, description="Routed experts each token is sent to.")
+    # ---- mixture of experts (defaults: a dense model, or Mixtral's shape) --------------------
+    moe_ffn: PositiveInt | None = Field(
+        None, description="Intermediate size of one routed expert; default ffn (Mixtral). "
+        "DeepSeek/Qwen-MoE: moe_intermediate_size, while ffn is the dense layers' width.")
+    n_shared_experts: NonNegativeInt = Field(
+        0, description="Shared experts every token passes through (DeepSeek, Qwen2-MoE).")
+    shared_ffn: PositiveInt | None = Field(
+        None, description="Intermediate size of one shared expert; default moe_ffn.")
+    first_k_dense: NonNegativeInt = Field(
+        0, description="Leading layers that keep a dense MLP (DeepSeek first_k_dense_replace).")
+    moe_layer_freq: PositiveInt = Field(
+        1, description="Every n-th layer (from the first, after first_k_dense) is MoE "
+        "(layer i is MoE when i ≥ first_k_dense and i mod n = 0; DeepSeek's convention).")
+    router: Literal["softmax", "sigmoid"] = Field(
+        "softmax", description="Router score function (DeepSeek-V3: sigmoid).")
+    n_expert_groups: PositiveInt | None = Field(
+        None, description="Group-limited routing: the experts in this many groups (DeepSeek "
+        "n_group); a token picks its experts within topk_groups of them.")
+    topk_groups: PositiveInt | None = Field(
+        None, description="Groups a token's experts may come from (DeepSeek topk_group).")
+    # ---- multi-head latent attention (DeepSeek-V2 §2.1); kv_lora_rank set = MLA --------------
+    q_lora_rank: PositiveInt | None = Field(
+        None, description="MLA query compression rank d_c'; None: queries projected from h.")
+    kv_lora_rank: PositiveInt | None = Field(
+        None, description="MLA key/value compression rank d_c; setting it makes attention MLA.")
+    qk_nope_head_dim: PositiveInt | None = Field(
+        None, description="MLA per-head query/key width without rotary (d_h^nope).")
+    qk_rope_head_dim: PositiveInt | None = Field(
+        None, description="MLA per-head decoupled rotary width d_h^R (key part shared by heads).")
+    v_head_dim: PositiveInt | None = Field(None, description="MLA per-head value width.")
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -66,6 +104,23 @@ class ModelSpec(_Strict):
                 "or head_dim must be given")
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed n_experts ({self.n_experts})")
+        if self.first_k_dense >= self.n_layers and self.n_experts > 1:
+            raise ValueError(f"first_k_dense ({self.first_k_dense}) leaves no MoE layer of "
+                             f"{self.n_layers}; set n_experts = 1 for a dense model")
+        if (self.n_expert_groups is None) != (self.topk_groups is None):
+            raise ValueError("group-limited routing needs both n_expert_groups and topk_groups")
+        if self.n_expert_groups is not None and (
+                self.n_experts % self.n_expert_groups or self.topk_groups > self.n_expert_groups):
+            raise ValueError(f"n_expert_groups ({self.n_expert_groups}) must divide n_experts "
+                             f"({self.n_experts}) and be at least topk_groups "
+                             f"({self.topk_groups})")
+        mla = [self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim]
+        if self.kv_lora_rank is not None and None in mla:
+            raise ValueError("an MLA model (kv_lora_rank set) needs qk_nope_head_dim, "
+                             "qk_rope_head_dim and v_head_dim")
+        if self.kv_lora_rank is None and (self.q_lora_rank is not None
+                                          or any(v is not None for v in mla)):
+            raise ValueError("q_lora_rank and the MLA head dims need kv_lora_rank (MLA)")
         return self
 
     # Derived numbers, each in one place.
@@ -75,6 +130,9 @@ class ModelSpec(_Strict):
 
     @property
     def dim_head(self) -> int:
+        """d_h; under MLA the query/key head width d_n + d_r (the value width is v_head_dim)."""
+        if self.kv_lora_rank is not None:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_dim or self.hidden // self.n_heads
 
     @property
@@ -100,10 +158,105 @@ class ModelSpec(_Strict):
     @property
     def n_params(self) -> float:
         """Total parameters Ψ (unpadded vocabulary)."""
-        return P.model_params(
-            self.n_layers, self.hidden, self.n_heads, self.kv_heads, self.dim_head, self.ffn,
-            self.n_mlp_matrices, int(self.bias), self.norm_width, self.vocab, self.positions,
-            self.learned_positions, int(self.tied_embeddings), self.n_experts, self.router_experts)
+        return P.transformer_params(self.n_layers - self.n_moe_layers, self.n_moe_layers,
+                                    self.dense_layer_params, self.moe_layer_params, self.vocab,
+                                    self.hidden, self.positions, self.learned_positions,
+                                    int(self.tied_embeddings), self.norm_width)
+
+    # ---- mixture of experts and MLA ----------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 1
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_ffn(self) -> int:
+        """One routed expert's intermediate size f_e."""
+        return self.moe_ffn or self.ffn
+
+    @property
+    def shared_expert_ffn(self) -> int:
+        """One shared expert's intermediate size f_s."""
+        return self.shared_ffn or self.expert_ffn
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Layers with a routed MLP: i ≥ first_k_dense and i mod moe_layer_freq = 0 (0-based
+        i; HF DeepseekV3DecoderLayer's test); 0 for a dense model."""
+        if not self.is_moe:
+            return 0
+        return sum(1 for i in range(self.first_k_dense, self.n_layers)
+                   if i % self.moe_layer_freq == 0)
+
+    @property
+    def moe_layer_indices(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.first_k_dense, self.n_layers)
+                     if self.is_moe and i % self.moe_layer_freq == 0)
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key width: d_nope + d_rope under MLA, d_h otherwise."""
+        return self.dim_head
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim if self.is_mla else self.dim_head
+
+    @property
+    def attention_params_split(self) -> tuple[int, int]:
+        """(split over t, replicated over t) parameters of one attention block, biases and (MLA)
+        the latent norms included; the layer's two norms are not."""
+        if self.is_mla:
+            has_q = int(self.q_lora_rank is not None)
+            q_rank = self.q_lora_rank or 0
+            return (P.mla_sharded_params(self.hidden, self.n_heads, q_rank, self.kv_lora_rank,
+                                         self.qk_nope_head_dim, self.qk_rope_head_dim,
+                                         self.v_head_dim, has_q),
+                    P.mla_replicated_params(self.hidden, q_rank, self.kv_lora_rank,
+                                            self.qk_rope_head_dim, has_q))
+        return (P.attention_weight_params(self.hidden, self.n_heads, self.kv_heads, self.dim_head)
+                + int(self.bias) * self.dim_head * (self.n_heads + 2 * self.kv_heads),
+                int(self.bias) * self.hidden)
+
+    @property
+    def attention_params(self) -> int:
+        return sum(self.attention_params_split)
+
+    @property
+    def dense_layer_params(self) -> int:
+        """One layer with a dense MLP of width ffn."""
+        return P.dense_layer_params(self.attention_params, self.hidden, self.ffn,
+                                    self.n_mlp_matrices, int(self.bias), self.norm_width)
+
+    @property
+    def moe_layer_params(self) -> int:
+        """One MoE layer: attention, E routed + n_s shared experts, router, norms."""
+        return P.moe_layer_params(self.attention_params, self.hidden, self.expert_ffn,
+                                  self.n_mlp_matrices, int(self.bias), self.norm_width,
+                                  self.n_experts, self.router_experts, self.n_shared_experts,
+                                  self.shared_expert_ffn)
+
+    @property
+    def n_expert_params(self) -> int:
+        """Routed experts' parameters over the whole model (what expert parallelism shards)."""
+        return self.n_moe_layers * self.n_experts * P.expert_params(
+            self.hidden, self.expert_ffn, self.n_mlp_matrices, int(self.bias))
+
+    @property
+    def n_active_params(self) -> float:
+        """Parameters one token meets: dense layers whole, MoE layers with top-k routed experts
+        (plus the shared ones and the router); embedding and LM head both counted."""
+        active_moe = P.moe_layer_params(self.attention_params, self.hidden, self.expert_ffn,
+                                        self.n_mlp_matrices, int(self.bias), self.norm_width,
+                                        self.top_k, self.router_experts, self.n_shared_experts,
+                                        self.shared_expert_ffn)
+        return P.transformer_params(self.n_layers - self.n_moe_layers, self.n_moe_layers,
+                                    self.dense_layer_params, active_moe, self.vocab, self.hidden,
+                                    self.positions, self.learned_positions,
+                                    int(self.tied_embeddings), self.norm_width)
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +369,31 @@ class PlanConfig(_Strict):
     framework: Literal["megatron", "torchtitan", "deepspeed"] = Field(
         "megatron", description="The training framework the plan is costed for and runs under "
         "(planner/frameworks/).")
+    # ---- expert parallelism (MoE models; the defaults leave a dense model's plan as it was) ----
+    ep: PositiveInt = Field(1, description="Expert parallel: the routed experts split ep ways.")
+    etp: PositiveInt = Field(1, description="Expert tensor parallel: each expert's matrices split "
+                             "etp ways (Megatron's --expert-tensor-parallel-size).")
+    moe_imbalance: float = Field(
+        1.25, ge=1, le=64, description="Busiest expert-parallel rank's routed tokens over the "
+        "mean (formulas.moe.MOE_IMBALANCE: Switch Transformer's capacity factor 1.25).")
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, le=64, description="Token dropping at this capacity factor: an expert takes at "
+        "most this multiple of its mean tokens, which bounds the imbalance (None: dropless).")
+    moe_a2a_overlap: bool = Field(
+        False, description="All-to-all overlapped with another micro-batch's compute "
+        "(DeepSeek-V3 DualPipe §3.2.1; Megatron --overlap-moe-expert-parallel-comm).")
+
+    @property
+    def moe_load_factor(self) -> float:
+        """The imbalance the cost model uses: the capacity factor caps it when tokens drop."""
+        if self.moe_capacity_factor is None:
+            return self.moe_imbalance
+        return min(self.moe_imbalance, self.moe_capacity_factor)
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel: dp·cp·tp / (ep·etp) (Megatron-Core parallel folding)."""
+        return self.dp * self.cp * self.tp // (self.ep * self.etp)
 
     @property
     def n_gpus(self) -> int:
@@ -229,6 +407,8 @@ class PlanConfig(_Strict):
             parts.append(f"cp{self.cp}")
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
+        if self.ep > 1 or self.etp > 1:
+            parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else ""))
         parts.append(f"mbs{self.mbs}")
         if batch:
             parts += [f"gbs{self.gbs}", f"s{self.seq_len}"]

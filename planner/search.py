@@ -27,7 +27,7 @@ from .errors import NoFeasiblePlan, PlanError
 from .estimate import estimate
 from .formulas.choices import Precision, Recompute, Schedule, ZeroStage
 from .frameworks import FRAMEWORKS
-from .request import DEFAULT_MBS, PlanRequest
+from .request import DEFAULT_MBS, PlanRequest, moe_settings
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 
@@ -95,7 +95,23 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
         ok &= np.isin(dp, req.dp)
     n_micro = gbs // np.maximum(dp * mbs, 1)
     cols = dict(tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vpp, dp=dp, n_micro=n_micro)
-    return {k: v[ok] for k, v in cols.items()}
+    return _with_expert_degrees(model, hw, req, {k: v[ok] for k, v in cols.items()})
+
+
+def _with_expert_degrees(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
+                         cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """moe: every layout crossed with the expert degrees: ep among the divisors of the routed
+    experts (--ep narrows), etp 1 unless --etp opens it (fine-grained experts are run without
+    expert TP: DeepSeek-V3 §3.1), at most the NVLink domain. A dense model gets ep = etp = 1;
+    the rules of planner.constraints mask what does not tile dp·cp·tp."""
+    ep_vals = req.ep or (divisors(model.n_experts, req.gpus) if model.is_moe else [1])
+    etp_vals = req.etp or [1]
+    etp_vals = [e for e in etp_vals if e <= hw.gpus_per_domain or req.etp]
+    pairs = np.array(list(itertools.product(ep_vals, etp_vals)), dtype=np.int64).reshape(-1, 2)
+    n, k = len(next(iter(cols.values()))), len(pairs)
+    out = {key: np.repeat(v, k) for key, v in cols.items()}
+    out["ep"], out["etp"] = np.tile(pairs[:, 0], n), np.tile(pairs[:, 1], n)
+    return out
 
 
 SEARCHED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZB_H2,
@@ -156,8 +172,11 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
     base = {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
             **dtype_numbers(framework, req.grad_dtype),
             "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
-            "gbs": gbs, "seq_len": seq}
-    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp")
+            "gbs": gbs, "seq_len": seq,
+            # moe: the load the expert terms use, and the all-to-all overlap switch
+            "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
+            "a2a_overlap": int(req.moe_a2a_overlap)}
+    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp")
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule")}
     costs: dict[str, list] = {}
     for r, sp, sched, zeros in _choice_groups(req):
@@ -209,7 +228,8 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         recompute=list(Recompute)[int(cols["recompute"][i])],
         sequence_parallel=bool(cols["sp"][i]), schedule=list(Schedule)[int(cols["schedule"][i])],
         precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
-        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework)
+        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
+        **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i])))  # moe
 
 
 def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:

@@ -113,4 +113,22 @@ TERMS: dict[str, TermInfo] = {
                     "model FLOPs, whole attention square / (T_step · N · peak)"),
     "mfu_causal": TermInfo("MFU_causal", "fraction", "time",
                            "model FLOPs, causal half / (T_step · N · peak), as Megatron-Core logs"),
+    # ---- moe: shown for MoE/MLA models only ----
+    "expert_stage_params": TermInfo("Ψ_exp", "params", "memory",
+                                    "routed experts on the GPU: the stage's MoE layers' experts "
+                                    "over ep·etp; ZeRO shards their states over edp"),
+    "moe_dispatch_buffer_bytes": TermInfo("A_a2a", "bytes", "memory",
+                                          "all-to-all send and receive buffers of k token "
+                                          "copies in flight"),
+    "expert_wave_efficiency": TermInfo("w_exp", "fraction", "time",
+                                       "grouped expert GEMMs: tokens per expert padded to "
+                                       "tiles, tiles in waves"),
+    "expert_matmul_s": TermInfo("T_exp", "s", "time",
+                                "one MoE layer's expert GEMMs on the busiest GPU (× load)"),
+    "all_to_all_s": TermInfo("T_a2a", "s", "time",
+                             "one token dispatch (or combine) over the ep group's links"),
+    "ep_bytes": TermInfo("V_ep", "bytes", "comm",
+                         "all-to-all traffic per GPU per step: 4 per MoE layer and micro-batch"),
+    "ep_exposed_s": TermInfo("T_ep,exp", "s", "time",
+                             "all-to-all not overlapped with compute"),
 }

@@ -52,13 +52,22 @@ def test_nvlink_domain_must_tile_the_group():
 
 
 def test_moe_keeps_activations_for_top_k_experts():
-    # Mixtral, one layer, s = 4096, b = 1, t = 1, selective, no dropout, flash:
+    # Mixtral, one layer, s = 4096, b = 1, t = 1, selective, no dropout, flash, perfectly
+    # balanced routing (moe_imbalance 1):
     # replicated 4·2·s·h = 8·4096·4096 = 134,217,728
     # sharded 2·s·(d_h(2a + 2k) + n·f·top_k) = 2·4096·(128·(64 + 16) + 3·14336·2)
-    #       = 8192·(10,240 + 86,016) = 788,529,152;  total 922,746,880
+    #       = 8192·(10,240 + 86,016) = 788,529,152
+    # dispatcher: the second token copy 2·s·h and the fp32 router scores 4·s·E
+    #       = 4096·(8192 + 32) = 33,685,504;  total 956,432,384
+    r = costs("mixtral-8x7b", "h100-nvlink", dp=1, mbs=1, n_micro=1, gbs=1, seq_len=4096,
+              recompute="selective", sequence_parallel=False, moe_imbalance=1.0)
+    assert r["layer_activation_bytes"] == 956_432_384
+    # at the default imbalance 1.25 the busiest rank holds 2.5 expert copies per token:
+    # sharded 8192·(10,240 + 3·14336·2.5) = 964,689,920; dispatcher 4096·(1.5·8192 + 32)
+    # = 50,462,720; total 134,217,728 + 964,689,920 + 50,462,720 = 1,149,370,368
     r = costs("mixtral-8x7b", "h100-nvlink", dp=1, mbs=1, n_micro=1, gbs=1, seq_len=4096,
               recompute="selective", sequence_parallel=False)
-    assert r["layer_activation_bytes"] == 922_746_880
+    assert r["layer_activation_bytes"] == 1_149_370_368
 
 
 def test_flash_backward_is_two_and_a_half_forwards_of_attention():

@@ -211,7 +211,7 @@ def test_timeline_of_a_huge_batch_refuses_instead_of_hanging():
     ("--model", "model_wrong_types.toml", ["n_layers: expected a whole number, got 'thirty-two'",
                                            "ffn: expected a whole number",
                                            "bias: expected true or false"]),
-    ("--model", "model_unknown_field.toml", ["hidden_size: unknown field (did you mean hidden?)"]),
+    ("--model", "model_unknown_field.toml", ["hidden_size: unknown field (did you mean hidden"]),
     ("--model", "model_out_of_range.toml", ["seq_len", "out of range"]),
     ("--model", "hf_unsupported.json", ["unsupported architecture 'T5ForConditionalGeneration'",
                                         "LlamaForCausalLM"]),

@@ -392,16 +392,17 @@ def test_property_v_and_dualpipe_match_formulas(p, extra, schedule, w, f_over_w,
 @settings(max_examples=80, deadline=None)
 @given(p=st.integers(2, 8), extra=st.integers(0, 16), w_over_b=st.floats(0.05, 1.0),
        f_over_b=st.floats(1.0, 1.5))
-def test_property_zbv_forward_longer_than_backward_within_6_percent(p, extra, w_over_b, f_over_b):
-    # F > B leaves ZB-V's form short of the simulated step: measured at most 6.1 % below it
-    # for F ≤ 1.5·B (300 random points); the cost model reaches F > B when the forward's TP
-    # all-reduce is exposed and the backward's hidden
+def test_property_zbv_forward_longer_than_backward_within_7_percent(p, extra, w_over_b, f_over_b):
+    # F > B leaves ZB-V's form short of the simulated step: at most 6.8 % below it for F ≤ 1.5·B
+    # (a grid of p 2–8, 0–16 extra micro-batches, W/B 0.05–1, F/B 1–1.5: worst p = 8, m = 16,
+    # W = 0.05·B, F = 1.5·B); the cost model reaches F > B when the forward's TP all-reduce is
+    # exposed and the backward's hidden
     b = 1.0
     w, f = w_over_b * b, f_over_b * b
     m = 2 * p + extra
     t = simulate(Schedule.ZBV, p, m, fwd_s=f, bwd_s=b + w, wgrad_s=w)
     formula = m * (f + b + w) + PL.bubble_time_s(p, Schedule.ZBV, f, b, w)
-    assert -0.065 <= (formula - t.makespan_s) / t.makespan_s <= 1e-9
+    assert -0.07 <= (formula - t.makespan_s) / t.makespan_s <= 1e-9
 
 
 def test_dualpipe_unequal_times_by_hand():

@@ -81,3 +81,47 @@ def korthikanti_model_flops(gbs, seq_len, n_layers, hidden, vocab):
     72·B·L·s·h²·(1 + s/6h + V/12hL)."""
     return 72 * gbs * n_layers * seq_len * hidden**2 * (
         1 + seq_len / (6 * hidden) + vocab / (12 * hidden * n_layers))
+
+
+# ---------------------------------------------------------------------------------------------
+# Mixture of experts and MLA. MFU convention for MoE: model FLOPs count the parameters a token
+# actually meets, the *active* ones (top-k routed experts, the shared experts, the router's h×E
+# scoring GEMM), never the E − k experts it skips, and no capacity padding or dropped tokens;
+# this is the convention of DeepSeek-V3's and Megatron-Core's MoE MFU figures (6·N_active per
+# token plus attention).
+
+
+def moe_matmul_weights_active(attention_weights, expert_weights, top_k, shared_weights, router):
+    """Weights one token meets in a MoE layer: attention + k·(one expert) + shared experts +
+    router h·E. With shared_weights = 0 this is matmul_weight_params_active."""
+    return attention_weights + top_k * expert_weights + shared_weights + router
+
+
+def mla_matmul_weights(hidden, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+                       qk_rope_head_dim, v_head_dim, has_q_lora=1):
+    """The weight matrices of one MLA block (the latent norms are not matmuls):
+    has_q_lora·h·r_q + q_in·a·(d_n + d_r) + h·(r_kv + d_r) + r_kv·a·(d_n + d_v) + a·d_v·h,
+    q_in = r_q or h. DeepSeek-V3: 187,105,280 (the block's 187,107,328 less 1536 + 512)."""
+    q_in = has_q_lora * q_lora_rank + (1 - has_q_lora) * hidden
+    return (has_q_lora * hidden * q_lora_rank
+            + q_in * n_heads * (qk_nope_head_dim + qk_rope_head_dim)
+            + hidden * (kv_lora_rank + qk_rope_head_dim)
+            + kv_lora_rank * n_heads * (qk_nope_head_dim + v_head_dim)
+            + n_heads * v_head_dim * hidden)
+
+
+def mla_attention_flops(seq_len, mbs, n_heads, qk_head_dim, v_head_dim, causal_skip=0):
+    """Forward QKᵀ (per head d_qk = d_n + d_r wide) and P·V (d_v wide) for one micro-batch, in
+    training's non-absorbed form (keys and values decompressed, DeepSeek-V2 §2.1.2):
+    2·b·s²·a·(d_qk + d_v) / (1 + causal_skip). With d_qk = d_v = d_h this is
+    layer_attention_flops."""
+    return 2 * mbs * seq_len**2 * n_heads * (qk_head_dim + v_head_dim) / (1 + causal_skip)
+
+
+def mixed_model_flops(gbs, n_dense_layers, n_moe_layers, dense_matmul_per_seq,
+                      moe_matmul_per_seq, attention_per_seq, head_per_seq):
+    """Model FLOPs per step of a model whose layers differ in their MLP (DeepSeek's first dense
+    layers, interleaved MoE): 3·B·(L_d·mm_dense + L_m·mm_moe + (L_d + L_m)·attention + head).
+    With L_m = 0 (or mm_moe = mm_dense) this is model_flops."""
+    return 3 * gbs * (n_dense_layers * dense_matmul_per_seq + n_moe_layers * moe_matmul_per_seq
+                      + (n_dense_layers + n_moe_layers) * attention_per_seq + head_per_seq)

@@ -136,3 +136,97 @@ def stage_params_per_gpu(stage_layers, tp, layer_sharded, layer_replicated, voca
     last = head_copies * embedding + norm_width * hidden
     ends = _ops.select(single_stage, first + last, _ops.select(first_stage, first, last))
     return layers + ends
+
+
+# ---------------------------------------------------------------------------------------------
+# Mixture of experts and multi-head latent attention (MLA).
+#
+# Notation beyond the above: E routed experts, k experts per token (top-k), f_e one routed
+# expert's intermediate size, n_s shared experts of width f_s, L_d dense and L_m MoE layers;
+# MLA (DeepSeek-AI 2024, DeepSeek-V2 §2.1.2–2.1.3): r_q and r_kv the query and key/value
+# compression ranks (d_c' and d_c), d_n the per-head width without rotary (d_h), d_r the
+# decoupled rotary width (d_h^R), d_v the per-head value width.
+
+
+def mla_sharded_params(hidden, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+                       qk_rope_head_dim, v_head_dim, has_q_lora=1):
+    """MLA's up-projections and output projection, split over t (column/row parallel by heads):
+
+        W^UQ,W^QR  q_in·a·(d_n + d_r)   with q_in = r_q (has_q_lora = 1) or h (no query LoRA:
+                                         DeepSeek-V2-Lite projects queries from h directly)
+        W^UK,W^UV  r_kv·a·(d_n + d_v)
+        W^O        a·d_v·h
+    DeepSeek-V2 §2.1.2 eqs. 9–14 and §2.1.3; HF modeling_deepseek_v3 (q_b_proj, kv_b_proj,
+    o_proj)."""
+    q_in = has_q_lora * q_lora_rank + (1 - has_q_lora) * hidden
+    return (q_in * n_heads * (qk_nope_head_dim + qk_rope_head_dim)
+            + kv_lora_rank * n_heads * (qk_nope_head_dim + v_head_dim)
+            + n_heads * v_head_dim * hidden)
+
+
+def mla_replicated_params(hidden, q_lora_rank, kv_lora_rank, qk_rope_head_dim, has_q_lora=1):
+    """MLA's down-projections and the RMSNorms on the two latents, which every tensor-parallel
+    rank holds whole (Megatron-Core builds linear_q_down_proj and linear_kv_down_proj as
+    duplicated, not split, linears):
+
+        W^DQ + norm   has_q_lora·(h·r_q + r_q)
+        W^DKV, W^KR   h·(r_kv + d_r)     (the shared rotary key comes out of the same matrix)
+        norm          r_kv
+    """
+    return (has_q_lora * (hidden * q_lora_rank + q_lora_rank)
+            + hidden * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank)
+
+
+def mla_attention_params(hidden, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+                         qk_rope_head_dim, v_head_dim, has_q_lora=1):
+    """All of one MLA block: sharded + replicated. DeepSeek-V3 (h = 7168, a = 128, r_q = 1536,
+    r_kv = 512, d_n = 128, d_r = 64, d_v = 128): 187,107,328."""
+    return (mla_sharded_params(hidden, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+                               qk_rope_head_dim, v_head_dim, has_q_lora)
+            + mla_replicated_params(hidden, q_lora_rank, kv_lora_rank, qk_rope_head_dim,
+                                    has_q_lora))
+
+
+def expert_params(hidden, expert_ffn, n_mlp_matrices, bias=0):
+    """One expert (an MLP of width f_e): n_mlp·h·f_e, plus with biases (gpt-oss)
+    (n_mlp − 1)·f_e + h, the same shapes as mlp_weight_params' and the bias functions'."""
+    return n_mlp_matrices * hidden * expert_ffn + bias * ((n_mlp_matrices - 1) * expert_ffn
+                                                          + hidden)
+
+
+def shared_expert_params(hidden, shared_ffn, n_mlp_matrices, n_shared_experts):
+    """n_s shared experts of width f_s (DeepSeekMoE, Dai et al. 2024 §3.2): n_s·n_mlp·h·f_s.
+    Megatron-Core holds them as one MLP of width n_s·f_s (--moe-shared-expert-intermediate-size),
+    split over t like a dense MLP."""
+    return n_shared_experts * n_mlp_matrices * hidden * shared_ffn
+
+
+def dense_layer_params(attention, hidden, ffn, n_mlp_matrices, bias, norm_width):
+    """A layer with a dense MLP, given its attention block's parameters `attention` (biases
+    included): attention + n_mlp·h·f + bias·((n_mlp − 1)·f + h) + 2 norms. With attention =
+    h·d_h(2a + 2k) + bias·(d_h(a + 2k) + h) this is layer_params(…, n_experts=1)."""
+    return (attention + expert_params(hidden, ffn, n_mlp_matrices, bias)
+            + norm_params(hidden, norm_width))
+
+
+def moe_layer_params(attention, hidden, expert_ffn, n_mlp_matrices, bias, norm_width, n_experts,
+                     n_router_experts, n_shared_experts=0, shared_ffn=0):
+    """A MoE layer: attention + E·expert + shared experts + router h·E + 2 norms.
+    Called with E = k it counts what one token meets (the active parameters); the router stays
+    E_router·h (every token scores every expert). A 1-expert MoE with no router (E = 1,
+    E_router = 0, n_s = 0) is dense_layer_params; with standard attention this is
+    layer_params(…, n_experts=E, n_router_experts=E)."""
+    return (attention + n_experts * expert_params(hidden, expert_ffn, n_mlp_matrices, bias)
+            + shared_expert_params(hidden, shared_ffn, n_mlp_matrices, n_shared_experts)
+            + router_params(hidden, n_router_experts) + norm_params(hidden, norm_width))
+
+
+def transformer_params(n_dense_layers, n_moe_layers, dense_layer, moe_layer, vocab, hidden,
+                       max_positions, learned_positions, tied_embeddings, norm_width):
+    """Ψ = L_d·(dense layer) + L_m·(MoE layer) + V·h·(2 − tied) + positions + final norm.
+    With L_m = 0 and dense_layer = layer_params(…) this is model_params. Multi-token-prediction
+    modules (DeepSeek-V3 §2.2) are not counted: the published 671B leaves them out too."""
+    return (n_dense_layers * dense_layer + n_moe_layers * moe_layer
+            + (2 - tied_embeddings) * embedding_params(vocab, hidden)
+            + position_embedding_params(max_positions, hidden, learned_positions)
+            + norm_width * hidden)

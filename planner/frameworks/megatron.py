@@ -175,9 +175,10 @@ def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec) -> None:
     if not m.dropout:
         a.add("--attention-dropout", "0.0")
         a.add("--hidden-dropout", "0.0")
-    if m.n_experts > 1:
-        a.add("--num-experts", m.n_experts)
-        a.add("--moe-router-topk", m.top_k)
+    from ..launch_moe import megatron_moe_args  # MoE and MLA arguments
+
+    for flag, value in megatron_moe_args(c, m):
+        a.add(flag, value)
 
 
 def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:

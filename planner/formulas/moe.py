@@ -1,0 +1,211 @@
+"""Mixture of experts and multi-head latent attention: saved activations, the all-to-all token
+exchange, and the grouped expert GEMMs.
+
+Notation: E routed experts, k experts per token, f_e one expert's width, n_s shared experts of
+width f_s, ep the expert-parallel degree (experts split over ep GPUs, E/ep each), etp the expert
+tensor-parallel degree (each expert's matrices split etp ways), T the tokens one GPU feeds into a
+MoE layer per micro-batch (b·s/(c·t): Megatron-Core's token dispatchers take the sequence-parallel
+shard of each tensor-parallel rank, megatron/core/transformer/moe/token_dispatcher.py), and MLA's
+r_q, r_kv, d_qk = d_n + d_r, d_v (DeepSeek-AI 2024, DeepSeek-V2 §2.1).
+
+Expert parallelism (Lepikhin et al. 2021, GShard §2.2; Fedus et al. 2022, Switch §2.2): every
+token is sent to the GPUs holding its k experts (dispatch) and the outputs come back (combine).
+Megatron-Core's MoE parallel folding (Liu et al. 2025, "MoE Parallel Folding", arXiv:2504.14960
+§3) lets the expert layers lay out the same GPUs as ep × etp × edp while the dense layers use
+dp × cp × tp, so edp = dp·cp·tp / (ep·etp).
+"""
+
+from __future__ import annotations
+
+from . import _ops
+from .activations import replicated_activation_bytes, score_activation_bytes
+from .choices import Attention, Recompute
+
+ROUTER_SCORE_BYTES = 4
+"""The router's logits and probabilities are fp32 (Megatron-Core's router casts them,
+--moe-router-dtype fp32; HF modeling_deepseek_v3 computes scores in fp32)."""
+
+MOE_IMBALANCE = 1.25
+"""Default load-imbalance factor: the busiest expert-parallel rank receives this multiple of the
+mean routed tokens. Taken as Switch Transformer's capacity factor 1.25, the headroom over perfect
+balance its routers need to drop almost no tokens (Fedus et al. 2022, §2.2 and Table 1); the
+per-layer expert load of auxiliary-loss-balanced MoE runs sits around this range (DeepSeek-V3
+§2.1.2 bounds it further with node-limited routing). A plan may set its own."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Saved activations
+
+
+def mla_sharded_activation_bytes(seq_len, mbs, n_heads, qk_head_dim, v_head_dim, ffn,
+                                 n_mlp_matrices, act_bytes=2):
+    """What TP splits in an MLA layer, before dividing by t: Q and K (a·d_qk wide each, keys
+    decompressed per head), V and the output-projection input (a·d_v each), and the MLP's n_mlp
+    tensors of width f:  act·sb·(a·(2·d_qk + 2·d_v) + n_mlp·f). With d_qk = d_v = d_h and k = a
+    this is sharded_activation_bytes."""
+    return act_bytes * seq_len * mbs * (n_heads * (2 * qk_head_dim + 2 * v_head_dim)
+                                        + n_mlp_matrices * ffn)
+
+
+def mla_latent_activation_bytes(seq_len, mbs, q_lora_rank, kv_lora_rank, qk_rope_head_dim,
+                                act_bytes=2):
+    """The compressed latents MLA keeps: the query latent c_Q (r_q) and the key/value latent with
+    the rotary key [c_KV; k_R] (r_kv + d_r); c_Q and c_KV twice, as their RMSNorm's input and as
+    the up-projection's input, k_R once (it skips the norm): act·sb·(2·r_q + 2·r_kv + d_r).
+    Computed by the duplicated down-projections on each rank's sequence shard, so split by t only
+    with sequence parallelism (the caller divides)."""
+    return act_bytes * seq_len * mbs * (2 * q_lora_rank + 2 * kv_lora_rank + qk_rope_head_dim)
+
+
+def mla_layer_activation_bytes(seq_len, mbs, hidden, n_heads, q_lora_rank, kv_lora_rank,
+                               qk_head_dim, qk_rope_head_dim, v_head_dim, ffn, n_mlp_matrices,
+                               dropout, tp, cp, sequence_parallel: bool, recompute: Recompute,
+                               attention: Attention, act_bytes=2):
+    """Bytes one MLA layer keeps for the backward pass of one micro-batch on one GPU — the
+    Korthikanti 2022 §4 accounting of layer_activation_bytes with MLA's tensors:
+
+    none:      replicated/t_sp + latents/t_sp + mla_sharded/t + scores/t
+    selective: replicated/t_sp + latents/t_sp + mla_sharded/t
+    full:      act·sbh/t_sp
+    t_sp = t with sequence parallelism, 1 without; everything over c. `ffn` is the MLP width the
+    layer stores per token (k·f_e + n_s·f_s for a MoE layer). Assumption for the oracle to
+    check: the latents are saved once each, in 16-bit."""
+    s = seq_len / cp
+    sp_divisor = tp if sequence_parallel else 1
+    if recompute is Recompute.FULL:
+        return act_bytes * s * mbs * hidden / sp_divisor
+    kept = ((replicated_activation_bytes(s, mbs, hidden, dropout, act_bytes)
+             + mla_latent_activation_bytes(s, mbs, q_lora_rank, kv_lora_rank, qk_rope_head_dim,
+                                           act_bytes)) / sp_divisor
+            + mla_sharded_activation_bytes(s, mbs, n_heads, qk_head_dim, v_head_dim, ffn,
+                                           n_mlp_matrices, act_bytes) / tp)
+    if recompute is Recompute.SELECTIVE:
+        return kept
+    return kept + score_activation_bytes(s, mbs, n_heads, dropout, attention, act_bytes) / tp
+
+
+def routed_ffn_width(expert_ffn, top_k, shared_ffn=0, n_shared_experts=0, imbalance=1):
+    """The MLP width a MoE layer stores per token of the GPU's own batch: k routed copies of
+    f_e, scaled by the load imbalance (the busiest rank holds imbalance × the mean), plus the
+    shared experts: imbalance·k·f_e + n_s·f_s. Dense: k = 1, imbalance = 1 → f."""
+    return imbalance * top_k * expert_ffn + n_shared_experts * shared_ffn
+
+
+def moe_dispatch_activation_bytes(seq_len, mbs, hidden, n_experts, top_k, tp, cp,
+                                  sequence_parallel: bool, imbalance=1, act_bytes=2):
+    """What a MoE layer keeps beyond its MLP tensors, per micro-batch and GPU: the k − 1 extra
+    permuted copies of each token's input the expert GEMMs save (the first copy is the MLP input
+    already counted) and the router's fp32 probabilities (E per token, kept for the gate's
+    backward): sb/t_sp·((imbalance·k − 1)·act·h + 4·E), over c. Zero for E = k = 1 (a dense MLP
+    has no router; the caller passes E = 0 then)."""
+    sp_divisor = tp if sequence_parallel else 1
+    tokens = seq_len / cp * mbs / sp_divisor
+    return tokens * ((imbalance * top_k - 1) * act_bytes * hidden + ROUTER_SCORE_BYTES * n_experts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The all-to-all
+
+
+def all_to_all_bytes(tokens, top_k, hidden, ep, act_bytes=2, imbalance=1):
+    """Bytes one GPU sends in one all-to-all of a MoE layer (dispatch, or the combine of the
+    same size back): T·k token copies of h values, of which the share (ep − 1)/ep goes to
+    other ranks (experts spread evenly, tokens routed uniformly), times the load imbalance for
+    the busiest rank:  imbalance·T·k·h·act·(ep − 1)/ep. Per layer and micro-batch the forward
+    runs dispatch and combine, the backward their two transposes: 4 of these. ep = 1 sends
+    nothing."""
+    return imbalance * tokens * top_k * hidden * act_bytes * (ep - 1) / ep
+
+
+def all_to_all_time_s(bytes_sent, ep, ranks_in_domain, fast_bw, net_bw, latency_s):
+    """Time of one all-to-all of bytes_sent per GPU over an ep-rank group of which
+    ranks_in_domain (g ≤ ep) share the GPU's NVLink domain. The peers are addressed evenly, so
+    the share (g − 1)/(ep − 1) rides NVLink and (ep − g)/(ep − 1) the network; both run at once
+    and the slower governs, at the links' bus bandwidth (nccl-tests defines all-to-all busbw as
+    algbw·(n − 1)/n, the same per-GPU measure as the all-reduce's; doc/PERFORMANCE.md):
+        max(bytes·(g−1)/(ep−1) / B_fast, bytes·(ep−g)/(ep−1) / B_net) + latency
+    ep = 1 costs nothing (bytes_sent = 0; the divisor is kept positive)."""
+    peers = _ops.maximum(ep - 1, 1)
+    inside = bytes_sent * (ranks_in_domain - 1) / peers / fast_bw
+    outside = bytes_sent * (ep - ranks_in_domain) / peers / net_bw
+    return _ops.maximum(inside, outside) + (1 - _ops.le(ep, 1)) * latency_s
+
+
+def ep_ranks_in_domain(ep, etp, domain):
+    """EP ranks sharing one NVLink domain: Megatron orders expert ranks etp fastest, then ep
+    (megatron/core/parallel_state.py, order "tp-ep-dp-pp" for the expert groups), so an EP
+    group's members sit etp apart and min(ep, domain/etp) of them share a domain (at least 1)."""
+    return _ops.maximum(_ops.minimum(ep, domain / etp), 1)
+
+
+def overlapped_all_to_all_s(a2a_s, overlappable_compute_s, overlap):
+    """With overlap = 1 (DualPipe-style: one micro-batch's dispatch/combine runs under another's
+    compute, DeepSeek-AI 2024, DeepSeek-V3 §3.2.1 Figure 4; Megatron-Core's
+    --overlap-moe-expert-parallel-comm) only what the compute cannot cover shows:
+    max(0, a2a − compute); overlap = 0 exposes it all."""
+    return overlap * _ops.maximum(0, a2a_s - overlappable_compute_s) + (1 - overlap) * a2a_s
+
+
+# ---------------------------------------------------------------------------------------------
+# Expert GEMMs and expert memory
+
+
+def expert_tokens(tokens, top_k, ep, n_experts, imbalance=1):
+    """Rows each local expert's GEMMs see: the ep·T tokens of the EP group, k copies, spread over
+    E experts, times the imbalance for the busiest: imbalance·ep·T·k/E."""
+    return imbalance * ep * tokens * top_k / n_experts
+
+
+def local_experts(n_experts, ep):
+    """Experts one GPU holds: E/ep (ep divides E: a constraint)."""
+    return n_experts / ep
+
+
+def expert_state_shard(ep, etp):
+    """Expert weights are split ep·etp ways (experts over ep, each matrix over etp) before any
+    ZeRO sharding, against t for the dense weights."""
+    return ep * etp
+
+
+def expert_data_parallel(dp, cp, tp, ep, etp):
+    """edp = dp·cp·tp/(ep·etp): the replicas of each expert shard, over which its gradients are
+    reduced and (distributed optimizer) its optimizer state is sharded (Megatron-Core parallel
+    folding, Liu et al. 2025 §3)."""
+    return dp * cp * tp / (ep * etp)
+
+
+def grouped_gemm_wave_efficiency(rows_per_expert, cols, n_local_experts, n_units, tile_rows=128,
+                                 tile_cols=128):
+    """Useful share of a grouped GEMM over the local experts (one launch, every expert's tiles
+    together, as Megatron-Core's --moe-grouped-gemm / TE GroupedLinear): each expert's
+    rows_e × cols output is padded to whole tiles, and the tiles of all experts fill waves of
+    n_units SMs:
+        useful / run = n_e·r·c / (⌈n_e·⌈r/tr⌉·⌈c/tc⌉ / n⌉ · n · tr·tc)
+    (NVIDIA "Matrix Multiplication Background", tile and wave quantisation). Few rows per expert
+    (fine-grained experts, small micro-batches) waste most of each tile."""
+    tiles = n_local_experts * _ops.ceil(rows_per_expert / tile_rows) * _ops.ceil(cols / tile_cols)
+    run = _ops.ceil(tiles / n_units) * n_units * tile_rows * tile_cols
+    return n_local_experts * rows_per_expert * cols / run
+
+
+def expert_layer_wave_efficiency(rows_per_expert, hidden, expert_ffn, n_mlp_matrices, etp,
+                                 n_local_experts, n_units, tile_rows=128, tile_cols=128):
+    """FLOP-weighted grouped-GEMM efficiency of an expert MLP's two forward GEMMs, fc1 with
+    N = (n_mlp − 1)·f_e/etp (gate and up fused) and fc2 with N = h (K = f_e/etp):
+    Σ flops / Σ (flops / efficiency); both GEMMs have the same flops per row when n_mlp = 2,
+    and fc1 twice fc2's for SwiGLU."""
+    fc1 = (n_mlp_matrices - 1) * expert_ffn / etp
+    fc2 = expert_ffn / etp
+    w1 = grouped_gemm_wave_efficiency(rows_per_expert, fc1, n_local_experts, n_units, tile_rows,
+                                      tile_cols)
+    w2 = grouped_gemm_wave_efficiency(rows_per_expert, hidden, n_local_experts, n_units,
+                                      tile_rows, tile_cols)
+    return (fc1 * hidden + fc2 * hidden) / (fc1 * hidden / w1 + fc2 * hidden / w2)
+
+
+def moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq, is_moe=1):
+    """MoE layers among layers [start, stop): those i ≥ first_k_dense with i mod freq = 0, counted
+    as ⌈max(0, stop − max(start, k)) / freq⌉ (exact for freq = 1 and for spans starting at a
+    multiple of freq; at most one too many otherwise). 0 for a dense model (is_moe = 0)."""
+    span = _ops.maximum(0, stop - _ops.maximum(start, first_k_dense))
+    return is_moe * _ops.ceil(span / moe_layer_freq)

@@ -1,0 +1,88 @@
+"""Megatron-LM launch arguments for a mixture-of-experts or MLA model (moe helper).
+
+Option names are those of Megatron-LM @ d98e8a64dd: `--num-experts` and `--moe-layer-freq` are
+declared in megatron/training/arguments.py (`_add_moe_args`, `moe_freq_type`); the others are
+generated from the dataclass fields of TransformerConfig / ModelParallelConfig / the MLA config
+(megatron/core/transformer/transformer_config.py, megatron/core/model_parallel_config.py) by
+megatron/training/argument_utils.py, which turns `moe_router_topk` into `--moe-router-topk`.
+Megatron's `--qk-head-dim` is MLA's per-head width without rotary (d_nope) and
+`--qk-pos-emb-head-dim` the rotary part (d_rope).
+"""
+
+from __future__ import annotations
+
+from .schema import ModelSpec, PlanConfig
+
+
+def moe_layer_pattern(model: ModelSpec) -> str:
+    """`--moe-layer-freq` for the model: an integer N when every N-th layer from the first is MoE,
+    else the Python list expression Megatron evaluates (1 = MoE layer), e.g. DeepSeek-V3's three
+    dense layers: "([0]*3+[1]*58)"."""
+    if model.first_k_dense == 0:
+        return str(model.moe_layer_freq)
+    if model.moe_layer_freq == 1:
+        rest = model.n_layers - model.first_k_dense
+        return f"([0]*{model.first_k_dense}+[1]*{rest})"
+    moe = set(model.moe_layer_indices)
+    return "[" + ",".join("1" if i in moe else "0" for i in range(model.n_layers)) + "]"
+
+
+def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, object]]:
+    """(flag, value) pairs, value None for a switch: the MoE shape and its expert parallelism,
+    and MLA's ranks and head widths. Empty for a dense multi-head model."""
+    args: list[tuple[str, object]] = []
+    if model.is_moe:
+        args += [("--num-experts", model.n_experts), ("--moe-router-topk", model.top_k),
+                 ("--moe-ffn-hidden-size", model.expert_ffn)]
+        if model.n_shared_experts:
+            # Megatron-Core holds the shared experts as one MLP of their summed width
+            args.append(("--moe-shared-expert-intermediate-size",
+                         model.n_shared_experts * model.shared_expert_ffn))
+        if model.first_k_dense or model.moe_layer_freq != 1:
+            args.append(("--moe-layer-freq", f'"{moe_layer_pattern(model)}"'))
+        if model.router != "softmax":
+            args.append(("--moe-router-score-function", model.router))
+        if model.n_expert_groups is not None:
+            args += [("--moe-router-num-groups", model.n_expert_groups),
+                     ("--moe-router-group-topk", model.topk_groups)]
+        args += [("--expert-model-parallel-size", config.ep),
+                 # Megatron defaults the expert TP to the dense TP: always say it
+                 ("--expert-tensor-parallel-size", config.etp),
+                 ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+        if config.moe_capacity_factor is not None:
+            args.append(("--moe-expert-capacity-factor", config.moe_capacity_factor))
+        if config.moe_a2a_overlap:
+            args.append(("--overlap-moe-expert-parallel-comm", None))
+    if model.is_mla:
+        args.append(("--multi-latent-attention", None))
+        if model.q_lora_rank is not None:
+            args.append(("--q-lora-rank", model.q_lora_rank))
+        args += [("--kv-lora-rank", model.kv_lora_rank),
+                 ("--qk-head-dim", model.qk_nope_head_dim),
+                 ("--qk-pos-emb-head-dim", model.qk_rope_head_dim),
+                 ("--v-head-dim", model.v_head_dim)]
+    return args
+
+
+EXPRESSES_EXPERT_PARALLELISM = {"megatron"}
+"""Emitters that write a MoE plan's expert settings (ep, etp, the MoE shape, MLA). NeMo,
+torchtitan and DeepSpeed-MoE can run expert parallelism, but their emitters do not write it
+yet."""
+
+
+def check_expressible(framework: str, config: PlanConfig, model: ModelSpec) -> None:
+    """A PlanError when `framework`'s emitter would silently drop the plan's expert parallelism
+    or MLA (the launch would then hold every expert on every GPU, or build a different model)."""
+    from .errors import PlanError
+
+    if framework in EXPRESSES_EXPERT_PARALLELISM:
+        return
+    if config.ep > 1 or config.etp > 1:
+        raise PlanError(f"{framework}: the emitter does not write expert parallelism yet (plan "
+                        f"ep={config.ep}, etp={config.etp}); use --emit megatron, or a plan "
+                        "with --ep 1 --etp 1")
+    if model.is_mla or model.n_shared_experts or model.first_k_dense or (
+            model.is_moe and model.moe_ffn is not None and model.moe_ffn != model.ffn):
+        raise PlanError(f"{framework}: the emitter does not write {model.name}'s MoE/MLA shape "
+                        "(shared experts, dense first layers, expert width, MLA) yet; use "
+                        "--emit megatron")
