@@ -418,22 +418,8 @@ RECOMPUTE_SHORT = {"none": "", "selective": "sel", "full": "full"}
 
 
 def layout_cell(plan: Plan) -> str:
-    """The layout in a few characters: dp64 tp4 pp2 [cp2] [v8] [mbs2] z2 [sel|full] [nosp]
-    (mbs when not 1; recompute when not none; nosp when tp > 1 without sequence parallelism)."""
-    c = plan.config
-    parts = [f"dp{c.dp}", f"tp{c.tp}", f"pp{c.pp}"]
-    if c.cp > 1:
-        parts.append(f"cp{c.cp}")
-    if c.vpp > 1:
-        parts.append(f"v{c.vpp}")
-    if c.mbs != 1:
-        parts.append(f"mbs{c.mbs}")
-    parts.append(f"z{int(c.zero_stage)}")
-    if RECOMPUTE_SHORT[c.recompute.value]:
-        parts.append(RECOMPUTE_SHORT[c.recompute.value])
-    if c.tp > 1 and not c.sequence_parallel:
-        parts.append("nosp")
-    return " ".join(parts)
+    """The layout in a few characters (PlanConfig.short_label)."""
+    return plan.config.short_label()
 
 
 LAYOUT_LEGEND = ("# 1= a tie, ! a warning below; layout: z = ZeRO stage, v = virtual stages, "
@@ -621,16 +607,8 @@ def _short_number(x: float) -> str:
 
 
 def compact_layout(plan: Plan) -> str:
-    """tp8 pp16 v2 z1 sel: the degrees above 1 (dp is the rest of the GPUs), ZeRO, recompute."""
-    c = plan.config
-    parts = [f"tp{c.tp}", f"pp{c.pp}"]
-    if c.cp > 1:
-        parts.append(f"cp{c.cp}")
-    if c.vpp > 1:
-        parts.append(f"v{c.vpp}")
-    parts += [f"z{int(c.zero_stage)}", {"selective": "sel"}.get(c.recompute.value,
-                                                                  c.recompute.value)]
-    return " ".join(parts)
+    """tp8 pp16 v2 z1 sel: the layout without dp (the rest of the GPUs)."""
+    return plan.config.short_label(dp=False)
 
 
 def _first_clause(text: str) -> str:

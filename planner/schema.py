@@ -399,6 +399,30 @@ class PlanConfig(_Strict):
     def n_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
+    def short_label(self, *, dp: bool = True) -> str:
+        """The layout in a few characters, as tables show it: dp64 tp4 pp2 [cp2] [v8] [ep8 etp2]
+        [zbv] [mbs2] z2 [sel|full] [nosp] — the schedule when not 1F1B/interleaved, mbs when not
+        1, recompute when not none, nosp when tp > 1 without sequence parallelism; without dp
+        (the rest of the GPUs) when dp=False."""
+        parts = ([f"dp{self.dp}"] if dp else []) + [f"tp{self.tp}", f"pp{self.pp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.vpp > 1:
+            parts.append(f"v{self.vpp}")
+        if self.ep > 1 or self.etp > 1:
+            parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else ""))
+        if self.pp > 1 and self.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
+            parts.append(self.schedule.value)
+        if self.mbs != 1:
+            parts.append(f"mbs{self.mbs}")
+        parts.append(f"z{int(self.zero_stage)}")
+        short = {"selective": "sel", "full": "full", "none": ""}[self.recompute.value]
+        if short:
+            parts.append(short)
+        if self.tp > 1 and not self.sequence_parallel:
+            parts.append("nosp")
+        return " ".join(parts)
+
     def label(self, *, batch: bool = True, precision: bool = False) -> str:
         """The layout in one short line, as tables and reasons quote it:
         dp8 tp8 pp4 [cp2] [v2] mbs1 [gbs512 s8192] z1 selective [bf16] [sp]."""

@@ -74,6 +74,10 @@ def bucket_bytes(zero: ZeroStage) -> float:
 
 
 RULES = (
+    Rule("no expert parallelism (ep = etp = 1)",
+         lambda m, c: (getattr(c, "ep", 1) == 1) & (getattr(c, "etp", 1) == 1),
+         lambda m, c: "deepspeed: DeepSpeed-MoE's expert parallelism is not modelled or written "
+                      "by plan3d; use --ep 1 or --framework megatron"),
     Rule("pipeline parallelism only with ZeRO 0 or 1",
          lambda m, c: (c.pp == 1) | (c.zero < 2),
          lambda m, c: f"deepspeed: ZeRO-{int(c.zero)} with pipeline parallelism is not supported "

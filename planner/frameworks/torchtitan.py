@@ -68,6 +68,11 @@ def _zero_supported(m, c):
 
 
 RULES = (
+    Rule("no expert parallelism (ep = etp = 1)",
+         lambda m, c: (getattr(c, "ep", 1) == 1) & (getattr(c, "etp", 1) == 1),
+         lambda m, c: "torchtitan: it runs expert parallelism (parallel_dims ep), but plan3d does "
+                      "not model its FSDP of the experts nor write its settings yet; use --ep 1 "
+                      "or --framework megatron"),
     Rule("ZeRO-2/3 as FSDP2, or ZeRO-0 (DDP) with no TP, PP or CP; no ZeRO-1",
          _zero_supported,
          lambda m, c: ("torchtitan: FSDP2 shards gradients with the optimizer state, so ZeRO-1 "
