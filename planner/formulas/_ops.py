@@ -82,3 +82,14 @@ def select(indicator, if_one, if_zero):
     if _is_array(indicator, if_one, if_zero) and not _is_symbolic(indicator, if_one, if_zero):
         return np.where(np.asarray(indicator) > 0.5, if_one, if_zero)
     return indicator * if_one + (1 - indicator) * if_zero
+
+
+def log2(x):
+    """log₂ x on any backend."""
+    if _is_symbolic(x):
+        import sympy
+
+        return sympy.log(x, 2)
+    if _is_array(x):
+        return np.log2(x)
+    return math.log2(x)
