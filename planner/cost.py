@@ -125,7 +125,7 @@ def _collective_group(x, size, stride, domain):
     ranks per domain r, the domains k it spans, and the bus bandwidth of its ring collectives
     (bw) and all-reduces (bw_allreduce: NVLS inside the domain where the profile has it)."""
     inside = C.inside_domain(stride * size, domain)
-    r = C.ranks_per_domain(size, stride, domain)
+    r = C.ranks_per_domain(size, stride, domain, inside)
     oversub = C.oversubscription_factor(stride * size, x.pod, x.oversub)
     crossing = C.cross_domain_busbw(r, x.nics_per_gpu, x.net_bw, x.fast_bw, oversub)
     return SimpleNamespace(inside=inside, r=r, k=C.domains_spanned(size, r),
@@ -282,6 +282,14 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         + C.same_link(cp_inside, pp_inside) * pp_mb_bytes, 1 - _ops.le(cp, 1)))
     pp_share = note("pp_share", C.link_share(
         pp_mb_bytes, C.same_link(pp_inside, cp_inside) * cp_mb_bytes, 1 - _ops.le(p, 1)))
+    # each link's busy time per micro-batch from TP, CP and PP, at their own bandwidths
+    busy = [tp_mb_bytes / g.tp.bw, cp_mb_bytes / g.cp.bw, pp_mb_bytes / g.pp.bw]
+    inside = [tp_inside, cp_inside, pp_inside]
+    nvlink_busy_mb = sum(i * b for i, b in zip(inside, busy))
+    network_busy_mb = sum((1 - i) * b for i, b in zip(inside, busy))
+    # what runs beside the data-parallel collectives on their link, per micro-batch
+    dp_concurrent = (C.same_link(dp_inside, pp_inside) * pp_mb_bytes
+                     + C.same_link(dp_inside, cp_inside) * cp_mb_bytes)
     if c.sequence_parallel:  # two all-gather + reduce-scatter pairs per direction
         tp_dir_s = C.ring_time_s(tp_layer, g.tp.bw * tp_share, t, g.tp.k, 4, x.fast_lat,
                                  x.net_lat)
@@ -331,7 +339,9 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside,
         links=g, fwd_passes=fwd_passes, tp_dir_s=tp_dir_s, cp_layer_s=cp_layer_s,
         tp_mb_bytes=tp_mb_bytes, cp_mb_bytes=cp_mb_bytes, pp_mb_bytes=pp_mb_bytes,
-        tp_share=tp_share, cp_share=cp_share, pp_share=pp_share)
+        tp_share=tp_share, cp_share=cp_share, pp_share=pp_share,
+        dp_concurrent_bytes=dp_concurrent, nvlink_busy_mb=nvlink_busy_mb,
+        network_busy_mb=network_busy_mb)
 
 
 def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
@@ -372,9 +382,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction). Each runs as the
     # ZERO_COLLECTIVES table says, on the dp·cp group's link, sharing it with the PP and CP
     # traffic of the same micro-batch where they cross the same link
-    dp = k.links.dp
-    concurrent = (C.same_link(k.dp_inside, k.pp_inside) * k.pp_mb_bytes
-                  + C.same_link(k.dp_inside, k.cp_inside) * k.cp_mb_bytes)
+    dp, concurrent = k.links.dp, k.dp_concurrent_bytes
 
     def dp_time(when):
         if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
@@ -415,11 +423,9 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     slots = PL.pipeline_slots(p, m, v)
     # the busiest link bounds the step: each link's traffic at its own bandwidth, per GPU
     g = k.links
-    busy = [m * k.tp_mb_bytes / g.tp.bw, m * k.cp_mb_bytes / g.cp.bw, m * k.pp_mb_bytes / g.pp.bw,
-            dp_bytes / dp.bw]
-    inside = [k.tp_inside, k.cp_inside, k.pp_inside, k.dp_inside]
-    nvlink_busy = note("nvlink_busy_s", sum(i * b for i, b in zip(inside, busy)))
-    network_busy = note("network_busy_s", sum((1 - i) * b for i, b in zip(inside, busy)))
+    dp_busy = dp_bytes / dp.bw
+    nvlink_busy = note("nvlink_busy_s", k.nvlink_busy_mb * m + k.dp_inside * dp_busy)
+    network_busy = note("network_busy_s", k.network_busy_mb * m + (1 - k.dp_inside) * dp_busy)
     step_s = note("step_s", _ops.maximum(
         T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s),
         _ops.maximum(nvlink_busy, network_busy)))

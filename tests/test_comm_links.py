@@ -72,7 +72,8 @@ def test_strides_follow_megatron_order():
     (6, 8, 72, 3),    # span 48 in a 72-GPU domain: every other group straddles, worse half 3
 ])
 def test_ranks_per_domain(size, stride, domain, want):
-    assert C.ranks_per_domain(size, stride, domain) == want
+    inside = C.inside_domain(size * stride, domain)
+    assert C.ranks_per_domain(size, stride, domain, inside) == want
 
 
 # ---- links: published nccl-tests figures --------------------------------------------------------

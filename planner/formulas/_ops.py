@@ -12,13 +12,21 @@ import math
 
 import numpy as np
 
+_PLAIN = (float, int, np.ndarray, np.floating)
+
 
 def _is_symbolic(*xs) -> bool:
-    return any(type(x).__module__.startswith("sympy") for x in xs)
+    for x in xs:  # plain numbers and arrays first: the search calls this millions of times
+        if not isinstance(x, _PLAIN) and type(x).__module__.startswith("sympy"):
+            return True
+    return False
 
 
 def _is_array(*xs) -> bool:
-    return any(isinstance(x, np.ndarray) for x in xs)
+    for x in xs:
+        if isinstance(x, np.ndarray):
+            return True
+    return False
 
 
 def minimum(a, b):
@@ -71,8 +79,9 @@ def divides(a, b):
         import sympy
 
         return sympy.Piecewise((1, sympy.Eq(sympy.Mod(b, a), 0)), (0, True))
-    if _is_array(a, b):
-        return (np.mod(np.asarray(b), np.asarray(a)) == 0).astype(np.float64)
+    if _is_array(a, b):  # b/a is exact when a divides b (whole numbers in float64): one floor
+        q = np.asarray(b, dtype=np.float64) / np.asarray(a, dtype=np.float64)
+        return (q == np.floor(q)).astype(np.float64)
     return 1.0 if b % a == 0 else 0.0
 
 

@@ -213,13 +213,12 @@ def on_link(inside, fast_value, network_value):
 
 # ---- placement: which GPUs a group's ranks sit on ------------------------------------------------
 
-def ranks_per_domain(group_size, stride, domain_gpus):
+def ranks_per_domain(group_size, stride, domain_gpus, inside):
     """Ranks of one group inside one NVLink domain of `domain_gpus` consecutive GPUs (ranks are
-    placed on GPUs in order): all g of them when the group's span s·g fits and tiles the domain
-    (inside_domain); otherwise max(1, min(D/s, g/2)) — D/s when the domain holds whole runs of
-    the group, 1 when its stride passes a whole domain, and g/2 for a group that straddles a
-    domain boundary (the worse-placed half sets the pace)."""
-    inside = inside_domain(stride * group_size, domain_gpus)
+    placed on GPUs in order): all g of them when the group lies inside a domain (inside =
+    inside_domain(s·g, D): its span fits and tiles the domain); otherwise max(1, min(D/s, g/2)) —
+    D/s when the domain holds whole runs of the group, 1 when its stride passes a whole domain,
+    and g/2 for a group that straddles a domain boundary (the worse-placed half sets the pace)."""
     return _ops.select(inside, group_size,
                        _ops.maximum(1, _ops.minimum(domain_gpus / stride, group_size / 2)))
 
@@ -324,7 +323,7 @@ def ring_time_s(volume_bytes, busbw, n_ranks, n_domains, passes, fast_latency_s,
 def same_link(inside_a, inside_b):
     """1 when two groups' traffic crosses the same kind of link (both inside the NVLink domain,
     or both across the network), else 0."""
-    return inside_a * inside_b + (1 - inside_a) * (1 - inside_b)
+    return 1 - (inside_a - inside_b) ** 2  # = a·b + (1 − a)(1 − b) for a, b ∈ {0, 1}
 
 
 def link_share(own_bytes, concurrent_bytes, sends):
