@@ -206,6 +206,14 @@ class HardwareProfile(_Strict):
     tdp_w: PositiveFloat | None = None
     topology: Topology = Topology()
 
+    @model_validator(mode="after")
+    def _topology_fits(self) -> HardwareProfile:
+        used = self.topology.domain_gpus_used
+        if used is not None and used > self.gpus_per_domain:
+            raise ValueError(f"topology.domain_gpus_used ({used}) cannot exceed gpus_per_domain "
+                             f"({self.gpus_per_domain})")
+        return self
+
     @property
     def node_gpus(self) -> int:
         return self.topology.gpus_per_node or min(self.gpus_per_domain, 8)

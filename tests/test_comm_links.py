@@ -309,3 +309,42 @@ def test_example_cluster_profiles_load():
     without = estimate(load_model("8b"), load_hardware("h100-nvlink"), config)
     assert with_sharp.time.dp_exposed_s < without.time.dp_exposed_s
     assert ZeroStage(config.zero_stage) is ZeroStage.NONE
+
+
+# ---- the command line says which link each group crosses ----------------------------------------
+
+def test_explain_puts_cp_on_nvlink_in_a_gb200_rack():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    r = CliRunner().invoke(app, ["explain", "--model", "8b", "--gpus", "64", "--hw", "gb200-nvl72",
+                                 "--tp", "8", "--cp", "8"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "CP 8 inside the NVLink domain" in r.output
+    assert "Links:" in r.output and "Busiest: NVLink" in r.output
+    j = CliRunner().invoke(app, ["explain", "--model", "8b", "--gpus", "64", "--hw", "gb200-nvl72",
+                                 "--tp", "8", "--cp", "8", "--json"])
+    assert j.exit_code == 0, j.output
+    comm = json.loads(j.output)["comm"]
+    assert comm["cp_link"] == "nvlink" and comm["busiest_link"] == "nvlink"
+    assert 0 < comm["cp_share"] < 1  # CP shares NVLink with TP's traffic
+    assert comm["cp_busbw_bytes_per_s"] == pytest.approx(680 * GB)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("nics_per_node = 8", "nics_per_node = 80000"), "topology.nics_per_node = 80,000 is out of range"),
+    (("sharp = false", "sharp = false\ndomain_gpus_used = 9"), "cannot exceed gpus_per_domain (8)"),
+])
+def test_bad_topology_is_one_clear_line(tmp_path, edit, message):
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    text = (Path(__file__).parent.parent / "hardware_profiles" / "h100-nvlink.toml").read_text()
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(*edit))
+    r = CliRunner().invoke(app, ["explain", "--model", "8b", "--gpus", "16", "--hw", str(path),
+                                 "--no-sp"])
+    assert r.exit_code != 0
+    assert message in r.output and "Traceback" not in r.output
