@@ -4,6 +4,13 @@ Volumes are the bytes one GPU sends. A ring all-reduce of B bytes over n ranks s
 2(n − 1)/n · B per rank (reduce-scatter then all-gather, each (n − 1)/n · B); a reduce-scatter or
 an all-gather alone sends (n − 1)/n · B (Patarasuk & Yuan 2009; NCCL's "bus bandwidth" is defined
 so that time = this volume / busbw).
+
+Which link a collective crosses, and at what bandwidth, follows from where the group's ranks sit
+(planner/placement.py gives the strides): inside an NVLink domain, the domain's bus bandwidth;
+across domains, the NICs of all the group's ranks in a domain (cross_domain_busbw); latency by
+the algorithm NCCL picks (ring_latency_s, tree_latency_s); links shared by concurrent groups
+(link_share); compute slowed by the collectives hidden beside it (overlap_slowdown_s). README,
+"The communication model", states the model and its sources.
 """
 
 from __future__ import annotations
@@ -192,23 +199,6 @@ def inside_domain(group_span, domain_size):
     (NVLink) domain — the span fits and tiles the domain evenly (a 48-rank span in a 72-GPU NVL72
     domain straddles two domains for every other group) — 0 when it must cross the network."""
     return _ops.le(group_span, domain_size) * _ops.divides(group_span, domain_size)
-
-
-def dp_group_span(tp, cp, dp):
-    """Ranks a data-parallel group spans with Megatron's rank order tp-cp-dp-pp: t·c·d."""
-    return tp * cp * dp
-
-
-def pp_neighbour_span(tp, cp, dp):
-    """Ranks two adjacent pipeline stages span (order tp-cp-dp-pp): 2·t·c·d."""
-    return 2 * tp * cp * dp
-
-
-def on_link(inside, fast_value, network_value):
-    """The link a group crosses: the fast domain's bandwidth or latency (NVLink) for a group
-    inside it (inside = 1), the network's otherwise — then every ring has to leave the node and
-    each GPU's own NIC is the bottleneck."""
-    return _ops.select(inside, fast_value, network_value)
 
 
 # ---- placement: which GPUs a group's ranks sit on ------------------------------------------------
