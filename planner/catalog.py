@@ -81,6 +81,11 @@ HARDWARE_LIMITS = [
     ("efficiency.hbm", 1e-4, 1.0, "(a fraction of peak)"),
     ("efficiency.kernel_overhead_us", 0.0, 1e6, "µs"), ("runtime.reserved_gib", 0.0, 1e6, "GiB"),
     ("tdp_w", 1e-3, 1e6, "W"),
+    # network topology (schema.Topology)
+    ("fast.nvls_busbw_gb_per_s", 1e-3, 1e7, "GB/s"), ("topology.gpus_per_node", 1, 2**12, "GPUs"),
+    ("topology.nics_per_node", 1, 2**12, "NICs"), ("topology.pod_gpus", 1, 2**30, "GPUs"),
+    ("topology.oversubscription", 1.0, 1e3, "(1 = full bisection)"),
+    ("topology.domain_gpus_used", 1, 2**20, "GPUs"),
 ]
 
 

@@ -25,6 +25,7 @@ from .formulas import timing as T
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .frameworks import FRAMEWORKS
 from .frameworks.base import ActivationStyle, Framework, LossKind
+from .placement import MEGATRON_RANK_ORDER, group_stride
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -118,13 +119,32 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
     return dict(
         peak_flops=hw.peak_flops_per_s(precision), gemm_eff=hw.gemm_efficiency(precision),
         peak_flops_16=hw.peak_flops_per_s(sixteen), gemm_eff_16=hw.gemm_efficiency(sixteen),
-        hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm, domain=hw.gpus_per_domain,
+        hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm,
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
         kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
         n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
         reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
         capacity=hw.capacity_bytes,
+        **topology_numbers(hw),
+    )
+
+
+NO_POD = 2.0**40
+"""A pod size no job reaches: full bisection bandwidth everywhere."""
+
+
+def topology_numbers(hw: HardwareProfile) -> dict:
+    """The profile's network topology in base units (schema.Topology): the GPUs a job uses per
+    NVLink domain, NICs per GPU, the full-bisection pod and the oversubscription above it, SHARP,
+    NVLS (its all-reduce bandwidth; the ring figure where the switch has none), and the slowdown
+    of compute that runs beside a collective."""
+    nvls = hw.fast.nvls_busbw_bytes_per_s
+    return dict(
+        domain=hw.domain_gpus_used, nics_per_gpu=hw.nics_per_gpu,
+        pod=hw.topology.pod_gpus or NO_POD, oversub=hw.topology.oversubscription,
+        sharp=int(hw.topology.sharp), nvls_bw=hw.fast.busbw_bytes_per_s if nvls is None else nvls,
+        overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN,
     )
 
 
@@ -162,6 +182,43 @@ def _flag(value) -> bool:
     """A model indicator (moe, mla) as a Python truth: any row's, where tests stack models into
     arrays (a dense row then takes the MoE expressions, which give it exactly 0)."""
     return bool(np.any(np.asarray(value)))
+
+
+def _collective_group(x, size, stride, domain):
+    """One group of `size` ranks `stride` apart: whether it lies inside an NVLink domain, its
+    ranks per domain r, the domains k it spans, and the bus bandwidth of its ring collectives
+    (bw) and all-reduces (bw_allreduce: NVLS inside the domain where the profile has it)."""
+    inside = C.inside_domain(stride * size, domain)
+    r = C.ranks_per_domain(size, stride, domain, inside)
+    oversub = C.oversubscription_factor(stride * size, x.pod, x.oversub)
+    crossing = C.cross_domain_busbw(r, x.nics_per_gpu, x.net_bw, x.fast_bw, oversub)
+    return SimpleNamespace(inside=inside, r=r, k=C.domains_spanned(size, r),
+                           bw=C.group_busbw(inside, x.fast_bw, crossing),
+                           bw_allreduce=C.group_busbw(inside, x.nvls_bw, crossing))
+
+
+def group_links(x, t, cp, p, order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
+    """Each parallel group's placement and link, from the rank order (Megatron's tp-cp-dp-pp
+    unless a framework passes its own): TP, CP, the data-parallel (dp·cp) gradient group, and the
+    pipeline neighbours (a point-to-point send; inside when two adjacent stages share a domain)."""
+    degrees = dict(tp=t, cp=cp, dp=x.dp, pp=p)
+    domain = C.job_domain_gpus(x.domain, x.dp * t * cp * p)
+    pp_stride = group_stride(degrees, ("pp",), order)
+    pp_inside = C.inside_domain(2 * pp_stride, domain)
+    pp_bw = C.group_busbw(pp_inside, x.fast_bw, C.p2p_busbw(
+        x.nics_per_gpu, x.net_bw, x.fast_bw,
+        C.oversubscription_factor(2 * pp_stride, x.pod, x.oversub)))
+    cp_group = _collective_group(x, cp, group_stride(degrees, ("cp",), order), domain)
+    # ring attention sends point to point: a hop that leaves the domain runs at one rank's NICs
+    cp_group.bw = C.group_busbw(cp_group.inside, x.fast_bw, C.p2p_busbw(
+        x.nics_per_gpu, x.net_bw, x.fast_bw,
+        C.oversubscription_factor(group_stride(degrees, ("cp",), order) * cp, x.pod, x.oversub)))
+    return SimpleNamespace(
+        domain=domain,
+        tp=_collective_group(x, t, group_stride(degrees, ("tp",), order), domain),
+        cp=cp_group,
+        dp=_collective_group(x, x.dp * cp, group_stride(degrees, ("cp", "dp"), order), domain),
+        pp=SimpleNamespace(inside=pp_inside, r=1, k=1, bw=pp_bw, bw_allreduce=pp_bw))
 
 
 def plan_costs(x, c: Choices, note=_same) -> dict:
@@ -425,10 +482,36 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
                                              Recompute.FULL: fwd_s}[c.recompute])
 
-    tp_inside = C.inside_domain(t, x.domain)
-    tp_bw = C.on_link(tp_inside, x.fast_bw, x.net_bw)
-    tp_lat = C.on_link(tp_inside, x.fast_lat, x.net_lat)
-    tp_dir_s = note("tp_layer_s", C.collective_time_s(tp_layer, tp_bw, 4 * (t - 1), tp_lat))
+    # ---- links: where each group's ranks sit (Megatron's order), what each collective gets ------
+    g = group_links(x, t, cp, p)
+    tp_inside, cp_inside, dp_inside, pp_inside = g.tp.inside, g.cp.inside, g.dp.inside, g.pp.inside
+    # traffic of one micro-batch, for the groups that share a link in the same window
+    tp_mb_bytes = layers * (fwd_passes + 1) * tp_layer
+    cp_mb_bytes = layers * cp_layer
+    pp_mb_bytes = C.pp_step_bytes(p, 1, v, boundary)
+    tp_share = note("tp_share", C.link_share(
+        tp_mb_bytes, C.same_link(tp_inside, cp_inside) * cp_mb_bytes, 1 - _ops.le(t, 1)))
+    cp_share = note("cp_share", C.link_share(
+        cp_mb_bytes, C.same_link(cp_inside, tp_inside) * tp_mb_bytes
+        + C.same_link(cp_inside, pp_inside) * pp_mb_bytes, 1 - _ops.le(cp, 1)))
+    pp_share = note("pp_share", C.link_share(
+        pp_mb_bytes, C.same_link(pp_inside, cp_inside) * cp_mb_bytes, 1 - _ops.le(p, 1)))
+    # each link's busy time per micro-batch from TP, CP and PP, at their own bandwidths
+    busy = [tp_mb_bytes / g.tp.bw, cp_mb_bytes / g.cp.bw, pp_mb_bytes / g.pp.bw]
+    inside = [tp_inside, cp_inside, pp_inside]
+    nvlink_busy_mb = sum(i * b for i, b in zip(inside, busy))
+    network_busy_mb = sum((1 - i) * b for i, b in zip(inside, busy))
+    # what runs beside the data-parallel collectives on their link, per micro-batch
+    dp_concurrent = (C.same_link(dp_inside, pp_inside) * pp_mb_bytes
+                     + C.same_link(dp_inside, cp_inside) * cp_mb_bytes)
+    if c.sequence_parallel:  # two all-gather + reduce-scatter pairs per direction
+        tp_dir_s = C.ring_time_s(tp_layer, g.tp.bw * tp_share, t, g.tp.k, 4, x.fast_lat,
+                                 x.net_lat)
+    else:  # two all-reduces per direction: NVLS inside the domain, ring or tree
+        tp_dir_s = 2 * C.allreduce_time_s(
+            tp_layer / 2 * C.sharp_volume_factor(t, x.sharp * (1 - tp_inside)),
+            g.tp.bw_allreduce * tp_share, t, g.tp.k, x.fast_lat, x.net_lat)
+    tp_dir_s = note("tp_layer_s", tp_dir_s)
     # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
     # GEMMs (Megatron's asynchronous TP all-reduce), which take as long as the forward matmuls
     tp_bwd_exposed = T.exposed_time_s(tp_dir_s, mm_s)
@@ -438,12 +521,13 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     layer_fwd_total = fwd_s + tp_dir_s
     layer_bwd_total = bwd_s + recompute_s + (fwd_passes - 1) * tp_dir_s + tp_bwd_exposed
 
-    cp_inside = C.inside_domain(t * cp, x.domain)
-    cp_bw = C.on_link(cp_inside, x.fast_bw, x.net_bw)
-    cp_lat = C.on_link(cp_inside, x.fast_lat, x.net_lat)
-    cp_layer_s = C.collective_time_s(cp_layer, cp_bw, 3 * (cp - 1), cp_lat)
-    # ring attention passes K/V while the attention products run, forward and backward
-    cp_layer_exposed = T.exposed_time_s(cp_layer_s, (1 + att_bwd) * att_s)
+    cp_layer_s = C.ring_time_s(cp_layer, g.cp.bw * cp_share, cp, g.cp.k, 3, x.fast_lat,
+                               x.net_lat)
+    # ring attention passes K/V while the attention products run, forward and backward; the
+    # NCCL kernels slow the attention they hide under (C.overlap_slowdown_s)
+    cp_window = (1 + att_bwd) * att_s
+    cp_layer_exposed = (T.exposed_time_s(cp_layer_s, cp_window)
+                        + C.overlap_slowdown_s(cp_layer_s, cp_window, x.overlap_slow))
 
     # ---- moe: expert-parallel all-to-all, per MoE layer and micro-batch: dispatch and combine
     # forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens
@@ -456,7 +540,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, x.domain)
         a2a_s = note_moe("all_to_all_s", MO.all_to_all_time_s(
             a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, x.domain), x.fast_bw, x.net_bw,
-            C.on_link(ep_span_inside, x.fast_lat, x.net_lat)))
+            _ops.select(ep_span_inside, x.fast_lat, x.net_lat)))
         etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
         ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), fwd_s + bwd_s,
                                                               x.a2a_overlap)
@@ -467,12 +551,8 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                                           logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
                                           x.hbm_eff))
 
-    pp_span = C.pp_neighbour_span(t, cp, x.dp)
-    pp_inside = C.inside_domain(pp_span, x.domain)
-    pp_bw = C.on_link(pp_inside, x.fast_bw, x.net_bw)
-    pp_lat = C.on_link(pp_inside, x.fast_lat, x.net_lat)
-    pp_mb_s = C.collective_time_s(C.pp_step_bytes(p, 1, v, boundary), pp_bw, 2 * (v * p - 1) / p,
-                                  pp_lat)
+    pp_mb_s = C.collective_time_s(pp_mb_bytes, g.pp.bw * pp_share, 2 * (v * p - 1) / p,
+                                  _ops.select(pp_inside, x.fast_lat, x.net_lat))
 
     compute_mb_s = note("compute_microbatch_s", layers * (fwd_s + bwd_s + recompute_s) + head_s)
     tp_mb_s = layers * tp_layer_exposed
@@ -482,10 +562,6 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     wgrad_mb_s = note("wgrad_microbatch_s", layers * mm_s)
     fwd_mb_s = note("forward_microbatch_s", layers * layer_fwd_total)
 
-    dp_span = C.dp_group_span(t, cp, x.dp)
-    dp_inside = C.inside_domain(dp_span, x.domain)
-    dp_bw = C.on_link(dp_inside, x.fast_bw, x.net_bw)
-    dp_lat = C.on_link(dp_inside, x.fast_lat, x.net_lat)
     return SimpleNamespace(
         L=L, s=s, t=t, p=p, cp=cp, v=v, m=m, d_shard=d_shard, layers=layers, n_params=n_params,
         layer_sharded=layer_sharded, layer_replicated=layer_replicated, vocab_padded=vocab_padded,
@@ -496,8 +572,13 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         model_flops_causal=model_flops_causal,
         bwd_s=bwd_s, recompute_s=recompute_s, layer_fwd_total=layer_fwd_total,
         layer_bwd_total=layer_bwd_total, compute_mb_s=compute_mb_s, tp_mb_s=tp_mb_s,
-        cp_mb_s=cp_mb_s, pp_mb_s=pp_mb_s, dp_bw=dp_bw, dp_lat=dp_lat, tp_inside=tp_inside,
+        cp_mb_s=cp_mb_s, pp_mb_s=pp_mb_s, tp_inside=tp_inside,
         cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside,
+        links=g, fwd_passes=fwd_passes, tp_dir_s=tp_dir_s, cp_layer_s=cp_layer_s,
+        tp_mb_bytes=tp_mb_bytes, cp_mb_bytes=cp_mb_bytes, pp_mb_bytes=pp_mb_bytes,
+        tp_share=tp_share, cp_share=cp_share, pp_share=pp_share,
+        dp_concurrent_bytes=dp_concurrent, nvlink_busy_mb=nvlink_busy_mb,
+        network_busy_mb=network_busy_mb,
         param_copies=param_copies, wgrad_mb_s=wgrad_mb_s, fwd_mb_s=fwd_mb_s,
         # moe
         expert_first=expert_first, expert_last=expert_last, ep_mb_s=ep_mb_s, ep_bytes=ep_bytes,
@@ -591,41 +672,54 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         dp_bytes = dp_bytes + C.dp_gradient_bytes(stage_experts, x.g_bytes, x.w_bytes, edp, m, z)
 
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
-    # overlapped with that micro-batch's compute (prefetch, bucketed reduction)
-    ring_steps = d_shard - 1
-    zero_mb_bytes = C.zero_microbatch_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, z)
-    zero_mb_s = (C.collective_time_s(zero_mb_bytes, k.dp_bw,
-                                     C.ZERO_MICROBATCH_RING_PASSES[z] * ring_steps, k.dp_lat)
-                 if z >= 2 else 0)
-    zero3_mb_s = T.exposed_time_s(zero_mb_s, k.compute_mb_s) if z >= 2 else 0
-    reduce_passes, gather_passes = C.ZERO_STEP_RING_PASSES[z]
-    reduce_s = note("dp_reduce_s", C.collective_time_s(C.zero_step_reduce_bytes(
-        stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, reduce_passes * ring_steps,
-        k.dp_lat))
-    gather_s = note("dp_gather_s", C.collective_time_s(C.zero_step_gather_bytes(
-        stage_params, x.g_bytes, x.w_bytes, d_shard, z), k.dp_bw, gather_passes * ring_steps,
-        k.dp_lat))
-    # moe: the same collectives for the expert shards over their edp group (the same span of
-    # ranks as the dense layers' d·c·t, so the same link)
-    edp_steps = edp - 1
+    # overlapped with that micro-batch's compute (prefetch, bucketed reduction). Each runs as the
+    # ZERO_COLLECTIVES table says, on the dp·cp group's link, sharing it with the PP and CP
+    # traffic of the same micro-batch where they cross the same link
+    dp, concurrent = k.links.dp, k.dp_concurrent_bytes
+
+    def dp_time(when, params=stage_params, ranks=d_shard):
+        if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
+            return 1, 0
+        volume = C.zero_bytes(params, x.g_bytes, x.w_bytes, ranks, z, when)
+        share = C.link_share(volume, concurrent, 1 - _ops.le(ranks, 1))
+        if C.zero_allreduce(z, when):
+            return share, C.allreduce_time_s(
+                volume * C.sharp_volume_factor(ranks, x.sharp * (1 - k.dp_inside)),
+                dp.bw_allreduce * share, ranks, dp.k, x.fast_lat, x.net_lat)
+        return share, C.ring_time_s(volume, dp.bw * share, ranks, dp.k,
+                                    C.zero_ring_passes(z, when), x.fast_lat, x.net_lat)
+
+    mb_share, zero_mb_s = dp_time(C.When.MICRO_BATCH)
+    tail_share, reduce_s = dp_time(C.When.STEP_REDUCE)
+    _, gather_s = dp_time(C.When.STEP_GATHER)
     if moe:
-        zero_mb_s = zero_mb_s + (x.moe * C.collective_time_s(C.zero_microbatch_bytes(
-            stage_experts, x.g_bytes, x.w_bytes, edp, z), k.dp_bw,
-            C.ZERO_MICROBATCH_RING_PASSES[z] * edp_steps, k.dp_lat) if z >= 2 else 0)
-        zero3_mb_s = T.exposed_time_s(zero_mb_s, k.compute_mb_s) if z >= 2 else 0
-        reduce_s = reduce_s + x.moe * C.collective_time_s(C.zero_step_reduce_bytes(
-            stage_experts, x.g_bytes, x.w_bytes, edp, z), k.dp_bw, reduce_passes * edp_steps,
-            k.dp_lat)
-        gather_s = gather_s + x.moe * C.collective_time_s(C.zero_step_gather_bytes(
-            stage_experts, x.g_bytes, x.w_bytes, edp, z), k.dp_bw, gather_passes * edp_steps,
-            k.dp_lat)
+        # moe: the same collectives for the expert shards over their edp group (the same span of
+        # ranks as the dense layers' d·c·t, so the same link)
+        # (select, not a product: a dense row's expert collective is 0/0 where nothing shares)
+        zero_mb_s = zero_mb_s + _ops.select(
+            x.moe, dp_time(C.When.MICRO_BATCH, stage_experts, edp)[1], 0)
+        reduce_s = reduce_s + _ops.select(
+            x.moe, dp_time(C.When.STEP_REDUCE, stage_experts, edp)[1], 0)
+        gather_s = gather_s + _ops.select(
+            x.moe, dp_time(C.When.STEP_GATHER, stage_experts, edp)[1], 0)
+    reduce_s = note("dp_reduce_s", reduce_s)
+    gather_s = note("dp_gather_s", gather_s)
+    dp_share = note("dp_share", mb_share if z >= 2 else tail_share)
+    zero3_mb_s = (T.exposed_time_s(zero_mb_s, k.compute_mb_s)
+                  + C.overlap_slowdown_s(zero_mb_s, k.compute_mb_s, x.overlap_slow)
+                  if z >= 2 else 0)
     note("dp_tail_s", reduce_s + gather_s)
     # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
     # of the updated weights (after the optimizer step) under the next step's first forward pass
-    # (Megatron's --overlap-grad-reduce and --overlap-param-gather, taken as set together)
+    # (Megatron's --overlap-grad-reduce and --overlap-param-gather, taken as set together); what
+    # they hide under runs slower by the NCCL kernels beside it
+    bwd_window = x.overlap * layers * (k.bwd_s + k.recompute_s)
+    fwd_window = x.overlap * layers * k.fwd_s
     dp_tail_exposed = note("dp_tail_exposed_s", (
-        T.exposed_time_s(reduce_s, x.overlap * layers * (k.bwd_s + k.recompute_s))
-        + T.exposed_time_s(gather_s, x.overlap * layers * k.fwd_s)))
+        T.exposed_time_s(reduce_s, bwd_window)
+        + C.overlap_slowdown_s(reduce_s, bwd_window, x.overlap_slow)
+        + T.exposed_time_s(gather_s, fwd_window)
+        + C.overlap_slowdown_s(gather_s, fwd_window, x.overlap_slow)))
 
     opt_shard = d_shard if z >= 1 else 1
     opt_bytes = T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard)
@@ -640,7 +734,14 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     times = (c.schedule, k.fwd_mb_s, bgrad_mb_s, k.wgrad_mb_s)
     bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v, *times))
     slots = PL.pipeline_slots(p, m, v, *times)
-    step_s = note("step_s", T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s))
+    # the busiest link bounds the step: each link's traffic at its own bandwidth, per GPU
+    g = k.links
+    dp_busy = dp_bytes / dp.bw
+    nvlink_busy = note("nvlink_busy_s", k.nvlink_busy_mb * m + k.dp_inside * dp_busy)
+    network_busy = note("network_busy_s", k.network_busy_mb * m + (1 - k.dp_inside) * dp_busy)
+    step_s = note("step_s", _ops.maximum(
+        T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s),
+        _ops.maximum(nvlink_busy, network_busy)))
     n_gpus = x.dp * t * p * cp
 
     tp_exposed = note("tp_exposed_s", m * k.tp_mb_s)
@@ -677,4 +778,12 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         # moe: expert parallelism's traffic, exposed time and link; expert parameters per GPU
         ep_bytes=k.ep_bytes, ep_exposed_s=ep_exposed, ep_inside=k.ep_inside,
         expert_stage_params=stage_experts,
+        # the bus bandwidth each group's collectives get, its share of the link, and how busy
+        # each link is (C.link_share, C.link_utilisation)
+        tp_busbw=g.tp.bw, cp_busbw=g.cp.bw, dp_busbw=dp.bw, pp_busbw=g.pp.bw,
+        tp_share=k.tp_share, cp_share=k.cp_share, dp_share=dp_share, pp_share=k.pp_share,
+        tp_ranks_per_domain=g.tp.r, cp_ranks_per_domain=g.cp.r, dp_ranks_per_domain=dp.r,
+        nvlink_busy_s=nvlink_busy, network_busy_s=network_busy,
+        nvlink_utilisation=C.link_utilisation(nvlink_busy, step_s),
+        network_utilisation=C.link_utilisation(network_busy, step_s),
     )

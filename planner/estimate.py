@@ -86,6 +86,19 @@ def _link(degree: int, inside: float) -> str:
     return "nvlink" if inside >= 0.5 else "network"
 
 
+def link_fields(f: dict) -> dict:
+    """The Comm fields of the link model (bandwidth per group, share, utilisation) from the cost
+    dictionary of one plan."""
+    out = {f"{k}_busbw_bytes_per_s": f[f"{k}_busbw"] for k in ("dp", "tp", "pp", "cp")}
+    out.update({f"{k}_share": f[f"{k}_share"] for k in ("dp", "tp", "pp", "cp")})
+    out.update({f"{k}_ranks_per_domain": f[f"{k}_ranks_per_domain"] for k in ("dp", "tp", "cp")})
+    out.update({k: f[k] for k in ("nvlink_busy_s", "network_busy_s", "nvlink_utilisation",
+                                  "network_utilisation")})
+    busiest = max(("nvlink", "network"), key=lambda k: f[f"{k}_busy_s"])
+    out["busiest_link"] = busiest if f[f"{busiest}_busy_s"] > 0 else "none"
+    return out
+
+
 def model_warnings(model: ModelSpec) -> list[PlanWarning]:
     """What the model of a plan leaves out for this architecture. (moe: mixtures of experts are
     modelled with expert parallelism, the all-to-all and the dispatcher's buffers since the
@@ -132,7 +145,8 @@ def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
         comm=Comm(**{k: f[k] for k in ("dp_bytes", "tp_bytes", "pp_bytes", "cp_bytes")},
                   **{f"{k}_link": _link(group, f[f"{k}_inside"]) for k, group in (
                       ("dp", config.dp * config.cp), ("tp", config.tp), ("pp", config.pp),
-                      ("cp", config.cp))}),
+                      ("cp", config.cp))},
+                  **link_fields(f)),
         bubble_fraction=f["bubble_fraction"], time=time,
         warnings=plan_warnings(hw, config, f, model.n_layers) + model_warnings(model))
 

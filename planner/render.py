@@ -254,6 +254,7 @@ def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = Fal
                           f"is T_bubble/T_step = {bubble_share(plan):.1%}.")
         if group == "comm":
             out.print(layout_line(plan))
+            out.print(links_line(plan))  # comm: link model (see links_line)
 
 
 def _render_constants(constants, out: Console, title: str) -> None:
@@ -279,6 +280,27 @@ def layout_line(plan: Plan) -> str:
         if link != "none":
             parts.append(f"{name} {degree} {LINK_NAMES[link]}")
     return "Layout: " + ("; ".join(parts) if parts else "one GPU, no communication") + "."
+
+
+# ---- comm helper: the link model's line (bandwidth, share, busiest link) -----------------------
+
+def links_line(plan: Plan) -> str:
+    """Each group's bus bandwidth per GPU and its share of the link, and the busiest link."""
+    c, comm = plan.config, plan.comm
+    parts = []
+    for name, degree, link, bw, share in (
+            ("TP", c.tp, comm.tp_link, comm.tp_busbw_bytes_per_s, comm.tp_share),
+            ("CP", c.cp, comm.cp_link, comm.cp_busbw_bytes_per_s, comm.cp_share),
+            ("DP", c.dp * c.cp, comm.dp_link, comm.dp_busbw_bytes_per_s, comm.dp_share),
+            ("PP", c.pp, comm.pp_link, comm.pp_busbw_bytes_per_s, comm.pp_share)):
+        if link != "none" and degree > 1:
+            parts.append(f"{name} {bw / 1e9:,.0f} GB/s ({share:.0%} share)")
+    if not parts:
+        return "Links: none used."
+    busiest = comm.busiest_link
+    busy = (comm.nvlink_utilisation if busiest == "nvlink" else comm.network_utilisation)
+    return (f"Links: {'; '.join(parts)}. Busiest: "
+            f"{'NVLink' if busiest == 'nvlink' else 'network'}, {busy:.0%} of the step.")
 
 
 def budget_line(plan: Plan) -> str:

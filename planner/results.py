@@ -61,6 +61,25 @@ class Comm(_Out):
     tp_link: Literal["nvlink", "network", "none"] = "none"
     pp_link: Literal["nvlink", "network", "none"] = "none"
     cp_link: Literal["nvlink", "network", "none"] = "none"
+    # placement and links (formulas/comm.py): the bus bandwidth each group's collectives get per
+    # GPU (bytes/s), the share of its link it keeps while other groups' traffic runs beside it,
+    # its ranks per NVLink domain, and how busy each link is over the step
+    dp_busbw_bytes_per_s: float = 0.0
+    tp_busbw_bytes_per_s: float = 0.0
+    pp_busbw_bytes_per_s: float = 0.0
+    cp_busbw_bytes_per_s: float = 0.0
+    dp_share: float = 1.0
+    tp_share: float = 1.0
+    pp_share: float = 1.0
+    cp_share: float = 1.0
+    dp_ranks_per_domain: float = 1.0
+    tp_ranks_per_domain: float = 1.0
+    cp_ranks_per_domain: float = 1.0
+    nvlink_busy_s: float = 0.0
+    network_busy_s: float = 0.0
+    nvlink_utilisation: float = 0.0
+    network_utilisation: float = 0.0
+    busiest_link: Literal["nvlink", "network", "none"] = "none"
 
 
 class Time(_Out):

@@ -279,10 +279,17 @@ class Link(_Strict):
     busbw_gb_per_s: PositiveFloat = Field(
         description="Achievable NCCL all-reduce bus bandwidth per GPU on this link (GB/s).")
     latency_us: PositiveFloat = Field(description="Per-step latency of a ring collective (µs).")
+    nvls_busbw_gb_per_s: PositiveFloat | None = Field(
+        None, description="NVLink SHARP (NVLS) all-reduce bus bandwidth per GPU inside the domain "
+        "(GB/s); None where the switch has no NVLS or NCCL does not use it.")
 
     @property
     def busbw_bytes_per_s(self) -> float:
         return self.busbw_gb_per_s * GB
+
+    @property
+    def nvls_busbw_bytes_per_s(self) -> float | None:
+        return None if self.nvls_busbw_gb_per_s is None else self.nvls_busbw_gb_per_s * GB
 
     @property
     def latency_s(self) -> float:
@@ -305,6 +312,31 @@ class Runtime(_Strict):
                                           description="Allocator fragmentation, share of tensors.")
 
 
+class Topology(_Strict):
+    """How the nodes and NVLink domains connect to the network (the `network` link is one NIC).
+    Every field has a default that keeps older profiles meaning what they meant: one NIC per GPU,
+    8-GPU nodes (or the domain, if smaller), full bisection everywhere, no SHARP."""
+
+    gpus_per_node: PositiveInt | None = Field(
+        None, description="GPUs per node (compute tray); default min(gpus_per_domain, 8).")
+    nics_per_node: PositiveInt | None = Field(
+        None, description="Scale-out NICs per node (each at network.gb_per_s); default one per GPU.")
+    rail_optimized: bool = Field(
+        True, description="NIC i of every node on rail switch i (NVIDIA DGX SuperPOD RA); "
+        "NCCL's PXN keeps every ring on its rail.")
+    pod_gpus: PositiveInt | None = Field(
+        None, description="GPUs within which the network has full bisection bandwidth; None: "
+        "the whole cluster.")
+    oversubscription: float = Field(
+        1.0, ge=1, description="Oversubscription above a pod (7.0 for 1:7).")
+    sharp: bool = Field(
+        False, description="In-network reduction (InfiniBand SHARP via NCCL CollNet) available "
+        "for all-reduces across the network.")
+    domain_gpus_used: PositiveInt | None = Field(
+        None, description="GPUs a job uses per NVLink domain on partly filled racks (e.g. 64 of "
+        "72); default all of them.")
+
+
 class HardwareProfile(_Strict):
     """A GPU and the cluster it sits in."""
 
@@ -325,6 +357,27 @@ class HardwareProfile(_Strict):
     efficiency: Efficiency
     runtime: Runtime
     tdp_w: PositiveFloat | None = None
+    topology: Topology = Topology()
+
+    @model_validator(mode="after")
+    def _topology_fits(self) -> HardwareProfile:
+        used = self.topology.domain_gpus_used
+        if used is not None and used > self.gpus_per_domain:
+            raise ValueError(f"topology.domain_gpus_used ({used}) cannot exceed gpus_per_domain "
+                             f"({self.gpus_per_domain})")
+        return self
+
+    @property
+    def node_gpus(self) -> int:
+        return self.topology.gpus_per_node or min(self.gpus_per_domain, 8)
+
+    @property
+    def nics_per_gpu(self) -> float:
+        return (self.topology.nics_per_node or self.node_gpus) / self.node_gpus
+
+    @property
+    def domain_gpus_used(self) -> int:
+        return self.topology.domain_gpus_used or self.gpus_per_domain
 
     @property
     def capacity_bytes(self) -> float:

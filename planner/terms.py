@@ -131,4 +131,10 @@ TERMS: dict[str, TermInfo] = {
                          "all-to-all traffic per GPU per step: 4 per MoE layer and micro-batch"),
     "ep_exposed_s": TermInfo("T_ep,exp", "s", "time",
                              "all-to-all not overlapped with compute"),
+    "nvlink_busy_s": TermInfo("T_nvl,busy", "s", "comm",
+                              "time NVLink is busy per step: every group's traffic on it at its "
+                              "bus bandwidth (the step cannot be shorter)"),
+    "network_busy_s": TermInfo("T_net,busy", "s", "comm",
+                               "time the network (the GPU's NICs) is busy per step: every "
+                               "group's traffic on it (the step cannot be shorter)"),
 }

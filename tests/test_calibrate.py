@@ -171,10 +171,12 @@ def test_published_a100_cases_gemm_only():
     assert result.rms_log_error_after < result.rms_log_error_before
     assert result.max_abs_error_after < result.max_abs_error_before
     # the median need not: 0.68 (fitted to Korthikanti's per-layer table) already sits near the
-    # median's minimum, and the least-squares optimum (~0.71) is pulled up by a few runs the
-    # model overpredicts by 12–18 %. Guard the numbers the report quotes.
-    assert result.median_abs_error_before == pytest.approx(0.0358, abs=5e-4)
-    assert result.median_abs_error_after == pytest.approx(0.0546, abs=2e-3)
+    # median's minimum, and the least-squares optimum (~0.70) is pulled up by a few runs the
+    # model overpredicts by 10–13 %. Guard the numbers the report quotes (with the link model of
+    # issue 12, where groups leave a node on all their ranks' NICs: 2.60 % → 4.26 %; before it,
+    # 3.58 % → 5.46 % with the optimum at ~0.71).
+    assert result.median_abs_error_before == pytest.approx(0.0260, abs=5e-4)
+    assert result.median_abs_error_after == pytest.approx(0.0426, abs=2e-3)
     assert result.median_abs_error_after < 0.10  # still within the validation target
 
     # and it is the least-squares optimum: moving it 1 % either way is worse

@@ -228,6 +228,23 @@ def check_dp_volume(C):
     assert same(C.dp_gradient_bytes(psi, 2, 2, d, 1, 3) / base, sp.Rational(3, 2))
 
 
+
+def check_links(C):
+    """The link model by hand (issue 12): NICs per group, NCCL's latencies, shared links."""
+    # r ranks of a group per node leave on r NICs: H100, 46 GB/s per NDR NIC, NVLink 370
+    assert C.cross_domain_busbw(1, 1, 46e9, 370e9, 1) == pytest.approx(46e9)
+    assert C.cross_domain_busbw(8, 1, 46e9, 370e9, 1) == pytest.approx(368e9)   # 8 × 46
+    assert C.cross_domain_busbw(64, 1, 46e9, 370e9, 1) == pytest.approx(370e9)  # capped
+    assert C.cross_domain_busbw(1, 1, 46e9, 370e9, 7) == pytest.approx(46e9 / 7)  # 1:7
+    # NCCL's ring and tree latency, n = 64 on k = 8 nodes, α = 1 / 5 µs: 182 and 44 µs
+    assert C.ring_latency_s(64, 8, 2, 1e-6, 5e-6) == pytest.approx(182e-6)
+    assert C.tree_latency_s(64, 8, 1e-6, 5e-6) == pytest.approx(44e-6)
+    # a group inside one domain: the ring's n − 1 steps at NVLink's α
+    assert C.ring_latency_s(8, 1, 1, 1e-6, 5e-6) == pytest.approx(7e-6)
+    # ranks per domain: DP at tp 4 on 8-GPU nodes has 2 per node
+    assert C.ranks_per_domain(64, 4, 8, 0) == 2
+    assert C.link_share(3.0, 1.0, 1) == pytest.approx(0.75)
+
 # ---- FLOPs (the module's own closed forms) ---------------------------------------------------
 
 B_, L_, V_ = sp.symbols("B L V", positive=True)
@@ -353,6 +370,10 @@ def test_tp_and_pp_volumes():
 
 def test_dp_and_zero_volumes():
     check_dp_volume(comm)
+
+
+def test_link_model_by_hand():
+    check_links(comm)
 
 
 def test_flop_closed_forms():

@@ -28,7 +28,8 @@ except ImportError:  # tests/ on sys.path (pytest's default rootdir-relative imp
 
 CHECKS = {
     "planner.formulas.pipeline": (hand.check_bubble, hand.check_inflight),
-    "planner.formulas.comm": (hand.check_ring, hand.check_tp_pp_volume, hand.check_dp_volume),
+    "planner.formulas.comm": (hand.check_ring, hand.check_tp_pp_volume, hand.check_dp_volume,
+                              hand.check_links),
     "planner.formulas.memory": (hand.check_zero_table1,),
     "planner.formulas.activations": (hand.check_korthikanti_table2,),
     "planner.formulas.params": (hand.check_param_counts, hand.check_padded_vocab),
@@ -54,10 +55,23 @@ MUTANTS = [
      "return 2 * (n_ranks - 1) * buffer_bytes", "all-reduce: /n lost"),
     ("comm", "return 2 * (n_ranks - 1) / n_ranks * buffer_bytes",
      "return 2 * buffer_bytes", "all-reduce: (n − 1)/n lost"),
-    ("comm", "3: 2 * bytes_per_weight + bytes_per_grad}",
-     "3: bytes_per_weight + bytes_per_grad}", "ZeRO-3 gathers weights once, not twice"),
+    ("comm", '3: ((Collective.ALL_GATHER, "weight", When.MICRO_BATCH),\n'
+     '        (Collective.ALL_GATHER, "weight", When.MICRO_BATCH),',
+     '3: ((Collective.ALL_GATHER, "weight", When.MICRO_BATCH),',
+     "ZeRO-3 gathers weights once, not twice"),
     ("comm", "return 2 * ring_allreduce_bytes(tp,", "return ring_allreduce_bytes(tp,",
      "TP: one all-reduce per layer instead of two"),
+    # --- comm: the link model (issue 12) ---------------------------------------------------
+    ("comm", "ranks_in_domain * nics_per_gpu * nic_busbw / oversubscription",
+     "nics_per_gpu * nic_busbw / oversubscription", "a cross-node group gets one NIC"),
+    ("comm", "+ _ops.log2(n_domains) * net_latency_s)", "+ (n_domains - 1) * net_latency_s)",
+     "tree latency linear in the nodes"),
+    ("comm", "(n_ranks - n_domains) * fast_latency_s + (n_domains - 1) * net_latency_s",
+     "(n_ranks - 1) * net_latency_s", "every ring step at the network's latency"),
+    ("comm", "_ops.minimum(domain_gpus / stride, group_size / 2)",
+     "_ops.minimum(domain_gpus, group_size / 2)", "ranks per domain ignore the stride"),
+    ("comm", "return (own_bytes + 1 - sends) / (own_bytes + sends * concurrent_bytes + 1 - sends)",
+     "return 1", "links never shared"),
     # --- memory.optimizer_bytes / ZERO_SHARDS ---------------------------------------------
     ("memory", "1: (False, False, True)", "1: (False, False, False)",
      "ZeRO-1 shards nothing"),

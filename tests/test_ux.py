@@ -105,7 +105,8 @@ def test_formulas_name_their_constants():
     assert terms["attention_s"]["formula"] == "2·b·h·s²/(F_peak·c·t·η)"
     assert "F_peak" in terms["head_s"]["formula"] and "η" in terms["head_s"]["formula"]
     # T_step in named sub-terms, the DP tail once
-    assert terms["step_s"]["formula"] == "T_dp,tail + T_opt + T_stage·(m + (p - 1)/v)"
+    assert terms["step_s"]["formula"] == ("max(T_net,busy, T_nvl,busy, "
+                                          "T_dp,tail + T_opt + T_stage·(m + (p - 1)/v))")
     # the wave efficiency folded: its ceilings are sub-terms w₁, w₂, … each shown once
     wave = terms["wave_efficiency"]["formula"]
     assert "ceil" not in wave and len(wave) < 110
@@ -229,7 +230,7 @@ def test_ties_are_shown_and_layouts_are_distinct():
         assert max(g) <= min(g) * (1 + r.tie_band)
     assert r.ranks[0] == "1=" and "tie" in r.reason
     out = " ".join(run(*SEARCH, columns=100).stdout.split())
-    assert "1=" in out and "±3.5%" in out
+    assert "1=" in out and f"±{MODEL_UNCERTAINTY['H100']:.1%}" in out
 
 
 def test_tie_order_by_hand():

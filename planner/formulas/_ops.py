@@ -12,9 +12,14 @@ import math
 
 import numpy as np
 
+_PLAIN = (float, int, np.ndarray, np.floating)
+
 
 def _is_symbolic(*xs) -> bool:
-    return any(type(x).__module__.startswith("sympy") for x in xs)
+    for x in xs:  # plain numbers and arrays first: the search calls this millions of times
+        if not isinstance(x, _PLAIN) and type(x).__module__.startswith("sympy"):
+            return True
+    return False
 
 
 _RESOLVE: list = []  # explain's plan values while it builds formulas (see resolving)
@@ -50,7 +55,10 @@ def _decided(a, b, test):
 
 
 def _is_array(*xs) -> bool:
-    return any(isinstance(x, np.ndarray) for x in xs)
+    for x in xs:
+        if isinstance(x, np.ndarray):
+            return True
+    return False
 
 
 def minimum(a, b):
@@ -109,8 +117,9 @@ def divides(a, b):
         import sympy
 
         return sympy.Piecewise((1, sympy.Eq(sympy.Mod(b, a), 0)), (0, True))
-    if _is_array(a, b):
-        return (np.mod(np.asarray(b), np.asarray(a)) == 0).astype(np.float64)
+    if _is_array(a, b):  # b/a is exact when a divides b (whole numbers in float64): one floor
+        q = np.asarray(b, dtype=np.float64) / np.asarray(a, dtype=np.float64)
+        return (q == np.floor(q)).astype(np.float64)
     return 1.0 if b % a == 0 else 0.0
 
 
@@ -120,3 +129,14 @@ def select(indicator, if_one, if_zero):
     if _is_array(indicator, if_one, if_zero) and not _is_symbolic(indicator, if_one, if_zero):
         return np.where(np.asarray(indicator) > 0.5, if_one, if_zero)
     return indicator * if_one + (1 - indicator) * if_zero
+
+
+def log2(x):
+    """log₂ x on any backend."""
+    if _is_symbolic(x):
+        import sympy
+
+        return sympy.log(x, 2)
+    if _is_array(x):
+        return np.log2(x)
+    return math.log2(x)
