@@ -483,7 +483,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                                              Recompute.FULL: fwd_s}[c.recompute])
 
     # ---- links: where each group's ranks sit (Megatron's order), what each collective gets ------
-    g = group_links(x, t, cp, p)
+    g = group_links(x, t, cp, p, c.framework.rank_order)
     tp_inside, cp_inside, dp_inside, pp_inside = g.tp.inside, g.cp.inside, g.dp.inside, g.pp.inside
     # traffic of one micro-batch, for the groups that share a link in the same window
     tp_mb_bytes = layers * (fwd_passes + 1) * tp_layer
@@ -514,7 +514,8 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     tp_dir_s = note("tp_layer_s", tp_dir_s)
     # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
     # GEMMs (Megatron's asynchronous TP all-reduce), which take as long as the forward matmuls
-    tp_bwd_exposed = T.exposed_time_s(tp_dir_s, mm_s)
+    tp_bwd_exposed = (T.exposed_time_s(tp_dir_s, mm_s) if c.framework.tp_backward_overlap
+                      else tp_dir_s)
     tp_layer_exposed = fwd_passes * tp_dir_s + tp_bwd_exposed
     # one layer as a per-layer benchmark sees it (Korthikanti 2022 Table 4): forward, and backward
     # with its recomputation
@@ -666,10 +667,18 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     total_bytes = note("total_bytes", weights + grads + optimizer + activations + overhead)
     allocated_bytes, reserved_bytes = worst[5], worst[6]
 
-    dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard, m,
+    # ZeRO-2/3 collectives run every micro-batch, except where the framework keeps a pipelined
+    # stage gathered and its gradients unsharded until the last micro-batch (torchtitan's FSDP2
+    # under PP): then once per step
+    fw = c.framework
+    zero_rounds = (_ops.select(_ops.le(p, 1), m, 1)
+                   if z >= 2 and fw.fsdp_once_per_step_under_pp else m)
+    dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard,
+                                                    zero_rounds,
                                                     z))
     if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
-        dp_bytes = dp_bytes + C.dp_gradient_bytes(stage_experts, x.g_bytes, x.w_bytes, edp, m, z)
+        dp_bytes = dp_bytes + C.dp_gradient_bytes(stage_experts, x.g_bytes, x.w_bytes, edp,
+                                                  zero_rounds, z)
 
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction). Each runs as the
@@ -696,25 +705,27 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         # moe: the same collectives for the expert shards over their edp group (the same span of
         # ranks as the dense layers' d·c·t, so the same link)
         # (select, not a product: a dense row's expert collective is 0/0 where nothing shares)
-        zero_mb_s = zero_mb_s + _ops.select(
-            x.moe, dp_time(C.When.MICRO_BATCH, stage_experts, edp)[1], 0)
-        reduce_s = reduce_s + _ops.select(
-            x.moe, dp_time(C.When.STEP_REDUCE, stage_experts, edp)[1], 0)
-        gather_s = gather_s + _ops.select(
-            x.moe, dp_time(C.When.STEP_GATHER, stage_experts, edp)[1], 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            zero_mb_s = zero_mb_s + _ops.select(
+                x.moe, dp_time(C.When.MICRO_BATCH, stage_experts, edp)[1], 0)
+            reduce_s = reduce_s + _ops.select(
+                x.moe, dp_time(C.When.STEP_REDUCE, stage_experts, edp)[1], 0)
+            gather_s = gather_s + _ops.select(
+                x.moe, dp_time(C.When.STEP_GATHER, stage_experts, edp)[1], 0)
     reduce_s = note("dp_reduce_s", reduce_s)
     gather_s = note("dp_gather_s", gather_s)
     dp_share = note("dp_share", mb_share if z >= 2 else tail_share)
-    zero3_mb_s = (T.exposed_time_s(zero_mb_s, k.compute_mb_s)
-                  + C.overlap_slowdown_s(zero_mb_s, k.compute_mb_s, x.overlap_slow)
-                  if z >= 2 else 0)
+    zero3_mb_s = ((T.exposed_time_s(zero_mb_s, k.compute_mb_s)
+                   + C.overlap_slowdown_s(zero_mb_s, k.compute_mb_s, x.overlap_slow))
+                  * zero_rounds / m if z >= 2 else 0)
     note("dp_tail_s", reduce_s + gather_s)
     # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
     # of the updated weights (after the optimizer step) under the next step's first forward pass
     # (Megatron's --overlap-grad-reduce and --overlap-param-gather, taken as set together); what
     # they hide under runs slower by the NCCL kernels beside it
-    bwd_window = x.overlap * layers * (k.bwd_s + k.recompute_s)
-    fwd_window = x.overlap * layers * k.fwd_s
+    overlap = x.overlap * int(fw.dp_overlap(c.zero_stage))  # what the framework overlaps
+    bwd_window = overlap * layers * (k.bwd_s + k.recompute_s)
+    fwd_window = overlap * layers * k.fwd_s
     dp_tail_exposed = note("dp_tail_exposed_s", (
         T.exposed_time_s(reduce_s, bwd_window)
         + C.overlap_slowdown_s(reduce_s, bwd_window, x.overlap_slow)

@@ -17,6 +17,7 @@ from ..constraints import Rule
 from ..errors import PlanError
 from ..formulas.choices import Precision, Schedule, ZeroStage
 from ..formulas.pipeline import SPLIT_BACKWARD
+from ..placement import MEGATRON_RANK_ORDER
 from ..schema import ModelSpec, PlanConfig
 
 
@@ -121,6 +122,16 @@ class Framework:
         default_factory=dict, hash=False, compare=False)
     notes: tuple[str, ...] = ()
     grad_bytes_fixed: float | None = None
+    rank_order: tuple[str, ...] = MEGATRON_RANK_ORDER
+    """How the framework orders ranks, fastest-varying first (planner.placement)."""
+    tp_backward_overlap: bool = True
+    """The backward's tensor-parallel collectives run under the weight-gradient GEMMs."""
+    dp_overlap: Callable[[ZeroStage], bool] = field(default=lambda z: True, hash=False,
+                                                    compare=False)
+    """Whether the data-parallel reduction and gather overlap compute (when the plan asks)."""
+    fsdp_once_per_step_under_pp: bool = False
+    """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
+    micro-batch (the stage stays gathered and gradient sync is off until the last one)."""
     defaults: dict = field(default_factory=lambda: {"zero": 1, "recompute": 1, "sp": True},
                            hash=False, compare=False)
     """What the framework runs when not told otherwise (ranking.preference orders ties by it):

@@ -213,6 +213,11 @@ FRAMEWORK = Framework(
         gathered_layers=0, bucket_bytes=bucket_bytes),
     stage_split="chunks",
     extra_stage_units=0,
+    # Megatron-DeepSpeed's topology (pipe, data, model) varies the model (TP) rank fastest
+    rank_order=("tp", "cp", "dp", "pp"),
+    # overlap_comm defaults to True only for stage 3 (zero/config.py l.138, 383-386): below it
+    # the gradient reduction waits for the backward
+    dp_overlap=lambda z: int(z) == 3,
     # ZeRO-1 (the pipeline engine allows no more), full checkpointing of each layer
     # (Megatron-DeepSpeed --checkpoint-activations), Megatron's sequence parallelism off
     defaults={"zero": 1, "recompute": 2, "sp": False},

@@ -256,6 +256,15 @@ FRAMEWORK = Framework(
     extra_stage_units=2,
     emitters={"torchtitan": _torchtitan},
     grad_bytes_fixed=FP32,
+    # the device mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"] varies tp fastest, then cp,
+    # then dp, then pp (parallel_dims.py @ b5bcd76): Megatron's order
+    rank_order=("tp", "cp", "dp", "pp"),
+    # DTensor TP runs its collectives in line (async TP needs torch.compile and is off by
+    # default: config_registry.py @ b5bcd76, enabled for 405B only)
+    tp_backward_overlap=False,
+    # FSDP2 under PP: reshard_after_forward off and gradient sync only on the last micro-batch
+    # (torch.distributed.pipelining stage.py backward_maybe_with_nosync)
+    fsdp_once_per_step_under_pp=True,
     # FSDP2 (ZeRO-3), per-op selective AC (llama3_8b; the 70B/405B configs use full), and TP
     # always sequence-parallel (config_registry.py, parallelize.py @ b5bcd76)
     defaults={"zero": 3, "recompute": 1, "sp": True},
