@@ -96,7 +96,7 @@ PP1_G2 = (("pp", 1), ("vpp", 1), ("w_bytes", 2), ("g_bytes", 2))
 # ---- pp = 1, tp = 1, cp = 1 ------------------------------------------------------------------
 
 def test_pp1_removes_bubble_and_pp_traffic():
-    r = symbolic_costs(ZERO3_1F1B, PP1_G2)  # everything symbolic
+    r = symbolic_costs(ZERO3_1F1B, PP1_G2, plan_only=True)
     assert r["bubble_fraction"] == 0
     assert r["pp_bytes"] == 0
     assert r["bubble_s"] == 0
@@ -149,10 +149,10 @@ def test_zero3_model_states_are_16psi_over_d():
 
 
 def test_zero3_model_states_through_plan_costs():
-    """Whole plan, every number symbolic, 16-bit weights and gradients: the reported weights +
+    """Whole plan, every plan number symbolic, 16-bit weights and gradients: the reported weights +
     gradients + optimizer state of the most loaded stage are 16·Ψ_stage/(dp·cp), plus a MoE
     stage's routed experts, 16·Ψ_experts/edp with edp = dp·cp·tp/(ep·etp)."""
-    r = symbolic_costs(ZERO3_1F1B, PP1_G2)
+    r = symbolic_costs(ZERO3_1F1B, PP1_G2, plan_only=True)
     states = r["weights_bytes"] + r["gradients_bytes"] + r["optimizer_bytes"]
     edp = SYM["dp"] * SYM["cp"] * SYM["tp"] / (SYM["ep"] * SYM["etp"])
     diff = (states - 16 * r["stage_params"] / (SYM["dp"] * SYM["cp"])
