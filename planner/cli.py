@@ -347,8 +347,9 @@ def _checked_json(data) -> dict:
     return data
 
 
-def _write_file(path: str, text: str) -> None:
-    """Write all of `text` to `path` or nothing (a temporary file beside it, then a rename)."""
+def _write_file(path: str, content: str | bytes) -> None:
+    """Write all of `content` (text, or bytes such as a PNG) to `path` or nothing (a temporary
+    file beside it, then a rename)."""
     import tempfile
     from pathlib import Path
 
@@ -359,8 +360,9 @@ def _write_file(path: str, text: str) -> None:
             raise IsADirectoryError(21, "is a folder")
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                    dir=target.parent if str(target.parent) else ".")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        binary = isinstance(content, bytes)
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+            fh.write(content)
         os.replace(tmp, target)
         tmp = None
     except (OSError, ValueError) as exc:
@@ -696,32 +698,6 @@ def calibrate(
 # ---- compare (several profiles and GPU counts, one job) -----------------------------------------
 
 
-def _write_binary(path: str, data: bytes) -> None:
-    """Write all of `data` to `path` or nothing (a temporary file beside it, then a rename)."""
-    import tempfile
-    from pathlib import Path
-
-    target = Path(path).expanduser()
-    tmp = None
-    try:
-        if target.is_dir():
-            raise IsADirectoryError(21, "is a folder")
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                   dir=target.parent if str(target.parent) else ".")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-        tmp = None
-    except (OSError, ValueError) as exc:
-        raise PlanError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
 @app.command()
 def compare(
     model: ModelOpt,
@@ -775,7 +751,7 @@ def compare(
         if chart is not None:
             from .compare import chart_image
 
-            _write_binary(chart, chart_image(result, fmt))
+            _write_file(chart, chart_image(result, fmt))
     except PlanError as exc:
         raise _fail(exc) from None
     if json_:
