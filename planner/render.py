@@ -424,11 +424,24 @@ def _width(out: Console, table: Table) -> int:
 
 def fitted_table(out: Console, columns: list[Column], title: str | None = None) -> Table:
     """The columns of priority 0 and as many of the others, in priority order, as fit out.width
-    (in their given order); a column that never truncates (no cell wider than shown)."""
+    (in their given order); a column that never truncates (no cell wider than shown).
+
+    A table's width is the sum of its columns' widths and a fixed gap between neighbours, so
+    each column is measured once, alone, and the gap once from the first two (rather than
+    measuring every trial table whole)."""
+    if not columns:
+        return _table(columns, title)
+    alone = {id(c): _width(out, _table([c], None)) for c in columns}
+    gap = (_width(out, _table(columns[:2], None)) - alone[id(columns[0])] - alone[id(columns[1])]
+           if len(columns) > 1 else 0)
+
+    def width(cols: list[Column]) -> int:
+        return sum(alone[id(c)] for c in cols) + gap * (len(cols) - 1)
+
     shown = [c for c in columns if c.priority == 0]
     for col in sorted((c for c in columns if c.priority > 0), key=lambda c: c.priority):
         trial = [c for c in columns if c in shown or c is col]
-        if _width(out, _table(trial, None)) <= out.width:
+        if width(trial) <= out.width:
             shown.append(col)
     return _table([c for c in columns if c in shown], title)
 
