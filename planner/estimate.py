@@ -107,20 +107,16 @@ def model_warnings(model: ModelSpec) -> list[PlanWarning]:
 
 
 def peak_moment(config: PlanConfig, first: bool, costs: dict) -> str:
-    """When the most loaded GPU peaks, and what coexists there."""
-    c = config
-    if c.pp == 1:
-        where = "the loss of the last micro-batch's forward"
-    elif first:
-        where = (f"the first stage's first backward, {costs['inflight_first']:g} micro-batches' "
-                 "activations in flight")
-    else:
-        where = (f"the last stage's loss, {costs['inflight_last']:g} micro-batch's activations "
-                 "in flight")
-    held = "model states + activations"
-    if c.zero_stage == 3:
-        held += " + gathered layers"
-    return f"{where}: {held} + the allocator's reserve + runtime"
+    """When the most loaded GPU peaks: the loss of a single stage (its micro-batch's activations
+    and the loss at its peak), the first stage's first backward (its warm-up micro-batches'
+    activations), or the last stage's loss."""
+    if config.pp == 1:
+        return "the loss (one micro-batch's activations and the loss at its peak)"
+    if first:
+        n = float(costs["inflight_first"])
+        return f"the first stage's first backward ({n:.3g} micro-batches' activations in flight)"
+    n = float(costs["inflight_last"])
+    return f"the last stage's loss ({n:.3g} micro-batches' activations in flight)"
 
 
 def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,

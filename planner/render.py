@@ -178,8 +178,8 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
     c, m, t = plan.config, plan.memory, plan.time
     other = "full" if mfu_convention == "causal" else "causal"
     lines = [Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
-                  f"{c.n_gpus:,} × {plan.hardware}: {layout_cell(plan)}, global batch {c.gbs:,} "
-                  f"× {c.seq_len:,} tokens", style="bold")]
+                  f"{c.n_gpus:,} × {plan.hardware} under {c.framework}: {layout_cell(plan)}, "
+                  f"global batch {c.gbs:,} × {c.seq_len:,} tokens", style="bold")]
     spare = m.capacity_bytes - m.total_bytes
     if m.fits:
         lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
@@ -189,6 +189,10 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
         lines.append(Text(f"DOES NOT FIT: {gib(m.total_bytes)} GiB per GPU needed of "
                           f"{gib(m.capacity_bytes)} GiB ({gib(-spare)} GiB over) on the {m.stage} "
                           "pipeline stage.", style="bold red"))
+    if m.peak_at:
+        lines.append(Text(f"Peak at {m.peak_at}: {gib(m.allocated_bytes)} GiB of tensors, "
+                          f"{gib(m.reserved_bytes)} GiB reserved by PyTorch's allocator, the rest "
+                          "runtime (CUDA context, NCCL)."))
     lines.append(Text(f"Step {seconds(t.step_s)} · {t.tokens_per_s:,.0f} tokens/s · MFU "
                       f"{mfu_of(plan, mfu_convention):.1%} ({mfu_convention}; "
                       f"{mfu_of(plan, other):.1%} {other}) · HFU {t.hfu:.1%}"))

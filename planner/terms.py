@@ -28,11 +28,15 @@ TERMS: dict[str, TermInfo] = {
     "stage_params": TermInfo("Ψ_gpu", "params", "memory",
                              "parameters on the most loaded GPU (the stage that needs most memory)"),
     "weights_bytes": TermInfo("M_w", "bytes", "memory",
-                              "16-bit weights; sharded over d·c only under ZeRO-3"),
+                              "weights as the framework keeps them (Megatron, DeepSpeed 16-bit; "
+                              "torchtitan's FSDP2 fp32 shards); over d·c where it shards them"),
     "gradients_bytes": TermInfo("M_g", "bytes", "memory",
-                                "gradient buffer (fp32 main grads by default); sharded from ZeRO-2"),
+                                "gradients as the framework keeps them (Megatron's fp32 main_grad, "
+                                "torchtitan fp32, DeepSpeed 16-bit + its fp32 copy); sharded from "
+                                "ZeRO-2"),
     "optimizer_bytes": TermInfo("M_opt", "bytes", "memory",
-                                "Adam: fp32 master + m + v = 12 B/param; sharded from ZeRO-1"),
+                                "Adam: fp32 master + m + v (torchtitan: m + v, its weights are the "
+                                "fp32 master); sharded from ZeRO-1"),
     "layer_activation_bytes": TermInfo("A_layer", "bytes", "memory",
                                        "one layer's saved activations for one micro-batch "
                                        "(Korthikanti 2022 Table 2)"),
@@ -49,8 +53,10 @@ TERMS: dict[str, TermInfo] = {
     "activations_bytes": TermInfo("M_act", "bytes", "memory",
                                   "in-flight micro-batches × layers × per-layer activations"),
     "overhead_bytes": TermInfo("M_rt", "bytes", "memory",
-                               "CUDA context, NCCL buffers, fragmentation (profile allowance); "
-                               "under ZeRO-3 also the two gathered layers"),
+                               "runtime outside the allocator (CUDA context, NCCL), the "
+                               "allocator's slack, and what the framework holds beside the "
+                               "states: gathered ZeRO-3 layers, unsharded pipelined FSDP2 state, "
+                               "buckets, fp8 weight copies"),
     "total_bytes": TermInfo("M", "bytes", "memory", "what the most loaded GPU needs"),
     "tp_layer_bytes": TermInfo("V_tp,layer", "bytes", "comm",
                                "two all-reduces of b·s·h per layer and direction"),
