@@ -380,7 +380,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     fwd_passes = 2 if c.recompute is Recompute.FULL else 1
     tp_bytes = note("tp_bytes", C.tp_step_bytes(layers, m, tp_layer, fwd_passes))
     boundary = note("pp_boundary_bytes", C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes))
-    pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v, boundary))
+    # chunk boundaries a micro-batch crosses between GPUs: v·p − 1, or 2(p − 1) down and back up
+    # a V (ZB-V, DualPipeV); pp_step_bytes counts v·p − 1, so a V passes v = (hops + 1)/p
+    v_hops = (PL.pipeline_hops(p, v, c.schedule) + 1) / p
+    pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v_hops, boundary))
     cp_layer = C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes)
     cp_bytes = note("cp_bytes", C.cp_step_bytes(layers, m, cp_layer))
     # the bubble needs the stage's F, B and W times for the split-backward schedules: zero_costs
@@ -488,7 +491,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # traffic of one micro-batch, for the groups that share a link in the same window
     tp_mb_bytes = layers * (fwd_passes + 1) * tp_layer
     cp_mb_bytes = layers * cp_layer
-    pp_mb_bytes = C.pp_step_bytes(p, 1, v, boundary)
+    pp_mb_bytes = C.pp_step_bytes(p, 1, v_hops, boundary)
     tp_share = note("tp_share", C.link_share(
         tp_mb_bytes, C.same_link(tp_inside, cp_inside) * cp_mb_bytes, 1 - _ops.le(t, 1)))
     cp_share = note("cp_share", C.link_share(
@@ -538,9 +541,9 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     if moe_model:
         a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, x.moe_load)
         etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * x.moe_load * h * x.act_bytes
-        ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, x.domain)
+        ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
         a2a_s = note_moe("all_to_all_s", MO.all_to_all_time_s(
-            a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, x.domain), x.fast_bw, x.net_bw,
+            a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, g.domain), x.fast_bw, x.net_bw,
             _ops.select(ep_span_inside, x.fast_lat, x.net_lat)))
         etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
         ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), fwd_s + bwd_s,
@@ -552,7 +555,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                                           logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
                                           x.hbm_eff))
 
-    pp_mb_s = C.collective_time_s(pp_mb_bytes, g.pp.bw * pp_share, 2 * (v * p - 1) / p,
+    pp_mb_s = C.collective_time_s(pp_mb_bytes, g.pp.bw * pp_share, 2 * (v_hops * p - 1) / p,
                                   _ops.select(pp_inside, x.fast_lat, x.net_lat))
 
     compute_mb_s = note("compute_microbatch_s", layers * (fwd_s + bwd_s + recompute_s) + head_s)
@@ -673,12 +676,14 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     fw = c.framework
     zero_rounds = (_ops.select(_ops.le(p, 1), m, 1)
                    if z >= 2 and fw.fsdp_once_per_step_under_pp else m)
-    dp_bytes = note("dp_bytes", C.dp_gradient_bytes(stage_params, x.g_bytes, x.w_bytes, d_shard,
-                                                    zero_rounds,
-                                                    z))
+    # what the GPU reduces, gathers and steps: its stages' parameters, twice under DualPipe
+    held_params = stage_params * k.param_copies
+    held_experts = stage_experts * k.param_copies if moe else 0
+    dp_bytes = C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds, z)
     if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
-        dp_bytes = dp_bytes + C.dp_gradient_bytes(stage_experts, x.g_bytes, x.w_bytes, edp,
+        dp_bytes = dp_bytes + C.dp_gradient_bytes(held_experts, x.g_bytes, x.w_bytes, edp,
                                                   zero_rounds, z)
+    dp_bytes = note("dp_bytes", dp_bytes)
 
     # ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight gathers),
     # overlapped with that micro-batch's compute (prefetch, bucketed reduction). Each runs as the
@@ -686,32 +691,35 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     # traffic of the same micro-batch where they cross the same link
     dp, concurrent = k.links.dp, k.dp_concurrent_bytes
 
-    def dp_time(when, params=stage_params, ranks=d_shard):
+    def dp_time(when, params=held_params, ranks=d_shard, group=dp, inside=k.dp_inside):
         if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
             return 1, 0
         volume = C.zero_bytes(params, x.g_bytes, x.w_bytes, ranks, z, when)
-        share = C.link_share(volume, concurrent, 1 - _ops.le(ranks, 1))
+        # a stage with nothing to move (one rank; a stage without MoE layers' experts) sends
+        # nothing, so its share is 1, not 0/0
+        sends = (1 - _ops.le(ranks, 1)) * (1 - _ops.le(params, 0) if params is held_experts else 1)
+        share = C.link_share(volume, concurrent, sends)
         if C.zero_allreduce(z, when):
             return share, C.allreduce_time_s(
-                volume * C.sharp_volume_factor(ranks, x.sharp * (1 - k.dp_inside)),
-                dp.bw_allreduce * share, ranks, dp.k, x.fast_lat, x.net_lat)
-        return share, C.ring_time_s(volume, dp.bw * share, ranks, dp.k,
+                volume * C.sharp_volume_factor(ranks, x.sharp * (1 - inside)),
+                group.bw_allreduce * share, ranks, group.k, x.fast_lat, x.net_lat)
+        return share, C.ring_time_s(volume, group.bw * share, ranks, group.k,
                                     C.zero_ring_passes(z, when), x.fast_lat, x.net_lat)
 
     mb_share, zero_mb_s = dp_time(C.When.MICRO_BATCH)
     tail_share, reduce_s = dp_time(C.When.STEP_REDUCE)
     _, gather_s = dp_time(C.When.STEP_GATHER)
     if moe:
-        # moe: the same collectives for the expert shards over their edp group (the same span of
-        # ranks as the dense layers' d·c·t, so the same link)
-        # (select, not a product: a dense row's expert collective is 0/0 where nothing shares)
+        # moe: the same collectives for the expert shards over their edp group, whose ranks sit
+        # ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp filling a node, each
+        # node holds one edp rank and the group leaves it on one rank's NICs
+        edp_group = _collective_group(x, edp, x.ep * x.etp, k.links.domain)
         with np.errstate(invalid="ignore", divide="ignore"):
-            zero_mb_s = zero_mb_s + _ops.select(
-                x.moe, dp_time(C.When.MICRO_BATCH, stage_experts, edp)[1], 0)
-            reduce_s = reduce_s + _ops.select(
-                x.moe, dp_time(C.When.STEP_REDUCE, stage_experts, edp)[1], 0)
-            gather_s = gather_s + _ops.select(
-                x.moe, dp_time(C.When.STEP_GATHER, stage_experts, edp)[1], 0)
+            expert = [_ops.select(x.moe, dp_time(when, held_experts, edp, edp_group,
+                                                 edp_group.inside)[1], 0)
+                      for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER)]
+        zero_mb_s, reduce_s, gather_s = (zero_mb_s + expert[0], reduce_s + expert[1],
+                                         gather_s + expert[2])
     reduce_s = note("dp_reduce_s", reduce_s)
     gather_s = note("dp_gather_s", gather_s)
     dp_share = note("dp_share", mb_share if z >= 2 else tail_share)
@@ -733,9 +741,9 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         + C.overlap_slowdown_s(gather_s, fwd_window, x.overlap_slow)))
 
     opt_shard = d_shard if z >= 1 else 1
-    opt_bytes = T.optimizer_step_bytes(stage_params, x.g_bytes, x.w_bytes, opt_shard)
+    opt_bytes = T.optimizer_step_bytes(held_params, x.g_bytes, x.w_bytes, opt_shard)
     if moe:  # moe: the expert shards' Adam step, over edp under ZeRO ≥ 1
-        opt_bytes = opt_bytes + T.optimizer_step_bytes(stage_experts, x.g_bytes, x.w_bytes,
+        opt_bytes = opt_bytes + T.optimizer_step_bytes(held_experts, x.g_bytes, x.w_bytes,
                                                        edp if z >= 1 else 1)
     optimizer_s = note("optimizer_s", T.memory_bound_time_s(opt_bytes, x.hbm_bw, x.hbm_eff))
 

@@ -307,14 +307,17 @@ def test_comm_volumes_nonnegative_and_equal_their_closed_forms(plan):
 
     # a MoE model's routed experts are reduced over their own group, edp = dp·cp·tp/(ep·etp)
     edp = d * t / (config.ep * config.etp)
-    assert r["dp_bytes"] == pytest.approx(per_param(d) * r["stage_params"] + per_param(edp)
-                                          * r["expert_stage_params"], rel=REL, abs=0)
+    # DualPipe holds (and so reduces) two copies of its stages
+    copies = pipeline.parameter_copies(config.schedule)
+    assert r["dp_bytes"] == pytest.approx(copies * (per_param(d) * r["stage_params"] + per_param(edp)
+                                                    * r["expert_stage_params"]), rel=REL, abs=0)
     # tp: (layers on the stage)·m·(forward passes + backward)·2 all-reduces of act·bsh
     passes = 3 if config.recompute is Recompute.FULL else 2
     tp_want = r["stage_layers"] * m * passes * 2 * 2 * (t - 1) / t * act * bsh
     assert r["tp_bytes"] == pytest.approx(tp_want, rel=REL, abs=0)
-    # pp: 2m(v·p − 1)/p boundary messages of act·bsh/t per GPU
-    assert r["pp_bytes"] == pytest.approx(2 * m * (v * p - 1) / p * act * bsh / t, rel=REL, abs=0)
+    # pp: 2m·hops/p boundary messages of act·bsh/t per GPU, hops = v·p − 1 (2(p − 1) for a V)
+    hops = pipeline.pipeline_hops(p, v, config.schedule)
+    assert r["pp_bytes"] == pytest.approx(2 * m * hops / p * act * bsh / t, rel=REL, abs=0)
     # cp: K and V chunks (k/a of h, /t) passed c − 1 times forward, 2(c − 1) backward
     kv = act * 2 * bsh * model.kv_heads / model.n_heads / t
     assert r["cp_bytes"] == pytest.approx(r["stage_layers"] * m * 3 * (c - 1) * kv, rel=REL,

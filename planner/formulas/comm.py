@@ -320,8 +320,8 @@ def link_share(own_bytes, concurrent_bytes, sends):
     """The share of a link one group's traffic gets while others run on it in the same window:
     a link that always carries what is queued finishes all of it at the sum's pace, so each
     flow's bytes move at V/(V + Σ others) of the bandwidth (fluid, work-conserving link). A group
-    that sends nothing (sends = 0: its degree is 1) is given 1, so that its zero bytes take zero
-    time."""
+    that sends nothing (sends = 0: its degree is 1, or it has nothing of its own to move) is
+    given 1, so that its zero bytes take zero time."""
     return (own_bytes + 1 - sends) / (own_bytes + sends * concurrent_bytes + 1 - sends)
 
 
