@@ -196,7 +196,8 @@ PpOpt = _opt("Pipeline-parallel degree(s).")
 CpOpt = _opt("Context-parallel degree(s).")
 VppOpt = _opt("Virtual pipeline stages per GPU (interleaved schedule).")
 MbsOpt = _opt("Micro-batch size(s) in sequences.")
-ZeroOpt = _opt("ZeRO stage(s) 0-3 (1 = distributed optimizer, 3 = FSDP), or auto.")
+ZeroOpt = _opt("ZeRO stage(s) 0-3 (1 = distributed optimizer, 3 = FSDP), or auto; explain's "
+               "default is the framework's (Megatron, DeepSpeed 1; torchtitan 3).")
 RecomputeOpt = _opt("Activation recompute: none, selective, full (comma list), or auto.")
 ScheduleOpt = _opt("Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zbv, dualpipe, "
                    "dualpipev.")
@@ -428,7 +429,7 @@ def _sections(text: str | None):
 def explain(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
-    mbs: MbsOpt = None, zero: ZeroOpt = "1", recompute: RecomputeOpt = "selective",
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = "selective",
     schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
     tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
@@ -459,6 +460,11 @@ def explain(
                             f"got '{timeline_out}'")
         convention = _mfu_convention(mfu_convention)
         sections = _sections(section)
+        if zero is None:  # the framework's own default: ZeRO-1 for Megatron, FSDP for torchtitan
+            from .frameworks import FRAMEWORKS
+            from .options import resolve_framework
+
+            zero = str(FRAMEWORKS[resolve_framework(framework, emit)].defaults["zero"])
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, framework=framework, emit=emit,

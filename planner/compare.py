@@ -99,8 +99,11 @@ def _cell(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, gpus: int,
           train_tokens: float, price: float | None, power_w: float, goodput: float,
           headroom: float) -> CompareCell:
     try:
-        best = search(model, hw, req.model_copy(update={"gpus": gpus}), top=1, sort="time",
-                      headroom=headroom).plans[0]
+        # the fastest plan: the ranking lists ties in order of simplicity, so take the minimum
+        # over the first few rather than the first
+        plans = search(model, hw, req.model_copy(update={"gpus": gpus}), top=5, sort="time",
+                       headroom=headroom).plans
+        best = min(plans, key=lambda p: p.time.step_s)
     except PlanError as exc:  # nothing fits; or, e.g., a precision the profile has no figures for
         return CompareCell(hardware=hw.name, gpus=gpus, reason=str(exc))
     return CompareCell(hardware=hw.name, gpus=gpus,

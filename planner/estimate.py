@@ -60,7 +60,8 @@ def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
             code="uneven-stages",
             message=f"{n_layers} layers do not split evenly over pp·vpp = "
                     f"{c.pp}·{c.vpp}: the fullest stage holds {costs['stage_layers']:g} layers "
-                    "and sets the pace (Megatron: --decoder-first/last-pipeline-num-layers)"))
+                    "and sets the pace (torchtitan: pipeline_parallel_layers_per_stage; Megatron "
+                    "places layers freely with --pipeline-model-parallel-layout)"))
     if c.pp > 1 and c.n_micro < c.pp:
         out.append(PlanWarning(
             code="m-less-than-p",

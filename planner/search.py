@@ -267,7 +267,9 @@ def _why(plans: list[Plan]) -> str:
         worse = max(deltas, key=deltas.get)
         better = min(deltas, key=deltas.get)
         tiny = 1e-6 * t.step_s
-        text = f"{other.config.label(batch=False)} is {o.step_s / t.step_s - 1:.1%} slower"
+        ratio = o.step_s / t.step_s - 1
+        text = (f"{other.config.label(batch=False)} is {abs(ratio):.1%} "
+                f"{'slower' if ratio >= 0 else 'faster (ranked after it in a tie)'}")
         if deltas[worse] > tiny:
             text += f": {labels[worse]} +{deltas[worse]:.3g} s"
             if deltas[better] < -tiny:
@@ -354,7 +356,8 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
 
 def _constraints(req: PlanRequest) -> list[str]:
     """The rules every framework shares, then the request's framework's own."""
-    return CONSTRAINTS + [f"{req.framework}: {rule.text}" for rule in FRAMEWORKS[req.framework].rules]
+    return CONSTRAINTS + [f"{req.framework}: {rule.text}"
+                          for rule in FRAMEWORKS[req.framework].all_rules()]
 
 
 def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:

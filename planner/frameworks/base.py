@@ -142,9 +142,24 @@ class Framework:
         --grad-dtype, unless the framework fixes it (grad_bytes_fixed)."""
         return requested if self.grad_bytes_fixed is None else self.grad_bytes_fixed
 
+    def schedule_rule(self) -> Rule:
+        """The pipeline schedules it runs, as a rule (with pp = 1 there is no schedule)."""
+        names = ", ".join(s.value for s in self.schedules)
+
+        def holds(m, c):
+            return (c.pp == 1) | (getattr(c, "schedule", Schedule.ONE_F_ONE_B) in self.schedules)
+
+        return Rule(f"pipeline schedules: {names}", holds,
+                    lambda m, c: f"{self.name}: there is no {c.schedule.value} schedule in "
+                                 f"{self.name} (it runs {names}); choose one of them or a "
+                                 "framework that runs it")
+
+    def all_rules(self) -> tuple[Rule, ...]:
+        return (*self.rules, self.schedule_rule())
+
     def broken(self, model: ModelSpec, layout) -> Rule | None:
         """The first of the framework's own rules one layout breaks, or None."""
-        for rule in self.rules:
+        for rule in self.all_rules():
             if not rule.holds(model, layout):
                 return rule
         return None
@@ -152,7 +167,7 @@ class Framework:
     def admissible(self, model: ModelSpec, layouts):
         """The mask of layouts (arrays) the framework runs."""
         ok = True
-        for rule in self.rules:
+        for rule in self.all_rules():
             ok = ok & rule.holds(model, layouts)
         return ok
 
@@ -213,7 +228,7 @@ def common_notes(c: PlanConfig, m: ModelSpec) -> list[str]:
     if c.schedule is Schedule.INTERLEAVED and c.vpp == 1 and c.pp > 1:
         notes.append("The plan says 'interleaved' with vpp = 1, which is plain 1F1B; emitted as "
                      "1F1B.")
-    if m.n_experts > 1:
+    if m.n_experts > 1 and c.ep == 1 and c.etp == 1:
         notes.append(f"{m.name} is a mixture of experts ({m.n_experts} experts, top-{m.top_k}); "
                      "the plan has no expert parallelism, so expert-parallel size stays 1.")
     return notes

@@ -147,9 +147,16 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
             notes.append("ZeRO-2 is FSDP2 with reshard_after_forward off: weights stay gathered "
                          "from forward to backward, gradients and optimizer state are sharded.")
         else:
-            parallelism["fsdp_reshard_after_forward"] = "always"
-            notes.append("ZeRO-3 is FSDP2 resharding after every forward ('always'; torchtitan's "
-                         "'default' keeps weights gathered when pp > 1).")
+            if c.pp > 1:
+                # the stage stays gathered across micro-batches, as the plan was costed
+                parallelism["fsdp_reshard_after_forward"] = "default"
+                notes.append("ZeRO-3 under PP is FSDP2 with the 'default' reshard policy, which "
+                             "keeps each stage's weights gathered across its micro-batches (no "
+                             "all-gather per micro-batch); gradients accumulate unsharded until "
+                             "the last micro-batch, as plan3d sized it.")
+            else:
+                parallelism["fsdp_reshard_after_forward"] = "always"
+                notes.append("ZeRO-3 is FSDP2 resharding after every forward ('always').")
     parallelism["tensor_parallel_degree"] = c.tp
     parallelism["pipeline_parallel_degree"] = c.pp
     parallelism["context_parallel_degree"] = c.cp
