@@ -235,8 +235,8 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
 
 def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     """The half of plan_costs that the ZeRO stage does not change (c.zero_stage is not read):
-    parameters, activations, FLOPs, the layer times, TP/CP/PP traffic and the links. Returns the
-    intermediates zero_costs needs, by name."""
+    parameters, activations, FLOPs, the layer times, TP/CP/PP traffic and the links. Returns every
+    intermediate, by its name, for zero_costs."""
     L, h, s, b, t, p, cp, v, m = (x.n_layers, x.hidden, x.seq_len, x.mbs, x.tp, x.pp, x.cp, x.vpp,
                                   x.n_micro)
     d_shard = x.dp * cp  # ZeRO and the gradient reduction span data × context parallel ranks
@@ -566,27 +566,11 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     wgrad_mb_s = note("wgrad_microbatch_s", layers * mm_s)
     fwd_mb_s = note("forward_microbatch_s", layers * layer_fwd_total)
 
-    return SimpleNamespace(
-        L=L, s=s, t=t, p=p, cp=cp, v=v, m=m, d_shard=d_shard, layers=layers, n_params=n_params,
-        layer_sharded=layer_sharded, layer_replicated=layer_replicated, vocab_padded=vocab_padded,
-        params_first=params_first, params_last=params_last, layer_act=layer_act,
-        act_first=act_first, act_last=act_last, inflight_first=inflight_first,
-        inflight_last=inflight_last, tp_bytes=tp_bytes, pp_bytes=pp_bytes, cp_bytes=cp_bytes,
-        model_flops=model_flops, hardware_flops=hardware_flops, fwd_s=fwd_s,
-        model_flops_causal=model_flops_causal,
-        bwd_s=bwd_s, recompute_s=recompute_s, layer_fwd_total=layer_fwd_total,
-        layer_bwd_total=layer_bwd_total, compute_mb_s=compute_mb_s, tp_mb_s=tp_mb_s,
-        cp_mb_s=cp_mb_s, pp_mb_s=pp_mb_s, tp_inside=tp_inside,
-        cp_inside=cp_inside, dp_inside=dp_inside, pp_inside=pp_inside,
-        links=g, fwd_passes=fwd_passes, tp_dir_s=tp_dir_s, cp_layer_s=cp_layer_s,
-        tp_mb_bytes=tp_mb_bytes, cp_mb_bytes=cp_mb_bytes, pp_mb_bytes=pp_mb_bytes,
-        tp_share=tp_share, cp_share=cp_share, pp_share=pp_share,
-        dp_concurrent_bytes=dp_concurrent, nvlink_busy_mb=nvlink_busy_mb,
-        network_busy_mb=network_busy_mb,
-        param_copies=param_copies, wgrad_mb_s=wgrad_mb_s, fwd_mb_s=fwd_mb_s,
-        # moe
-        expert_first=expert_first, expert_last=expert_last, ep_mb_s=ep_mb_s, ep_bytes=ep_bytes,
-        ep_inside=ep_span_inside)
+    # every intermediate goes to zero_costs by its own name (no list to keep in step): it reads
+    # what it needs, and a new intermediate needs no edit here
+    links, dp_concurrent_bytes, ep_inside = g, dp_concurrent, ep_span_inside
+    return SimpleNamespace(**{name: value for name, value in locals().items()
+                              if name not in ("x", "c", "note")})
 
 
 def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
