@@ -271,3 +271,16 @@ def test_open_dp_shard_candidates():
     result = search(MODEL, H100, req, top=50)
     assert {p.config.dp_shard for p in result.plans} <= {1, 2, 4, 8, 16, 32}
     assert result.considered >= 2 * 6  # ZeRO-2 and 3 × six shard groups of dp 32
+
+
+def test_hsdp_rule_arrays_and_ints_agree():
+    # dp 8 with shard groups 1..16 on a dense and a MoE model: 3 of 8 fails to divide, 16 > dp
+    # fails, and any s < dp on the MoE model fails
+    shards = np.array([1, 2, 3, 4, 8, 16])
+    for model, ok in ((MODEL, [True, True, False, True, True, False]),
+                      (load_model("mixtral-8x7b"), [False, False, False, False, True, False])):
+        layouts = SimpleNamespace(dp=np.full(len(shards), 8), dp_shard=shards)
+        rule = constraints.HSDP_RULES[0]
+        assert np.asarray(rule.holds(model, layouts)).tolist() == ok
+        assert [bool(rule.holds(model, SimpleNamespace(dp=8, dp_shard=int(s))))
+                for s in shards] == ok
