@@ -203,7 +203,9 @@ def dp_replicate_of(x):
     not say), and whether any plan replicates (then the shard group and the cross-replica
     all-reduce are built; otherwise the expressions are today's, unchanged)."""
     r = getattr(x, "dp_replicate", 1)
-    return r, bool(np.any(np.asarray(r, dtype=float) > 1))
+    if isinstance(r, (int, float, np.ndarray)):
+        return r, bool(np.any(np.asarray(r, dtype=float) > 1))
+    return r, True  # a symbol: the general expressions
 
 
 def shard_group_ranks(x, cp):
