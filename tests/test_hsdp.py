@@ -284,3 +284,12 @@ def test_hsdp_rule_arrays_and_ints_agree():
         assert np.asarray(rule.holds(model, layouts)).tolist() == ok
         assert [bool(rule.holds(model, SimpleNamespace(dp=8, dp_shard=int(s))))
                 for s in shards] == ok
+
+
+def test_emitters_refuse_hybrid_zero0():
+    c = config(zero_stage=ZeroStage.NONE, dp_shard=8)
+    for framework in ("megatron", "nemo", "torchtitan"):
+        with pytest.raises(PlanError, match="ZeRO-0|zero_stage 2 or 3"):
+            emit(framework, replace_config(c, framework="torchtitan" if framework == "torchtitan"
+                                           else "megatron", tp=1, dp=512, gbs=512, n_micro=1),
+                 MODEL)

@@ -281,6 +281,9 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if c.dp_replicate > 1:  # hybrid sharding: r instances, each sharded over dp·cp/r ranks
         if c.zero_stage is ZeroStage.NONE:
             raise PlanError(f"{fw}: hybrid sharding needs ZeRO 1, 2 or 3 (ZeRO-0 shards nothing)")
+        # megatron/training/arguments.py @ d98e8a64dd: --num-distributed-optimizer-instances
+        # ("copies across Data Parallel domain"); --outer-dp-sharding-strategy no_shard (DP
+        # replication across the outer group, Megatron-FSDP's HSDP; its default, written out)
         a.add("--num-distributed-optimizer-instances", c.dp_replicate)
         if c.zero_stage in (ZeroStage.GRADIENTS, ZeroStage.PARAMETERS):
             a.add("--outer-dp-sharding-strategy", "no_shard")

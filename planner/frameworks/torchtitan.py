@@ -140,6 +140,9 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if c.seq_len % divisor:
         raise PlanError(f"{fw}: seq_len {c.seq_len} must be a multiple of tp·2·cp = {divisor}")
 
+    if c.zero_stage is ZeroStage.NONE and c.dp_replicate > 1:
+        raise PlanError(f"{fw}: HSDP (dp_shard {c.dp_shard} < dp {c.dp}) is FSDP2 on a 2-D mesh; "
+                        "re-plan with zero_stage 2 or 3")
     parallelism: dict[str, object] = {}
     if c.zero_stage is ZeroStage.NONE:
         parallelism["data_parallel_replicate_degree"] = c.dp
