@@ -293,3 +293,30 @@ def test_emitters_refuse_hybrid_zero0():
             emit(framework, replace_config(c, framework="torchtitan" if framework == "torchtitan"
                                            else "megatron", tp=1, dp=512, gbs=512, n_micro=1),
                  MODEL)
+
+
+# ---- the command line ----------------------------------------------------------------------------
+
+def test_cli_dp_shard():
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    runner = CliRunner()
+    base = ["--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"]
+    r = runner.invoke(app, ["search", *base, "--dp-shard", "8", "--framework", "torchtitan",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.stdout)["plans"]
+    assert plans and all(p["config"]["dp_shard"] == 8 for p in plans)
+    r = runner.invoke(app, ["explain", *base, "--tp", "8", "--pp", "4", "--zero", "1",
+                            "--dp-shard", "4", "--brief"])
+    assert r.exit_code == 0, r.output
+    assert "dp16 hsdp4 tp8 pp4" in r.output
+    for bad, said in ((["--dp-shard", "auto"], "for search"), (["--dp-shard", "7"], "divide dp"),
+                      (["--dp-shard", "x"], "whole numbers"), (["--dp-shard", "8,16"], "one value")):
+        r = runner.invoke(app, ["explain", *base, "--tp", "8", "--zero", "1", *bad])
+        assert r.exit_code != 0 and said in r.output, r.output
+        assert "Traceback" not in r.output
