@@ -218,6 +218,9 @@ FrameworkOpt = Annotated[str | None, typer.Option(
 # moe: expert parallelism
 EpOpt = _opt("Expert-parallel degree(s) of a MoE model (search: the divisors of its experts).")
 EtpOpt = _opt("Expert tensor-parallel degree(s) of a MoE model (search: 1 unless given).")
+DpShardOpt = _opt("Hybrid sharding (HSDP): ZeRO shards over dp_shard·cp ranks, replicated "
+                  "dp/dp_shard times (explain: one divisor of dp; search: a list, or auto for "
+                  "dp and the divisors filling whole NVLink domains; default: all of dp).")
 MoeImbalanceOpt = Annotated[float, typer.Option(
     help="Busiest expert-parallel rank's routed tokens over the mean (Switch Transformer's "
     "capacity factor 1.25).", min=1.0, max=64.0)]
@@ -450,6 +453,7 @@ def explain(
     mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    dp_shard: DpShardOpt = None,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     from . import api
@@ -469,7 +473,8 @@ def explain(
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, framework=framework, emit=emit,
                        ep=ep, etp=etp, moe_imbalance=moe_imbalance,
-                       moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)
+                       moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+                       dp_shard=dp_shard)
         batch_note = _batch_note(model, req)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w,
@@ -554,6 +559,7 @@ def search(
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    dp_shard: DpShardOpt = None,
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
@@ -565,7 +571,8 @@ def search(
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
                        emit=emit, ep=ep, etp=etp, moe_imbalance=moe_imbalance,
-                       moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)
+                       moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+                       dp_shard=dp_shard)
         batch_note = _batch_note(model, req)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "

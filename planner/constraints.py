@@ -40,6 +40,7 @@ def of(config: PlanConfig) -> SimpleNamespace:
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
         interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
         schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
+        dp_shard=config.dp_shard or config.dp,  # hybrid sharding
         **choices(config.zero_stage, config.schedule, config.precision))
 
 
@@ -202,3 +203,24 @@ def one_layout(layouts, i: int) -> SimpleNamespace:
 
     return SimpleNamespace(**{k: (v[i].item() if isinstance(v, np.ndarray) else v)
                               for k, v in vars(layouts).items()})
+
+
+def _dp_shard(layout):
+    """The layout's shard group over dp (dp itself where the layout does not say: no HSDP)."""
+    return getattr(layout, "dp_shard", layout.dp)
+
+
+HSDP_RULES = (
+    # torchtitan parallel_dims.py @ b5bcd76 (dp_replicate·dp_shard·cp·tp·pp = world size);
+    # Megatron-Core parallel_state.py @ d98e8a64dd ("Data parallel size should be divisible by
+    # partial DistOpt shard factor"). Which ZeRO stages shard hybridly is each framework's rule.
+    Rule("hybrid sharding: dp_shard divides dp; dp_shard < dp only for a dense model (the "
+         "experts' partial sharding is not modelled)",
+         lambda m, c: (c.dp % _dp_shard(c) == 0) & ((_dp_shard(c) == c.dp) | (m.n_experts == 1)),
+         lambda m, c: (f"--dp-shard {_dp_shard(c)} must divide dp = {c.dp} (dp_replicate = "
+                       "dp/dp_shard replicas of the shard group)" if c.dp % _dp_shard(c) else
+                       f"--dp-shard with the mixture of experts {m.name} is not modelled (its "
+                       "expert states shard over the expert data-parallel group); leave "
+                       "--dp-shard out")),
+)
+RULES = RULES + HSDP_RULES

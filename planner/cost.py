@@ -153,6 +153,7 @@ def config_numbers(config: PlanConfig) -> dict:
     return dict(
         dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
+        dp_replicate=config.dp_replicate,  # hybrid sharding: 1 unless dp_shard < dp
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
         overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
@@ -197,10 +198,31 @@ def _collective_group(x, size, stride, domain):
                            bw_allreduce=C.group_busbw(inside, x.nvls_bw, crossing))
 
 
+def dp_replicate_of(x):
+    """Hybrid sharding (HSDP): the replicas r = dp/dp_shard of the plan(s) in x (1 where x does
+    not say), and whether any plan replicates (then the shard group and the cross-replica
+    all-reduce are built; otherwise the expressions are today's, unchanged)."""
+    r = getattr(x, "dp_replicate", 1)
+    if isinstance(r, (int, float, np.ndarray)):
+        return r, bool(np.any(np.asarray(r, dtype=float) > 1))
+    return r, True  # a symbol: the general expressions
+
+
+def shard_group_ranks(x, cp):
+    """The ranks ZeRO shards over: the shard group dp_shard·cp = dp·cp/r under hybrid
+    sharding, all dp·cp data-parallel ranks otherwise."""
+    r, hybrid = dp_replicate_of(x)
+    return x.dp / r * cp if hybrid else x.dp * cp
+
+
 def group_links(x, t, cp, p, order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
     """Each parallel group's placement and link, from the rank order (Megatron's tp-cp-dp-pp
     unless a framework passes its own): TP, CP, the data-parallel (dp·cp) gradient group, and the
-    pipeline neighbours (a point-to-point send; inside when two adjacent stages share a domain)."""
+    pipeline neighbours (a point-to-point send; inside when two adjacent stages share a domain).
+    Under hybrid sharding `dp` is the shard group (dp_shard·cp consecutive data-parallel ranks:
+    torchtitan's mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"], Megatron's intra-instance
+    slice of the dp-cp ranks) and `replica` the r ranks holding the same shard, one shard group
+    apart."""
     degrees = dict(tp=t, cp=cp, dp=x.dp, pp=p)
     domain = C.job_domain_gpus(x.domain, x.dp * t * cp * p)
     pp_stride = group_stride(degrees, ("pp",), order)
@@ -213,12 +235,15 @@ def group_links(x, t, cp, p, order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
     cp_group.bw = C.group_busbw(cp_group.inside, x.fast_bw, C.p2p_busbw(
         x.nics_per_gpu, x.net_bw, x.fast_bw,
         C.oversubscription_factor(group_stride(degrees, ("cp",), order) * cp, x.pod, x.oversub)))
+    dp_stride, shard = group_stride(degrees, ("cp", "dp"), order), shard_group_ranks(x, cp)
+    replicas, hybrid = dp_replicate_of(x)
     return SimpleNamespace(
         domain=domain,
         tp=_collective_group(x, t, group_stride(degrees, ("tp",), order), domain),
         cp=cp_group,
-        dp=_collective_group(x, x.dp * cp, group_stride(degrees, ("cp", "dp"), order), domain),
-        pp=SimpleNamespace(inside=pp_inside, r=1, k=1, bw=pp_bw, bw_allreduce=pp_bw))
+        dp=_collective_group(x, shard, dp_stride, domain),
+        pp=SimpleNamespace(inside=pp_inside, r=1, k=1, bw=pp_bw, bw_allreduce=pp_bw),
+        replica=(_collective_group(x, replicas, dp_stride * shard, domain) if hybrid else None))
 
 
 def plan_costs(x, c: Choices, note=_same) -> dict:
@@ -239,7 +264,9 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     intermediate, by its name, for zero_costs."""
     L, h, s, b, t, p, cp, v, m = (x.n_layers, x.hidden, x.seq_len, x.mbs, x.tp, x.pp, x.cp, x.vpp,
                                   x.n_micro)
-    d_shard = x.dp * cp  # ZeRO and the gradient reduction span data × context parallel ranks
+    # ZeRO and the gradient reduction span data × context parallel ranks; under hybrid sharding
+    # the shard group dp_shard·cp, the gradients then all-reduced across dp/dp_shard replicas
+    d_shard = shard_group_ranks(x, cp)
     single_stage = _ops.le(p, 1)
     # the fullest GPU's layers: ⌈L/p⌉ where the framework places layers freely (Megatron's
     # pipeline layout), v·⌈L/(p·v)⌉ where each of its v chunks is cut the same
@@ -663,7 +690,13 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     # what the GPU reduces, gathers and steps: its stages' parameters, twice under DualPipe
     held_params = stage_params * k.param_copies
     held_experts = stage_experts * k.param_copies if moe else 0
-    dp_bytes = C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds, z)
+    # hybrid sharding: each gradient reduce-scatter in the shard group is followed by the
+    # all-reduce of the shard across the replicas (C.hsdp_replica_bytes), on its own link
+    replicas, hybrid = dp_replicate_of(x)
+    replica_bytes = (C.hsdp_replica_step_bytes(held_params, x.g_bytes, d_shard, replicas,
+                                               zero_rounds, z) if hybrid else 0)
+    dp_bytes = C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds,
+                                   z) + replica_bytes
     if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
         dp_bytes = dp_bytes + C.dp_gradient_bytes(held_experts, x.g_bytes, x.w_bytes, edp,
                                                   zero_rounds, z)
@@ -693,6 +726,19 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     mb_share, zero_mb_s = dp_time(C.When.MICRO_BATCH)
     tail_share, reduce_s = dp_time(C.When.STEP_REDUCE)
     _, gather_s = dp_time(C.When.STEP_GATHER)
+    if hybrid:  # HSDP: the shard's all-reduce across replicas after each reduce-scatter
+        replica = k.links.replica
+
+        def replica_time(when):
+            if C.hsdp_replica_rounds(z, when) == 0:
+                return 0
+            volume = C.hsdp_replica_bytes(held_params, x.g_bytes, d_shard, replicas, z, when)
+            return C.allreduce_time_s(
+                volume * C.sharp_volume_factor(replicas, x.sharp * (1 - replica.inside)),
+                replica.bw_allreduce, replicas, replica.k, x.fast_lat, x.net_lat)
+
+        zero_mb_s = zero_mb_s + replica_time(C.When.MICRO_BATCH)
+        reduce_s = reduce_s + replica_time(C.When.STEP_REDUCE)
     if moe:
         # moe: the same collectives for the expert shards over their edp group, whose ranks sit
         # ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp filling a node, each
@@ -739,9 +785,15 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     slots = PL.pipeline_slots(p, m, v, *times)
     # the busiest link bounds the step: each link's traffic at its own bandwidth, per GPU
     g = k.links
-    dp_busy = dp_bytes / dp.bw
-    nvlink_busy = note("nvlink_busy_s", k.nvlink_busy_mb * m + k.dp_inside * dp_busy)
-    network_busy = note("network_busy_s", k.network_busy_mb * m + (1 - k.dp_inside) * dp_busy)
+    dp_busy = (dp_bytes - replica_bytes) / dp.bw
+    nvlink_busy = k.nvlink_busy_mb * m + k.dp_inside * dp_busy
+    network_busy = k.network_busy_mb * m + (1 - k.dp_inside) * dp_busy
+    if hybrid:  # the cross-replica all-reduce on the replica group's link
+        replica_busy = replica_bytes / k.links.replica.bw
+        nvlink_busy = nvlink_busy + k.links.replica.inside * replica_busy
+        network_busy = network_busy + (1 - k.links.replica.inside) * replica_busy
+    nvlink_busy = note("nvlink_busy_s", nvlink_busy)
+    network_busy = note("network_busy_s", network_busy)
     step_s = note("step_s", _ops.maximum(
         T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s),
         _ops.maximum(nvlink_busy, network_busy)))

@@ -88,7 +88,8 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   tokens_per_step, seq_len, precision, grad_dtype, attention,
                   overlap_grad_reduce, allow_tp_across_nodes=False,
                   framework: str = "megatron", ep=None, etp=None, moe_imbalance=1.25,
-                  moe_capacity_factor=None, moe_a2a_overlap=False) -> PlanRequest:
+                  moe_capacity_factor=None, moe_a2a_overlap=False,
+                  dp_shard=None) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -112,7 +113,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes,
         framework=framework,
         ep=int_list(ep, "ep"), etp=int_list(etp, "etp"), moe_imbalance=moe_imbalance,
-        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap)
+        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+        dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
+                  else int_list(dp_shard, "dp-shard")))
 
 
 def resolve_framework(framework: str | None, emit: str | None) -> str:

@@ -65,6 +65,10 @@ class PlanRequest(BaseModel):
     moe_imbalance: float = Field(1.25, ge=1, le=64)
     moe_capacity_factor: float | None = Field(None, gt=0, le=64)
     moe_a2a_overlap: bool = False
+    # hybrid sharding: the shard group over dp (None: all of dp shards, as without HSDP; explain
+    # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
+    # domains with the shard group, search.dp_shard_candidates)
+    dp_shard: list[Dim] | Literal["auto"] | None = None
 
     def seq(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len
@@ -120,8 +124,20 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
-                       **moe_settings(req))
+                       dp_shard=_one_dp_shard(req, dp), **moe_settings(req))
             for z in zeros for r in recomputes]
+
+
+def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:
+    """explain's shard group: --dp-shard's one value (None: no hybrid sharding); it must divide
+    dp."""
+    if req.dp_shard == "auto":
+        raise PlanError("--dp-shard auto is for search; explain takes one value (a divisor of dp)")
+    shard = _one(req.dp_shard, "dp-shard", None)
+    if shard is not None and dp % shard:
+        raise PlanError(f"--dp-shard {shard} must divide dp = {dp} (dp_replicate = dp/dp_shard "
+                        "replicas of the shard group)")
+    return shard
 
 
 def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None) -> dict:

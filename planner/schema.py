@@ -435,6 +435,20 @@ class PlanConfig(_Strict):
     moe_a2a_overlap: bool = Field(
         False, description="All-to-all overlapped with another micro-batch's compute "
         "(DeepSeek-V3 DualPipe §3.2.1; Megatron --overlap-moe-expert-parallel-comm).")
+    dp_shard: PositiveInt | None = Field(
+        None, description="Hybrid sharding (HSDP): ZeRO shards over dp_shard·cp ranks and "
+        "replicates dp/dp_shard times, the gradients reduce-scattered in the shard group and "
+        "all-reduced across the replicas (None: the whole dp·cp group shards).")
+
+    @property
+    def dp_replicate(self) -> int:
+        """Hybrid sharding's replicas: dp/dp_shard (1 when the whole dp·cp group shards)."""
+        return self.dp // (self.dp_shard or self.dp)
+
+    @property
+    def hybrid_label(self) -> list[str]:
+        """`hsdp8` when the plan shards over 8 of its dp ranks (dp_shard < dp), else nothing."""
+        return [f"hsdp{self.dp_shard}"] if self.dp_shard and self.dp_shard < self.dp else []
 
     @property
     def moe_load_factor(self) -> float:
@@ -457,7 +471,8 @@ class PlanConfig(_Strict):
         [zbv] [mbs2] z2 [sel|full] [nosp] — the schedule when not 1F1B/interleaved, mbs when not
         1, recompute when not none, nosp when tp > 1 without sequence parallelism; without dp
         (the rest of the GPUs) when dp=False."""
-        parts = ([f"dp{self.dp}"] if dp else []) + [f"tp{self.tp}", f"pp{self.pp}"]
+        parts = ([f"dp{self.dp}"] if dp else []) + self.hybrid_label + [f"tp{self.tp}",
+                                                                       f"pp{self.pp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
         if self.vpp > 1:
@@ -479,7 +494,7 @@ class PlanConfig(_Strict):
     def label(self, *, batch: bool = True, precision: bool = False) -> str:
         """The layout in one short line, as tables and reasons quote it:
         dp8 tp8 pp4 [cp2] [v2] mbs1 [gbs512 s8192] z1 selective [bf16] [sp]."""
-        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        parts = [f"dp{self.dp}", *self.hybrid_label, f"tp{self.tp}", f"pp{self.pp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
         if self.vpp > 1:

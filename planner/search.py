@@ -95,7 +95,40 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
         ok &= np.isin(dp, req.dp)
     n_micro = gbs // np.maximum(dp * mbs, 1)
     cols = dict(tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vpp, dp=dp, n_micro=n_micro)
-    return _with_expert_degrees(model, hw, req, {k: v[ok] for k, v in cols.items()})
+    return _with_dp_shard(hw, req, _with_expert_degrees(model, hw, req,
+                                                        {k: v[ok] for k, v in cols.items()}))
+
+
+def dp_shard_candidates(dp: int, inner: int, domain: int) -> list[int]:
+    """The shard groups `--dp-shard auto` tries for a layout of dp data-parallel ranks whose
+    tp·cp ranks vary faster: dp itself (no replication) and each divisor s < dp whose shard group
+    fills whole NVLink domains (s·tp·cp a multiple of the domain's GPUs), so that the gathers stay
+    on NVLink or span whole nodes and the replicas all-reduce across the network — HSDP's usual
+    layout (torchtitan docs/fsdp.md; ZeRO++ hpZ: one node)."""
+    return [s for s in divisors(dp) if s == dp or (s * inner) % domain == 0]
+
+
+def _with_dp_shard(hw: HardwareProfile, req: PlanRequest,
+                   cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Hybrid sharding: every layout crossed with the shard groups --dp-shard asks for (a list,
+    or auto: dp_shard_candidates). Without --dp-shard the columns are left as they are (all of dp
+    shards; the cost model reads dp_replicate = 1). planner.constraints masks a dp_shard that
+    does not divide dp."""
+    if req.dp_shard is None or not len(cols["dp"]):
+        return cols
+    dp, inner = cols["dp"], cols["tp"] * cols["cp"]
+    if req.dp_shard == "auto":
+        pairs = {(int(d), int(i)) for d, i in zip(dp, inner)}
+        table = {pair: dp_shard_candidates(*pair, hw.gpus_per_domain) for pair in pairs}
+        options = [table[(int(d), int(i))] for d, i in zip(dp, inner)]
+    else:
+        options = [req.dp_shard] * len(dp)
+    counts = np.array([len(o) for o in options], dtype=np.int64)
+    out = {key: np.repeat(v, counts) for key, v in cols.items()}
+    out["dp_shard"] = np.array([s for o in options for s in o], dtype=np.int64)
+    fits = out["dp"] % out["dp_shard"] == 0
+    out["dp_replicate"] = np.where(fits, out["dp"] // np.where(fits, out["dp_shard"], 1), 1)
+    return out
 
 
 def _with_expert_degrees(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
@@ -176,7 +209,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
             # moe: the load the expert terms use, and the all-to-all overlap switch
             "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
             "a2a_overlap": int(req.moe_a2a_overlap)}
-    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp")
+    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp",
+                   *(("dp_shard",) if "dp_shard" in space else ()))  # hybrid sharding
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule")}
     costs: dict[str, list] = {}
     for r, sp, sched, zeros in _choice_groups(req):
@@ -229,6 +263,7 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         sequence_parallel=bool(cols["sp"][i]), schedule=list(Schedule)[int(cols["schedule"][i])],
         precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
         overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
+        dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
         **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i])))  # moe
 
 

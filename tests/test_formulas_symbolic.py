@@ -150,12 +150,13 @@ def test_zero3_model_states_are_16psi_over_d():
 
 def test_zero3_model_states_through_plan_costs():
     """Whole plan, every plan number symbolic, 16-bit weights and gradients: the reported weights +
-    gradients + optimizer state of the most loaded stage are 16·Ψ_stage/(dp·cp), plus a MoE
-    stage's routed experts, 16·Ψ_experts/edp with edp = dp·cp·tp/(ep·etp)."""
+    gradients + optimizer state of the most loaded stage are 16·Ψ_stage/(dp_shard·cp), with
+    dp_shard = dp/r (hybrid sharding's r replicas; r = 1 without it), plus a MoE stage's routed
+    experts, 16·Ψ_experts/edp with edp = dp·cp·tp/(ep·etp)."""
     r = symbolic_costs(ZERO3_1F1B, PP1_G2, plan_only=True)
     states = r["weights_bytes"] + r["gradients_bytes"] + r["optimizer_bytes"]
     edp = SYM["dp"] * SYM["cp"] * SYM["tp"] / (SYM["ep"] * SYM["etp"])
-    diff = (states - 16 * r["stage_params"] / (SYM["dp"] * SYM["cp"])
+    diff = (states - 16 * r["stage_params"] / (SYM["dp"] / SYM["dp_replicate"] * SYM["cp"])
             - 16 * r["expert_stage_params"] / edp)
     assert sp.cancel(without_piecewise(diff)) == 0
 

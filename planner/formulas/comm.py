@@ -148,6 +148,43 @@ def dp_gradient_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, n_micr
             + zero_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard, zero_stage))
 
 
+def hsdp_replica_bytes(params, bytes_per_grad, dp_shard, dp_replicate, zero_stage, when):
+    """Hybrid sharding's second level (HSDP): each gradient reduce-scatter the ZeRO stage runs at
+    `when` inside the shard group of s ranks (ZERO_COLLECTIVES, over s instead of d) is followed
+    by an all-reduce of each rank's 1/s shard across the r = d/s replicas holding the same shard:
+    2(r − 1)/r · gΨ/s per reduce-scatter. The whole reduction is then
+    (s − 1)/s · gΨ + 2(r − 1)/r · gΨ/s per rank, of which only the second crosses between shard
+    groups; r = 1 gives 0 (the flat reduction). Weight gathers stay inside the shard group.
+
+    Sources: torchtitan docs/fsdp.md (HSDP: data_parallel_replicate_degree ×
+    data_parallel_shard_degree); PyTorch FSDP2 `fully_shard(mesh=2-D (replicate, shard))`
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce: the
+    reduce-scatter, then an all-reduce on `all_reduce_group`, "not None iff HSDP"; taken at every
+    reduction, as without set_requires_all_reduce(False)); Megatron-Core partial distributed optimizer
+    (megatron/core/distributed/param_and_grad_buffer.py @ d98e8a64dd:
+    num_distributed_optimizer_instances > 1, reduce-scatter in the instance, all-reduce across
+    instances); Wang et al. 2023, ZeRO++ §3.2 (hpZ) for the intra-node partition idea."""
+    return hsdp_replica_rounds(zero_stage, when) * ring_allreduce_bytes(
+        dp_replicate, bytes_per_grad * params / dp_shard)
+
+
+def hsdp_replica_step_bytes(params, bytes_per_grad, dp_shard, dp_replicate, n_micro, zero_stage):
+    """HSDP's cross-replica traffic per GPU per step: n_micro · the per-micro-batch all-reduce
+    (ZeRO 2, 3) + the once-per-step one (ZeRO 1): 2(r − 1)/r · gΨ/s per reduction round
+    (hsdp_replica_bytes)."""
+    return (n_micro * hsdp_replica_bytes(params, bytes_per_grad, dp_shard, dp_replicate,
+                                         zero_stage, When.MICRO_BATCH)
+            + hsdp_replica_bytes(params, bytes_per_grad, dp_shard, dp_replicate, zero_stage,
+                                 When.STEP_REDUCE))
+
+
+def hsdp_replica_rounds(zero_stage, when):
+    """The gradient reduce-scatters the stage runs at `when`, each followed by HSDP's
+    cross-replica all-reduce (0: nothing to all-reduce then)."""
+    return sum(1 for coll, buf in _zero_collectives(zero_stage, when)
+               if coll is Collective.REDUCE_SCATTER and buf == "grad")
+
+
 def tp_layer_bytes(seq_len, mbs, hidden, tp, cp, act_bytes=2):
     """Tensor-parallel traffic per layer per micro-batch in one direction (forward or backward):
     two all-reduces of the b·s·h activation (after attention and after the MLP; Shoeybi 2019),

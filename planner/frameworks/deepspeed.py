@@ -98,6 +98,17 @@ RULES = (
          lambda m, c: c.fp8 == 0,
          lambda m, c: "deepspeed: the DeepSpeed config has no FP8 training mode; use --precision "
                       "bf16"),
+    # ZeRO++ hpZ (zero_hpz_partition_size) keeps a second copy of the weights partitioned inside
+    # a node for the backward gathers, but gradients and optimizer states stay partitioned over
+    # all dp ranks (deepspeed/runtime/zero/config.py @ edaa72212: "ranks in zero parameters
+    # partitioning secondary group"; Wang et al. 2023 §3.2): not the plan's shard-and-replicate
+    # layout. MiCS (mics_shard_size) is, but plan3d does not model it yet.
+    Rule("no hybrid sharding (dp_shard = dp): hpZ is a secondary weight partition, not HSDP",
+         lambda m, c: getattr(c, "dp_shard", c.dp) == c.dp,
+         lambda m, c: "deepspeed: ZeRO++ hpZ (zero_hpz_partition_size) keeps gradients and "
+                      "optimizer states sharded over all dp ranks, so it is not the plan's "
+                      "hybrid sharding; leave --dp-shard out, or use --framework torchtitan or "
+                      "megatron"),
 )
 
 
@@ -111,6 +122,10 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if c.pp > 1 and c.zero_stage >= ZeroStage.GRADIENTS:
         raise PlanError(f"{fw}: ZeRO-{int(c.zero_stage)} with pipeline parallelism is not "
                         "supported (the pipeline engine needs ZeRO stage 0 or 1)")
+    if c.dp_replicate > 1:
+        raise PlanError(f"{fw}: hybrid sharding (dp_shard {c.dp_shard} < dp {c.dp}) cannot be "
+                        "written: ZeRO++ hpZ (zero_hpz_partition_size) shards gradients and "
+                        "optimizer states over all dp ranks; re-plan without dp_shard")
     if c.precision is Precision.FP8:
         raise PlanError(f"{fw}: the DeepSpeed config has no FP8 training mode (FP8 needs "
                         "Transformer Engine layers in the model code)")

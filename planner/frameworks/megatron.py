@@ -93,6 +93,14 @@ RULES = (
          lambda m, c: c.pp * c.vpp <= m.n_layers + 2,
          lambda m, c: f"megatron: pp·vpp = {c.pp}·{c.vpp} = {c.pp * c.vpp} chunks exceed the "
                       f"{m.n_layers} layers of {m.name} plus the embedding and the loss"),
+    # hybrid sharding is --num-distributed-optimizer-instances r: the distributed optimizer
+    # (ZeRO-1) or Megatron-FSDP (ZeRO-2/3, outer no_shard) sharded inside dp·cp/r ranks
+    # (megatron/core/parallel_state.py, mcore_fsdp_adapter.py enable_hsdp @ d98e8a64dd)
+    Rule("hybrid sharding (dp_shard < dp) with ZeRO 1, 2 or 3 (partial distributed optimizer)",
+         lambda m, c: (getattr(c, "dp_shard", c.dp) == c.dp) | (c.zero >= 1),
+         lambda m, c: "megatron: --num-distributed-optimizer-instances shards the distributed "
+                      "optimizer or Megatron-FSDP; ZeRO-0 shards nothing; use --zero 1, 2 or 3, "
+                      "or leave --dp-shard out"),
 )
 
 
@@ -270,6 +278,20 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
                 "it is untested; --use-torch-fsdp2 is rejected outright with pp > 1.")
     else:
         notes.append("ZeRO-0: plain data parallelism (no --use-distributed-optimizer).")
+    if c.dp_replicate > 1:  # hybrid sharding: r instances, each sharded over dp·cp/r ranks
+        if c.zero_stage is ZeroStage.NONE:
+            raise PlanError(f"{fw}: hybrid sharding needs ZeRO 1, 2 or 3 (ZeRO-0 shards nothing)")
+        # megatron/training/arguments.py @ d98e8a64dd: --num-distributed-optimizer-instances
+        # ("copies across Data Parallel domain"); --outer-dp-sharding-strategy no_shard (DP
+        # replication across the outer group, Megatron-FSDP's HSDP; its default, written out)
+        a.add("--num-distributed-optimizer-instances", c.dp_replicate)
+        if c.zero_stage in (ZeroStage.GRADIENTS, ZeroStage.PARAMETERS):
+            a.add("--outer-dp-sharding-strategy", "no_shard")
+        notes.append(
+            f"Hybrid sharding: {c.dp_replicate} distributed-optimizer instances, each sharded "
+            f"over dp·cp/{c.dp_replicate} = {c.dp * c.cp // c.dp_replicate} consecutive "
+            "data-parallel ranks; gradients reduce-scatter inside an instance and all-reduce "
+            "across instances (megatron/core/distributed/param_and_grad_buffer.py @ d98e8a64dd).")
     if c.overlap_grad_reduce:
         a.add("--overlap-grad-reduce")
         if c.zero_stage >= ZeroStage.OPTIMIZER:
@@ -365,6 +387,10 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
         if c.pp > 1:
             notes.append("Megatron-FSDP with pp > 1 is code-supported but not validated by "
                          "Megatron-Bridge; torch FSDP2 does not work with pipeline parallelism.")
+    if c.dp_replicate > 1:  # hybrid sharding: DistributedDataParallelConfig's partial DistOpt
+        if c.zero_stage is ZeroStage.NONE:
+            raise PlanError("nemo: hybrid sharding needs ZeRO 1, 2 or 3 (ZeRO-0 shards nothing)")
+        ddp["num_distributed_optimizer_instances"] = c.dp_replicate
     doc["ddp"] = ddp
     doc["optimizer"] = optimizer
 

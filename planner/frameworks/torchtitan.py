@@ -88,6 +88,11 @@ RULES = (
          lambda m, c: c.fp16 == 0,
          lambda m, c: "torchtitan: fp16 is not offered (mixed_precision_param is bfloat16 or "
                       "float32); use --precision bf16"),
+    # HSDP is FSDP2 on a 2-D mesh (dp_replicate, dp_shard): docs/fsdp.md, parallel_dims.py
+    Rule("hybrid sharding (dp_shard < dp) with FSDP2 (ZeRO-2/3)",
+         lambda m, c: (getattr(c, "dp_shard", c.dp) == c.dp) | (c.zero >= 2),
+         lambda m, c: "torchtitan: HSDP is FSDP2 over data_parallel_shard_degree with "
+                      "data_parallel_replicate_degree replicas; it needs --zero 2 or 3"),
 )
 
 
@@ -135,13 +140,22 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if c.seq_len % divisor:
         raise PlanError(f"{fw}: seq_len {c.seq_len} must be a multiple of tp·2·cp = {divisor}")
 
+    if c.zero_stage is ZeroStage.NONE and c.dp_replicate > 1:
+        raise PlanError(f"{fw}: HSDP (dp_shard {c.dp_shard} < dp {c.dp}) is FSDP2 on a 2-D mesh; "
+                        "re-plan with zero_stage 2 or 3")
     parallelism: dict[str, object] = {}
     if c.zero_stage is ZeroStage.NONE:
         parallelism["data_parallel_replicate_degree"] = c.dp
         parallelism["data_parallel_shard_degree"] = 1
     else:
-        parallelism["data_parallel_replicate_degree"] = 1
-        parallelism["data_parallel_shard_degree"] = c.dp
+        # HSDP: FSDP2 inside data_parallel_shard_degree ranks, replicated across the rest
+        parallelism["data_parallel_replicate_degree"] = c.dp_replicate
+        parallelism["data_parallel_shard_degree"] = c.dp // c.dp_replicate
+        if c.dp_replicate > 1:
+            notes.append(f"HSDP: FSDP2 shards over dp_shard·cp = {c.dp // c.dp_replicate}·{c.cp} "
+                         f"ranks and all-reduces the gradient shards across "
+                         f"{c.dp_replicate} replicas (mesh [\"pp\", \"dp_replicate\", "
+                         "\"dp_shard\", \"cp\", \"tp\"]).")
         if c.zero_stage is ZeroStage.GRADIENTS:
             parallelism["fsdp_reshard_after_forward"] = "never"
             notes.append("ZeRO-2 is FSDP2 with reshard_after_forward off: weights stay gathered "
