@@ -68,8 +68,8 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
 CONSTRAINTS = [
     "dp·tp·pp·cp = gpus",
     "tp ≤ GPUs per NVLink domain unless --allow-tp-across-nodes (or --tp names it)",
-    f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: 1F1B, ZB-H1, ZB-H2, "
-    "ZB-V or DualPipeV for vpp = 1, interleaved for vpp > 1 (DualPipe when named)",
+    f"cp ≤ {MAX_OPEN_CP} and vpp ≤ {MAX_OPEN_VPP} unless named; the schedule: those the framework "
+    "runs, interleaved for vpp > 1, the others for vpp = 1",
     *(rule.text for rule in constraints.RULES),
 ]
 
