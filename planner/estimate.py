@@ -100,13 +100,6 @@ def link_fields(f: dict) -> dict:
     return out
 
 
-def model_warnings(model: ModelSpec) -> list[PlanWarning]:
-    """What the model of a plan leaves out for this architecture. (moe: mixtures of experts are
-    modelled with expert parallelism, the all-to-all and the dispatcher's buffers since the
-    moe-approximate warning was retired.)"""
-    return []
-
-
 def peak_moment(config: PlanConfig, first: bool, costs: dict) -> str:
     """When the most loaded GPU peaks: the loss of a single stage (its micro-batch's activations
     and the loss at its peak), the first stage's first backward (its warm-up micro-batches'
@@ -145,7 +138,7 @@ def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
                       ("cp", config.cp))},
                   **link_fields(f)),
         bubble_fraction=f["bubble_fraction"], time=time,
-        warnings=plan_warnings(hw, config, f, model.n_layers) + model_warnings(model))
+        warnings=plan_warnings(hw, config, f, model.n_layers))
 
 
 def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
