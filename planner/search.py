@@ -508,11 +508,28 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
     vpp_rule = constraints.Rule(
         "the search gives vpp > 1 to the interleaved schedule and vpp = 1 to the others",
         lambda m, c: (c.vpp > 1) == c.interleaved, lambda m, c: "")
+    framework = FRAMEWORKS[req.framework]
+    zeros = [z for z in (req.zero or list(ZeroStage)) if z in framework.zero_stages]
     for sp, sched in sorted(pairs, key=str):
         interleaved = sched is Schedule.INTERLEAVED
-        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp)
-        ok = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                                  schedule=sched)
+        shared = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        # what the framework runs, stage by stage (as evaluate_space masks it)
+        ok = shared & np.logical_or.reduce([framework.admissible(model, SimpleNamespace(
+            **vars(layouts), **constraints.choices(z, sched, req.precision))) for z in zeros])
         mask |= ok
+        if count and shared.any() and not ok.any():
+            # the shared rules leave layouts that the framework does not run: say which of its
+            # rules removed them (under the first ZeRO stage asked for)
+            kept = {k: v[shared] for k, v in space.items()}
+            fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
+                                         sp=sp, schedule=sched,
+                                         **constraints.choices(zeros[0], sched, req.precision))
+            for rule, n, first in constraints.removed_by(model, fw_layouts,
+                                                         framework.all_rules()):
+                said = rule.message(model, constraints.one_layout(fw_layouts, first)) or rule.text
+                removals.setdefault(rule.text, [0, said])[0] += n
         if count:
             for rule, n, first in constraints.removed_by(model, layouts,
                                                          (*constraints.RULES, vpp_rule)):
@@ -556,6 +573,15 @@ def no_layout_message(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -
     """Why no layout survives the rules: the rules that removed the candidates, with counts, and
     the nearest values that would work (of each dimension the user fixed, and of --gpus)."""
     n, gbs = req.gpus, req.global_batch(model)
+    framework = FRAMEWORKS[req.framework]
+    if not any(z in framework.zero_stages for z in (req.zero or list(ZeroStage))):
+        runs = ", ".join(str(int(z)) for z in framework.zero_stages)
+        return (f"{framework.name} runs ZeRO stages {runs}, and --zero asks for none of them; "
+                f"give --zero {runs.replace(', ', ',')} or another --framework")
+    if not any(s in framework.schedules for s in (req.schedule or SEARCHED_SCHEDULES)):
+        runs = ", ".join(s.value for s in framework.schedules)
+        return (f"{framework.name} runs the schedules {runs}, and --schedule asks for none of "
+                "them; give one of those or another --framework")
     tp_vals = req.tp or [d for d in divisors(n) if d <= hw.gpus_per_domain
                          or req.allow_tp_across_nodes]
     cp_vals = req.cp or divisors(n, MAX_OPEN_CP)

@@ -225,3 +225,14 @@ def test_learned_position_table_is_sized_for_the_sequence_the_job_runs():
     short = estimate(model, H100, PlanConfig(**base, seq_len=2048))
     long = estimate(model, H100, PlanConfig(**base, seq_len=8192))
     assert long.model.n_params - short.model.n_params == (8192 - 2048) * 12288
+
+
+def test_a_search_the_framework_rules_empty_says_which_rule():
+    # torchtitan has no ZeRO-1; DeepSpeed's pipeline engine no ZeRO-3: each says so in one line
+    r = runner.invoke(app, ["search", "-m", "70b", "-n", "512", "--framework", "torchtitan",
+                            "--zero", "1"])
+    assert r.exit_code != 0 and "torchtitan runs ZeRO stages 0, 2, 3" in r.output
+    r = runner.invoke(app, ["search", "-m", "70b", "-n", "512", "--framework", "deepspeed",
+                            "--zero", "3", "--pp", "4"])
+    assert r.exit_code != 0 and "ZeRO-3 with pipeline parallelism is not supported" in r.output
+    assert len(r.output.strip().splitlines()) == 1
