@@ -577,6 +577,11 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                                                               x.a2a_overlap)
         ep_mb_s = moe_last * ep_layer_exposed
         ep_bytes = note_moe("ep_bytes", x.moe * m * moe_last * 4 * (a2a_bytes + etp_bytes))
+        # the all-to-all keeps its link busy too (on NVLink when the ep·etp group fits a
+        # domain, else counted on the network, whose NICs it leaves on)
+        ep_busy_mb = x.moe * moe_last * 4 * (a2a_s + etp_s)
+        nvlink_busy_mb = nvlink_busy_mb + ep_span_inside * ep_busy_mb
+        network_busy_mb = network_busy_mb + (1 - ep_span_inside) * ep_busy_mb
 
     head_s = note("head_s", T.head_time_s(F.head_flops(s, b, vocab_padded, h) / (t * cp),
                                           logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
