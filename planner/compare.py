@@ -20,6 +20,7 @@ from .request import PlanRequest
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec
 from .search import gpu_counts, search
+from .units import token_text
 
 MAX_CELLS = 256  # profiles × GPU counts: each cell is a whole search
 
@@ -78,14 +79,6 @@ class CompareResult(BaseModel):
             chosen = [c for c in mine if c.chosen]
             out.append(chosen[0] if chosen else mine[-1])
         return out
-
-
-def token_text(x: float) -> str:
-    """15T, 300B, 2.5T: a token count as people write it."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if x >= scale:
-            return f"{x / scale:.4g}{suffix}"
-    return f"{x:g}"
 
 
 def _per_profile(values: Mapping[str, float] | float | None, hw: HardwareProfile,

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .results import Plan
-from .units import GB, GIB
+from .units import GB, GIB, token_text
 
 MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
                 "overhead_bytes")
@@ -316,14 +316,6 @@ def budget_line(plan: Plan) -> str:
     if b.energy_mwh is not None:
         parts.append(f"GPU energy {b.energy_mwh:,.1f} MWh at {b.gpu_power_w:g} W")
     return ", ".join(parts) + "."
-
-
-def token_text(n: float) -> str:
-    """A token count as people say it: 15T, 300B, 1.5M (10¹², 10⁹, 10⁶)."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
-        if n >= scale:
-            return f"{n / scale:,.4g}{unit}"
-    return f"{n:,.0f}"
 
 
 def render_launch(launch, out: Console) -> None:

@@ -10,3 +10,11 @@ TB = 10**12
 TFLOPS = 10**12
 US = 1e-6
 GBIT = 10**9 / 8  # bytes per second in one Gb/s
+
+
+def token_text(n: float) -> str:
+    """A token count as people write it: 15T, 300B, 1.5M, 4K (10¹², 10⁹, 10⁶, 10³)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.4g}{unit}"
+    return f"{n:,.0f}"
