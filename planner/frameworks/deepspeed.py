@@ -48,9 +48,9 @@ OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + v
 
 
 def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
-    """ZeRO 0: 16-bit weights, gradients in the accumulation dtype, 12 + 4 B of optimizer state
-    on every rank; ZeRO-1 shards the optimizer's 16 B; ZeRO-2 also the 16-bit gradients (2 + 4 +
-    12 = 18 B/param sharded); ZeRO-3 also the weights."""
+    """ZeRO 0: 16-bit weights and gradients (grad_bytes: 2, grad_bytes_fixed), 12 + 4 B of
+    optimizer state on every rank; ZeRO-1 shards the optimizer's 16 B; ZeRO-2 also the 16-bit
+    gradients (2 + 4 + 12 = 18 B/param sharded); ZeRO-3 also the weights."""
     z = int(zero)
     grads = HALF if z >= 2 else grad_bytes
     return ModelStates(HALF, z >= 3, grads, z >= 2, OPTIMIZER_BYTES + FP32_GRAD_COPY, z >= 1,
@@ -143,7 +143,14 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0}
     else:
         cfg["bf16"] = {"enabled": True}
-    cfg["data_types"] = {"grad_accum_dtype": c.grad_dtype}
+    # 16-bit gradients, as the plan was costed: with fp32 accumulation DeepSpeed's bf16 ZeRO-1 runs
+    # its BF16_Optimizer, which holds a full-size fp32 gradient buffer (bf16_optimizer.py)
+    half = "fp16" if c.precision is Precision.FP16 else "bf16"
+    cfg["data_types"] = {"grad_accum_dtype": half}
+    if c.grad_dtype == "fp32":
+        notes.append("Gradients accumulate and are reduced in 16-bit (data_types.grad_accum_dtype "
+                     f"{half}), as plan3d costs DeepSpeed; fp32 accumulation would add a "
+                     "full-size fp32 gradient buffer at ZeRO 0-1 (BF16_Optimizer).")
     zero: dict[str, object] = {"stage": int(c.zero_stage)}
     if c.zero_stage >= ZeroStage.OPTIMIZER:
         zero["overlap_comm"] = c.overlap_grad_reduce
@@ -237,4 +244,7 @@ FRAMEWORK = Framework(
     # (Megatron-DeepSpeed --checkpoint-activations), Megatron's sequence parallelism off
     defaults={"zero": 1, "recompute": 2, "sp": False},
     emitters={"deepspeed": _deepspeed},
+    # gradients are 16-bit partitions and are reduced in the model's dtype
+    # (communication_data_type defaults to it: deepspeed/runtime/engine.py @ edaa72212)
+    grad_bytes_fixed=HALF,
 )
