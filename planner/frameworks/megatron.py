@@ -166,7 +166,7 @@ def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec) -> None:
     if m.kv_heads != m.n_heads:
         a.add("--group-query-attention")
         a.add("--num-query-groups", m.kv_heads)
-    if m.dim_head * m.n_heads != m.hidden:
+    if m.dim_head * m.n_heads != m.hidden and not m.is_mla:  # MLA gives its head widths itself
         a.add("--kv-channels", m.dim_head)
     a.add("--seq-length", c.seq_len)
     a.add("--max-position-embeddings", max(m.positions, c.seq_len))
