@@ -39,6 +39,7 @@ SYMBOLS = {
     "fast_bw": "W_nvl", "net_bw": "W_net", "fast_lat": "α_nvl", "net_lat": "α_net",
     "reserved": "R", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
+    "nvls_bw": "W_nvls", "overlap_slow": "σ", "moe_load": "λ",
 }
 
 # What each constant is, for the constants table (values in base units).
@@ -54,6 +55,9 @@ CONSTANT_MEANINGS = {
     "kernel_s": ("s", "kernel launch overhead"), "n_sm": ("", "streaming multiprocessors"),
     "act_bytes": ("B", "bytes per activation element"), "w_bytes": ("B", "bytes per weight"),
     "g_bytes": ("B", "bytes per gradient element"),
+    "nvls_bw": ("B/s", "NVLink SHARP (NVLS) all-reduce bus bandwidth"),
+    "overlap_slow": ("", "compute slowdown beside overlapped NCCL kernels (Lee et al. 2025)"),
+    "moe_load": ("", "busiest expert rank's tokens over the mean (MoE)"),
 }
 
 CACHE_ENTRIES = 256  # plans whose formulas the cache keeps (~10 kB each)
