@@ -608,15 +608,19 @@ def to_text_cells(timeline: Timeline, width: int, head_s: float = 0.0) -> list[l
     """Per stage, ``width`` cells (character, kind) drawing the step to scale, readable without
     colour: each block covers the columns of its time span (at least one), starts with its kind
     and 1-based micro-batch number (``F3``, ``B12``; as much as fits) and is filled with ``-``
-    (forward) or ``=`` (backward); idle time is ``IDLE_CHAR``. On the last stage the first
-    ``head_s`` of each backward block of its last chunk (the LM head and loss, which the last
-    stage alone runs, once per micro-batch, and which sets the stage time) is drawn as ``h``,
-    kind "head". Pure data for render.py."""
+    (forward) or ``=`` (backward); idle time is ``IDLE_CHAR``. On the model's last stage (the
+    last GPU's last chunk; GPU 0's second chunk in a V) the first ``head_s`` of each backward
+    block (the LM head and loss, run once per micro-batch, which set the stage time) is drawn as
+    ``h``, kind "head". Pure data for render.py."""
     if not isinstance(width, int) or width < 1:
         raise PlanError(f"width must be a positive integer, got {width!r}")
     scale = width / timeline.makespan_s if timeline.makespan_s > 0 else 0.0
     out = []
     last = len(timeline.rows) - 1
+    # the model's last stage: the last GPU's last chunk, or in a V (ZB-V, DualPipeV) chunk 1 of
+    # GPU 0 (stage 2p − 1)
+    v_shape = timeline.schedule in (Schedule.ZBV, Schedule.DUALPIPEV)
+    head_row, head_chunk = (0, 1) if v_shape else (last, timeline.vpp - 1)
     for k, row in enumerate(timeline.rows):
         cells = [(IDLE_CHAR, "idle")] * width
         for b in row:
@@ -625,7 +629,7 @@ def to_text_cells(timeline: Timeline, width: int, head_s: float = 0.0) -> list[l
             span = c1 - c0
             text = f"{b.kind}{b.label}"[:span]
             fill = [(FILL_CHARS[b.kind], b.kind)] * span
-            if k == last and b.kind == "B" and b.chunk == timeline.vpp - 1 and head_s > 0:
+            if k == head_row and b.kind == "B" and b.chunk == head_chunk and head_s > 0:
                 n_head = min(span - 1, int(round(head_s * scale)))
                 fill[:n_head] = [(FILL_CHARS["head"], "head")] * n_head
                 start = n_head
