@@ -16,6 +16,7 @@ import numpy as np
 from .formulas import _ops
 from .formulas import activations as A
 from .formulas import comm as C
+from .formulas import context as CX
 from .formulas import flops as F
 from .formulas import memory as M
 from .formulas import moe as MO
@@ -411,7 +412,12 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # a V (ZB-V, DualPipeV); pp_step_bytes counts v·p − 1, so a V passes v = (hops + 1)/p
     v_hops = (PL.pipeline_hops(p, v, c.schedule) + 1) / p
     pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v_hops, boundary))
-    cp_layer = C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes)
+    # ring attention (Megatron, torchtitan), or all-to-all over the heads (DeepSpeed-Ulysses:
+    # c_a = c, formulas/context.py)
+    ulysses = c.framework.cp_all_to_all
+    cp_layer = (CX.context_layer_bytes(s, b, x.n_heads, x.n_kv_heads, x.head_dim, t, cp, cp,
+                                       x.act_bytes) if ulysses
+                else C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes))
     cp_bytes = note("cp_bytes", C.cp_step_bytes(layers, m, cp_layer))
     # the bubble needs the stage's F, B and W times for the split-backward schedules: zero_costs
     param_copies = note("parameter_copies", PL.parameter_copies(c.schedule))  # DualPipe: 2
@@ -552,13 +558,20 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     layer_fwd_total = fwd_s + tp_dir_s
     layer_bwd_total = bwd_s + recompute_s + (fwd_passes - 1) * tp_dir_s + tp_bwd_exposed
 
-    cp_layer_s = C.ring_time_s(cp_layer, g.cp.bw * cp_share, cp, g.cp.k, 3, x.fast_lat,
-                               x.net_lat)
-    # ring attention passes K/V while the attention products run, forward and backward; the
-    # NCCL kernels slow the attention they hide under (C.overlap_slowdown_s)
-    cp_window = (1 + att_bwd) * att_s
-    cp_layer_exposed = (T.exposed_time_s(cp_layer_s, cp_window)
-                        + C.overlap_slowdown_s(cp_layer_s, cp_window, x.overlap_slow))
+    if ulysses:
+        # the four all-to-alls each way sit between the projections and the attention core:
+        # nothing to hide them under
+        cp_layer_s = C.collective_time_s(cp_layer, g.cp.bw * cp_share, CX.a2a_messages(cp),
+                                         _ops.select(cp_inside, x.fast_lat, x.net_lat))
+        cp_layer_exposed = cp_layer_s
+    else:
+        cp_layer_s = C.ring_time_s(cp_layer, g.cp.bw * cp_share, cp, g.cp.k, 3, x.fast_lat,
+                                   x.net_lat)
+        # ring attention passes K/V while the attention products run, forward and backward; the
+        # NCCL kernels slow the attention they hide under (C.overlap_slowdown_s)
+        cp_window = (1 + att_bwd) * att_s
+        cp_layer_exposed = (T.exposed_time_s(cp_layer_s, cp_window)
+                            + C.overlap_slowdown_s(cp_layer_s, cp_window, x.overlap_slow))
 
     # ---- moe: expert-parallel all-to-all, per MoE layer and micro-batch: dispatch and combine
     # forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens

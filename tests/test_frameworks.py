@@ -236,3 +236,17 @@ def test_a_search_the_framework_rules_empty_says_which_rule():
                             "--zero", "3", "--pp", "4"])
     assert r.exit_code != 0 and "ZeRO-3 with pipeline parallelism is not supported" in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_deepspeed_context_parallelism_is_ulysses_all_to_all():
+    # DeepSpeed's cp is Ulysses: per layer and micro-batch 2·(c − 1)/c · act·b·(s/c)·d_h·(2a + 2k)
+    # (four all-to-alls each way of Q, K, V and the output). Llama 3.1 8B, cp 2, tp 1, b 1,
+    # s 8192: 2·(1/2)·2·4096·128·(64 + 16) = 83,886,080 B per layer; 32 layers, 4 micro-batches
+    model = load_model("8b")
+    base = dict(dp=4, tp=1, pp=1, cp=2, mbs=1, n_micro=4, gbs=16, seq_len=8192, zero_stage=1,
+                recompute="full", sequence_parallel=False)
+    ds = estimate(model, H100, PlanConfig(**base, framework="deepspeed"))
+    assert ds.comm.cp_bytes == pytest.approx(32 * 4 * 83_886_080)
+    # Megatron's ring passes K and V (k·d_h wide) 3·(c − 1) times: 3·2·2·4096·8·128 = 50,331,648
+    mg = estimate(model, H100, PlanConfig(**base))
+    assert mg.comm.cp_bytes == pytest.approx(32 * 4 * 50_331_648)

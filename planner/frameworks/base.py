@@ -129,6 +129,8 @@ class Framework:
     dp_overlap: Callable[[ZeroStage], bool] = field(default=lambda z: True, hash=False,
                                                     compare=False)
     """Whether the data-parallel reduction and gather overlap compute (when the plan asks)."""
+    cp_all_to_all: bool = False
+    """Context parallelism is all-to-all over the heads (DeepSpeed-Ulysses), not a K/V ring."""
     fsdp_once_per_step_under_pp: bool = False
     """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
     micro-batch (the stage stays gathered and gradient sync is off until the last one)."""

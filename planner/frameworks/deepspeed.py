@@ -247,4 +247,7 @@ FRAMEWORK = Framework(
     # gradients are 16-bit partitions and are reduced in the model's dtype
     # (communication_data_type defaults to it: deepspeed/runtime/engine.py @ edaa72212)
     grad_bytes_fixed=HALF,
+    # --ds-sequence-parallel-size is DeepSpeed-Ulysses: all-to-all over the heads
+    # (Jacobs et al. 2023), priced by formulas/context.py with c_a = cp
+    cp_all_to_all=True,
 )
