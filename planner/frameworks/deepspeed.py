@@ -63,14 +63,14 @@ MAX_LIVE_PARAMETERS = 1e9  # stage3_max_live_parameters default (zero/config.py 
 
 def bucket_bytes(zero: ZeroStage) -> float:
     """DeepSpeed's fixed buffers at its defaults, in 16-bit elements: ZeRO 1–2 reduce gradients
-    through one bucket of reduce_bucket_size elements (a second only with overlap_comm, off by
-    default below stage 3: stage_1_and_2.py l.2497-2513); ZeRO-3 keeps its reduce bucket and up to
-    stage3_max_live_parameters gathered parameters (it takes the place of the gathered layers)."""
+    through a bucket of reduce_bucket_size elements, and a second with overlap_comm, which the
+    emitted config turns on (stage_1_and_2.py l.2497-2513); ZeRO-3 keeps one reduce bucket and up
+    to stage3_max_live_parameters gathered parameters (in place of the gathered layers)."""
     z = int(zero)
     if z == 0:
         return 0.0
     bucket = HALF * REDUCE_BUCKET_ELEMENTS
-    return bucket + (HALF * MAX_LIVE_PARAMETERS if z == 3 else 0.0)
+    return bucket + (HALF * MAX_LIVE_PARAMETERS if z == 3 else bucket)
 
 
 RULES = (
@@ -237,9 +237,9 @@ FRAMEWORK = Framework(
     extra_stage_units=0,
     # Megatron-DeepSpeed's topology (pipe, data, model) varies the model (TP) rank fastest
     rank_order=("tp", "cp", "dp", "pp"),
-    # overlap_comm defaults to True only for stage 3 (zero/config.py l.138, 383-386): below it
-    # the gradient reduction waits for the backward
-    dp_overlap=lambda z: int(z) == 3,
+    # overlap_comm defaults to True only for stage 3 (zero/config.py l.138, 383-386), but the
+    # emitted config sets it as the plan asks (--overlap-grad-reduce), so the reduction overlaps
+    # the backward at every stage, at the price of a second reduce bucket (bucket_bytes)
     # ZeRO-1 (the pipeline engine allows no more), full checkpointing of each layer
     # (Megatron-DeepSpeed --checkpoint-activations), Megatron's sequence parallelism off
     defaults={"zero": 1, "recompute": 2, "sp": False},
