@@ -458,37 +458,54 @@ def simulate(
         orders = [_order_interleaved(pp, n_micro, vpp, k) for k in range(pp)]
 
     dur = {"F": fwd_s / vpp, "B": bwd_s / vpp}
-    ends: dict[tuple[str, int, int, int], float] = {}
-    rows: list[list[Block]] = [[] for _ in range(pp)]
-    free = [0.0] * pp
-    nxt = [0] * pp
+
+    def needs(k, i):
+        kind, micro, chunk = orders[k][i]
+        dep = _dependency(kind, micro, chunk, k, pp, vpp)
+        return [] if dep is None else [dep]
+
+    def block(k, i, start):
+        kind, micro, chunk = orders[k][i]
+        return (kind, micro, chunk, k), Block(kind, micro, chunk, start, start + dur[kind])
+
+    rows = _play(schedule, orders, needs, block)
+    return _timeline(schedule, pp, n_micro, vpp, fwd_s, bwd_s, rows)
+
+
+def _play(schedule: Schedule, orders, needs, block) -> list[list[Block]]:
+    """The event rule every schedule shares: each stage k runs `orders[k]` in turn, its i-th
+    block starting at max(the stage is free, every key `needs(k, i)` names has ended);
+    `block(k, i, start)` gives the (key, Block) it ends. Returns the stages' rows."""
+    ends: dict[tuple, float] = {}
+    rows: list[list[Block]] = [[] for _ in orders]
+    free = [0.0] * len(orders)
+    nxt = [0] * len(orders)
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
-        for k in range(pp):
-            while nxt[k] < len(orders[k]):
-                kind, micro, chunk = orders[k][nxt[k]]
-                dep = _dependency(kind, micro, chunk, k, pp, vpp)
-                if dep is not None and dep not in ends:
+        for k, order in enumerate(orders):
+            while nxt[k] < len(order):
+                deps = needs(k, nxt[k])
+                if any(d not in ends for d in deps):
                     break
-                start = max(free[k], ends[dep] if dep is not None else 0.0)
-                end = start + dur[kind]
-                ends[(kind, micro, chunk, k)] = end
-                rows[k].append(Block(kind, micro, chunk, start, end))
-                free[k] = end
+                key, b = block(k, nxt[k], max([free[k], *(ends[d] for d in deps)]))
+                ends[key] = free[k] = b.end_s
+                rows[k].append(b)
                 nxt[k] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:  # pragma: no cover - the orders above never deadlock
             raise RuntimeError(f"pipeline schedule {schedule.value} deadlocked")
+    return rows
 
-    makespan = max(free)
+
+def _timeline(schedule, pp, n_micro, vpp, fwd_s, bwd_s, rows, **more) -> Timeline:
+    """The Timeline of simulated rows: makespan, each stage's busy time, the bubble."""
+    makespan = max(row[-1].end_s for row in rows)
     busy = [sum(b.duration_s for b in row) for row in rows]
-    return Timeline(
-        schedule=schedule, pp=pp, n_micro=n_micro, vpp=vpp, fwd_s=fwd_s, bwd_s=bwd_s,
-        rows=rows, makespan_s=makespan, busy_s=busy,
-        bubble_fraction=1.0 - min(busy) / makespan,
-    )
+    return Timeline(schedule=schedule, pp=pp, n_micro=n_micro, vpp=vpp, fwd_s=fwd_s,
+                    bwd_s=bwd_s, rows=rows, makespan_s=makespan, busy_s=busy,
+                    bubble_fraction=1.0 - min(busy) / makespan, **more)
 
 
 def _simulate_split(schedule, pp, n_micro, fwd_s, bwd_s, wgrad_s) -> Timeline:
@@ -516,41 +533,22 @@ def _simulate_split(schedule, pp, n_micro, fwd_s, bwd_s, wgrad_s) -> Timeline:
             return ("F", micro, rank, chunk)
         return ("B", micro, *route[s + 1])
 
-    ends: dict[tuple[str, int, int, int], float] = {}
-    rows: list[list[Block]] = [[] for _ in range(pp)]
-    free = [0.0] * pp
-    nxt = [0] * pp
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for k in range(pp):
-            while nxt[k] < len(orders[k]):
-                kind, micro, chunk, *paired = orders[k][nxt[k]]
-                deps = [dependency(kind, micro, chunk, k)]
-                if paired:  # an F&B pair starts when both of its inputs are there
-                    deps.append(dependency(*orders[k][nxt[k] + 1], k))
-                deps = [d for d in deps if d is not None]
-                if any(d not in ends for d in deps):
-                    break
-                start = max([free[k], *(ends[d] for d in deps)])
-                end = start + dur[kind]
-                ends[("B" if kind == "BW" else kind, micro, k, chunk)] = end
-                drawn = "B" if kind == "BW" else kind
-                rows[k].append(Block(drawn, micro, chunk, start, end, whole=kind != "B"))
-                free[k] = end
-                nxt[k] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:  # pragma: no cover - the orders above never deadlock
-            raise RuntimeError(f"pipeline schedule {schedule.value} deadlocked")
+    def needs(k, i):
+        kind, micro, chunk, *paired = orders[k][i]
+        deps = [dependency(kind, micro, chunk, k)]
+        if paired:  # an F&B pair starts when both of its inputs are there
+            deps.append(dependency(*orders[k][i + 1], k))
+        return [d for d in deps if d is not None]
 
-    makespan = max(free)
-    busy = [sum(b.duration_s for b in row) for row in rows]
-    return Timeline(
-        schedule=schedule, pp=pp, n_micro=n_micro, vpp=1, fwd_s=fwd_s, bwd_s=bwd_s,
-        rows=rows, makespan_s=makespan, busy_s=busy,
-        bubble_fraction=1.0 - min(busy) / makespan, wgrad_s=wgrad_s, chunks_per_stage=share,
-    )
+    def block(k, i, start):
+        kind, micro, chunk, *_ = orders[k][i]
+        drawn = "B" if kind == "BW" else kind
+        return ((drawn, micro, k, chunk),
+                Block(drawn, micro, chunk, start, start + dur[kind], whole=kind != "B"))
+
+    rows = _play(schedule, orders, needs, block)
+    return _timeline(schedule, pp, n_micro, 1, fwd_s, bwd_s, rows, wgrad_s=wgrad_s,
+                     chunks_per_stage=share)
 
 
 def peak_in_flight(timeline: Timeline) -> list[float]:
