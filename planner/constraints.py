@@ -91,6 +91,10 @@ RULES = (
     Rule("sequence parallelism only with tp > 1",
          lambda m, c: (c.sp == 0) | (c.tp > 1),
          lambda m, c: "sequence parallelism needs tp > 1 (use --no-sp with tp = 1)"),
+
+)
+
+SCHEDULE_RULES = (
     # ZB-H1 keeps 1F1B's p warm-up micro-batches; its bubble (p − 1)(F + B − W) needs m ≥ p
     Rule("zb-h1 needs n_micro ≥ pp",
          lambda m, c: (not _runs(c, Schedule.ZB_H1)) | (c.n_micro >= c.pp),
@@ -114,6 +118,10 @@ RULES = (
          | ((c.pp % 2 == 0) & (c.n_micro % 2 == 0) & (c.n_micro >= 2 * c.pp)),
          lambda m, c: f"dualpipe needs an even pp and an even n_micro ≥ 2·pp (got pp={c.pp}, "
                       f"n_micro={c.n_micro}): half the micro-batches enter at each end"),
+)
+"""The rules of the split-backward schedules (issue 15): they read the layout's `schedule`."""
+
+MOE_RULES = (
     # ---- moe: expert parallelism (Megatron-Core MoE parallel folding; megatron/training/
     # arguments.py validate_args and megatron/core/parallel_state.py @ d98e8a64dd) -------------
     Rule("ep = etp = 1 for a dense model",
@@ -142,68 +150,7 @@ RULES = (
                       "parallelism (--sp); Megatron-Core's MoE dispatch takes each TP rank's "
                       "sequence shard"),
 )
-
-MOE_RULES = RULES[-5:]
-"""The expert-parallel rules (moe), the last five of RULES."""
-
-
-def _ep(layout):
-    """The layout's expert-parallel degree (1 where the layout does not say: a dense plan)."""
-    return getattr(layout, "ep", 1)
-
-
-def _etp(layout):
-    return getattr(layout, "etp", 1)
-
-
-SCHEDULE_RULES = RULES[-9:-5]
-"""The rules of the split-backward schedules (issue 15), the four before MOE_RULES: they read the
-layout's `schedule`."""
-
-
-def broken(model: ModelSpec, layout) -> Rule | None:
-    """The first rule one layout breaks, or None."""
-    for rule in RULES:
-        if not rule.holds(model, layout):
-            return rule
-    return None
-
-
-def admissible(model: ModelSpec, layouts):
-    """The mask of layouts (arrays) that obey every rule."""
-    ok = True
-    for rule in RULES:
-        ok = ok & rule.holds(model, layouts)
-    return ok
-
-
-def removed_by(model: ModelSpec, layouts, rules=RULES) -> list[tuple[Rule, int, int]]:
-    """How many of the layouts (arrays) each rule removes, each layout counted under the first
-    rule it breaks, and the index of the first layout it removes; rules that remove none are left
-    out. For the search's diagnosis."""
-    import numpy as np
-
-    alive = None
-    out = []
-    for rule in rules:
-        holds = np.asarray(rule.holds(model, layouts), dtype=bool)
-        if alive is None:
-            alive = np.ones(holds.shape, dtype=bool)
-        gone = alive & ~holds
-        if gone.any():
-            out.append((rule, int(gone.sum()), int(np.flatnonzero(gone)[0])))
-        alive &= holds
-    return out
-
-
-def one_layout(layouts, i: int) -> SimpleNamespace:
-    """Layout i of a set of layouts (arrays, or scalars shared by all) as plain ints, for
-    Rule.message."""
-    import numpy as np
-
-    return SimpleNamespace(**{k: (v[i].item() if isinstance(v, np.ndarray) else v)
-                              for k, v in vars(layouts).items()})
-
+"""The expert-parallel rules (moe)."""
 
 def _dp_shard(layout):
     """The layout's shard group over dp (dp itself where the layout does not say: no HSDP)."""
@@ -223,4 +170,62 @@ HSDP_RULES = (
                        "expert states shard over the expert data-parallel group); leave "
                        "--dp-shard out")),
 )
-RULES = RULES + HSDP_RULES
+
+RULES = RULES + SCHEDULE_RULES + MOE_RULES + HSDP_RULES
+"""Every rule: the shared ones, then the schedules', the experts' and hybrid sharding's."""
+
+
+
+def _ep(layout):
+    """The layout's expert-parallel degree (1 where the layout does not say: a dense plan)."""
+    return getattr(layout, "ep", 1)
+
+
+def _etp(layout):
+    return getattr(layout, "etp", 1)
+
+
+
+
+def broken(model: ModelSpec, layout) -> Rule | None:
+    """The first rule one layout breaks, or None."""
+    for rule in RULES:
+        if not rule.holds(model, layout):
+            return rule
+    return None
+
+
+def admissible(model: ModelSpec, layouts):
+    """The mask of layouts (arrays) that obey every rule."""
+    ok = True
+    for rule in RULES:
+        ok = ok & rule.holds(model, layouts)
+    return ok
+
+
+def removed_by(model: ModelSpec, layouts, rules=None) -> list[tuple[Rule, int, int]]:
+    """How many of the layouts (arrays) each rule removes, each layout counted under the first
+    rule it breaks, and the index of the first layout it removes; rules that remove none are left
+    out. For the search's diagnosis."""
+    import numpy as np
+
+    alive = None
+    out = []
+    for rule in RULES if rules is None else rules:
+        holds = np.asarray(rule.holds(model, layouts), dtype=bool)
+        if alive is None:
+            alive = np.ones(holds.shape, dtype=bool)
+        gone = alive & ~holds
+        if gone.any():
+            out.append((rule, int(gone.sum()), int(np.flatnonzero(gone)[0])))
+        alive &= holds
+    return out
+
+
+def one_layout(layouts, i: int) -> SimpleNamespace:
+    """Layout i of a set of layouts (arrays, or scalars shared by all) as plain ints, for
+    Rule.message."""
+    import numpy as np
+
+    return SimpleNamespace(**{k: (v[i].item() if isinstance(v, np.ndarray) else v)
+                              for k, v in vars(layouts).items()})
