@@ -27,7 +27,7 @@ def emit(fmt: str, config: PlanConfig, model: ModelSpec) -> EmitResult:
     plan, and when the name is unknown (the message lists the known ones)."""
     key, framework = of_format(fmt)
     check_plan(key, config, framework.schedules)
-    from .launch_moe import check_expressible  # moe: which emitters express expert parallelism
+    from .frameworks.moe_launch import check_expressible  # which emitters express EP
 
     check_expressible(key, config, model)
     return framework.emitters[key](config, model)

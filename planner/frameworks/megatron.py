@@ -183,7 +183,7 @@ def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec) -> None:
     if not m.dropout:
         a.add("--attention-dropout", "0.0")
         a.add("--hidden-dropout", "0.0")
-    from ..launch_moe import megatron_moe_args  # MoE and MLA arguments
+    from .moe_launch import megatron_moe_args  # MoE and MLA arguments
 
     for flag, value in megatron_moe_args(c, m):
         a.add(flag, value)

@@ -1,4 +1,5 @@
-"""Megatron-LM launch arguments for a mixture-of-experts or MLA model (moe helper).
+"""Megatron-LM launch arguments for a mixture-of-experts or MLA model, and which emitters express
+expert parallelism.
 
 Option names are those of Megatron-LM @ d98e8a64dd: `--num-experts` and `--moe-layer-freq` are
 declared in megatron/training/arguments.py (`_add_moe_args`, `moe_freq_type`); the others are
@@ -11,7 +12,7 @@ Megatron's `--qk-head-dim` is MLA's per-head width without rotary (d_nope) and
 
 from __future__ import annotations
 
-from .schema import ModelSpec, PlanConfig
+from ..schema import ModelSpec, PlanConfig
 
 
 def moe_layer_pattern(model: ModelSpec) -> str:
@@ -73,7 +74,7 @@ yet."""
 def check_expressible(framework: str, config: PlanConfig, model: ModelSpec) -> None:
     """A PlanError when `framework`'s emitter would silently drop the plan's expert parallelism
     or MLA (the launch would then hold every expert on every GPU, or build a different model)."""
-    from .errors import PlanError
+    from ..errors import PlanError
 
     if framework in EXPRESSES_EXPERT_PARALLELISM:
         return
