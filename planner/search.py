@@ -195,6 +195,14 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
     return [{k: np.concatenate(v) for k, v in part.items()} for part in parts]
 
 
+def _framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedule,
+                    precision: Precision) -> dict:
+    """What the framework runs of the layouts, ZeRO stage by ZeRO stage (its rules read the
+    stage, the schedule and the precision): {stage: mask}."""
+    return {z: framework.admissible(model, SimpleNamespace(
+        **vars(layouts), **constraints.choices(z, schedule, precision))) for z in zeros}
+
+
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
     """All candidates and their costs: (columns, costs), each a dict of equal-length arrays."""
     if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
@@ -219,9 +227,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
                                   schedule=sched)
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
-        # what the framework runs, stage by stage (its rules read the ZeRO stage)
-        runs = {z: mask & framework.admissible(model, SimpleNamespace(
-            **vars(layouts), **constraints.choices(z, sched, req.precision))) for z in zeros}
+        runs = {z: mask & ok for z, ok in _framework_runs(framework, model, layouts, zeros, sched,
+                                                          req.precision).items()}
         mask = np.logical_or.reduce(list(runs.values()))
         if not mask.any():
             continue
@@ -515,9 +522,8 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                   schedule=sched)
         shared = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
-        # what the framework runs, stage by stage (as evaluate_space masks it)
-        ok = shared & np.logical_or.reduce([framework.admissible(model, SimpleNamespace(
-            **vars(layouts), **constraints.choices(z, sched, req.precision))) for z in zeros])
+        ok = shared & np.logical_or.reduce(list(_framework_runs(
+            framework, model, layouts, zeros, sched, req.precision).values()))
         mask |= ok
         if count and shared.any() and not ok.any():
             # the shared rules leave layouts that the framework does not run: say which of its
