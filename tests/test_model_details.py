@@ -97,8 +97,11 @@ def test_full_recompute_holds_one_working_layer():
     inputs = 80 * 2 * 4096 * 8192 / 8
     loss = 6 * 4096 * 129024 / 8  # V padded to a multiple of 128·8: 129,024
     head = 2 * 2 * 4096 * 8192 / 8
+    # and the layer's activation gradients during its backward: the residual stream's at the full
+    # sequence and SwiGLU's two f-wide ones, 2·s·(h + 2f/t) = 2·4096·(8192 + 2·28672/8)
+    gradients = 2 * 4096 * (8192 + 2 * 28672 / 8)
     assert full["activations_bytes"] == pytest.approx(
-        inputs + none["layer_activation_bytes"] + loss + head, rel=1e-12)
+        inputs + none["layer_activation_bytes"] + loss + head + gradients, rel=1e-12)
 
 
 def test_megatron_uneven_stages():

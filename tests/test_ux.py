@@ -83,7 +83,7 @@ def test_search_keeps_the_layout_and_decisive_numbers_at_80_columns():
 def test_explain_opens_with_the_verdict_then_sections():
     out = run(*EXPLAIN, "--train-tokens", "15T", "--gpu-hour-price", "2").stdout
     lines = out.splitlines()
-    assert lines[1].startswith("Fits: 38.3 of 79.6 GiB per GPU")
+    assert lines[1].startswith("Fits: 38.5 of 79.6 GiB per GPU")
     assert lines[2].startswith("Peak at the first stage's first backward")
     step = next(i for i, line in enumerate(lines) if line.startswith("Step "))
     assert 2 < step <= 4 and lines[step].startswith("Step 16.5")

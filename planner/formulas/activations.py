@@ -225,6 +225,34 @@ def loss_phase_activation_bytes(n_layers, layer_bytes, head_bytes, loss_peak_byt
     return n_layers * layer_bytes + head_bytes + loss_peak_bytes
 
 
+def backward_gradient_bytes(seq_len, mbs, hidden, ffn, n_mlp, tp, cp, act_bytes=2):
+    """Activation gradients alive while one layer's backward runs, beside every saved set:
+
+        act·(s/c)·b·(h + (n_mlp − 1)·f/t)
+
+    the residual stream's gradient (h wide, at the full sequence: under sequence parallelism the
+    all-gathered output gradient) and, at the MLP's backward where they peak, the gradients of
+    its f-wide intermediates (gate and up for a gated MLP, n_mlp = 3; the activation's input for
+    a plain one, n_mlp = 2).  Korthikanti et al. (2022) count only saved tensors; these come on
+    top in the backward phase.  Source: measured by tests/oracle/test_step_peak.py — a whole
+    torchtitan-style Llama 3.1 8B step with full AC peaks at exactly L·(layer input) + one
+    recomputed layer + act·sb·(h + 2f) (8 × act·sbh at f = 3.5h); t > 1 follows the TP plan and
+    is not measured."""
+    return act_bytes * seq_len / cp * mbs * (hidden + (n_mlp - 1) * ffn / tp)
+
+
+def backward_phase_activation_bytes(n_layers, layer_bytes, working_bytes, gradient_bytes):
+    """Activation bytes alive during a layer's backward on a GPU holding n_layers saved sets (one
+    micro-batch): L·layer + working + gradients, where working is what the layer under backward
+    recomputes (its whole no-recompute set under full recompute, the rest of it under selective)
+    and gradients are backward_gradient_bytes.  The loss's buffers are gone by then, so a step's
+    allocated peak is the larger of this and loss_phase_activation_bytes (plan3d's cost model
+    counts both, for the reserved memory measured on GPUs: planner/cost.py says why).  Source:
+    measured by tests/oracle/test_step_peak.py within 5 % (full AC exact, no AC and per-op SAC
+    ~3.5 % low, at L = 4)."""
+    return n_layers * layer_bytes + working_bytes + gradient_bytes
+
+
 def fp8_linear_input_bytes(seq_len, mbs, hidden, n_heads, head_dim, ffn, tp, cp,
                            sequence_parallel: bool):
     """Elements of one layer's saved tensors that are linear layers' inputs, which Transformer
