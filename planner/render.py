@@ -484,7 +484,7 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
         Column("step\ns", [step_seconds(p.time.step_s) for p in plans]),
         Column("tokens/s", [f"{p.time.tokens_per_s:,.0f}" for p in plans]),
         Column(mfu_label, [f"{mfu_of(p, mfu_convention):.1%}" for p in plans]),
-        Column("mem", [f"{p.memory.total_bytes / p.memory.capacity_bytes:.0%}" for p in plans]),
+        Column("mem", [share_of_capacity(p.memory) for p in plans]),
         Column("bubble", [f"{bubble_share(p):.1%}" for p in plans]),
     ]
     if budget:
@@ -509,6 +509,10 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
               "bubble = T_bubble/T_step, the step's idle fill and drain.")
     if result.reason:
         out.print(result.reason)
+    if result.alternatives:
+        out.print("Also weighed:")
+        for a in result.alternatives:
+            out.print(Text(f"- {a.option}: {a.verdict} — {a.why}"))
     if budget:
         out.print("Plan 1: " + budget_line(plans[0]))
     # one line per kind of warning: its first plan's message, and which other plans share it
@@ -521,6 +525,13 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
         which = f"plan {which_plans[0]}" if len(which_plans) == 1 else \
             f"plans {', '.join(which_plans)}; shown for plan {which_plans[0]}"
         out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
+
+
+def share_of_capacity(memory) -> str:
+    """The memory a plan needs as a share of the GPU's, rounded down below 100 % so that a plan
+    that fits never reads "100%"."""
+    share = memory.total_bytes / memory.capacity_bytes
+    return f"{math.floor(share * 100)}%" if share < 1 else f"{share:.0%}"
 
 
 QUIET_WARNINGS = ("uneven-stages", "mfu-convention")

@@ -493,12 +493,14 @@ class PlanConfig(_Strict):
 
     def label(self, *, batch: bool = True, precision: bool = False) -> str:
         """The layout in one short line, as tables and reasons quote it:
-        dp8 tp8 pp4 [cp2] [v2] mbs1 [gbs512 s8192] z1 selective [bf16] [sp]."""
+        dp8 tp8 pp4 [cp2] [v2] [zbv] mbs1 [gbs512 s8192] z1 selective [bf16] [sp]."""
         parts = [f"dp{self.dp}", *self.hybrid_label, f"tp{self.tp}", f"pp{self.pp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
+        if self.pp > 1 and self.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
+            parts.append(self.schedule.value)
         if self.ep > 1 or self.etp > 1:
             parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else ""))
         parts.append(f"mbs{self.mbs}")

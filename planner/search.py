@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from . import constraints
+from .alternatives import Alternative, alternatives, step_differences
 from .cost import (
     Choices,
     dtype_numbers,
@@ -56,6 +57,8 @@ class SearchResult(BaseModel):
     tie_band: float = 0.0
     tie_band_source: str = ""
     variants: list[int] = []
+    # each option beyond the plain layout (schedules, hybrid sharding): did it win, and why
+    alternatives: list[Alternative] = []
 
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
@@ -287,37 +290,33 @@ def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:
     return idx[np.lexsort(keys)]
 
 
-def _why(plans: list[Plan]) -> str:
-    """A paragraph on the winner: what its step is made of, and what the next plans lose."""
+def _why(plans: list[Plan], tied: int = 1) -> str:
+    """A paragraph on the winner: what its step is made of, and what the next plans lose. With
+    `tied` plans tying for first, the first is the simplest of them, not always the fastest."""
     if not plans:
         return ""
     best = plans[0]
     t = best.time
-    parts = [f"Best: {best.config.label(batch=False)} — step {t.step_s:.3g} s "
+    fastest = min(plans[:tied], key=lambda p: p.time.step_s)
+    head = ("Best" if fastest is best else
+            f"Ranked first (the simplest of {tied} plans that tie; the fastest of them is "
+            f"{fastest.config.label(batch=False)}, {1 - fastest.time.step_s / t.step_s:.1%} "
+            "faster)")
+    parts = [f"{head}: {best.config.label(batch=False)} — step {t.step_s:.3g} s "
              f"({t.tokens_per_s:,.0f} tokens/s, "
              f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full): of the step, compute "
              f"{t.compute_s / t.step_s:.0%}, bubble "
              f"{t.bubble_s / t.step_s:.0%}, exposed communication "
              f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
              f"{best.memory.capacity_bytes / 2**30:.1f} GiB."]
-    labels = {"compute_s": "compute", "bubble_s": "bubble", "tp_exposed_s": "exposed TP",
-              "dp_exposed_s": "exposed DP/ZeRO", "pp_exposed_s": "pipeline sends",
-              "cp_exposed_s": "exposed CP", "optimizer_s": "optimizer"}
     for other in plans[1:3]:
         o = other.time
-        deltas = {k: getattr(o, k) - getattr(t, k) for k in labels}
-        worse = max(deltas, key=deltas.get)
-        better = min(deltas, key=deltas.get)
-        tiny = 1e-6 * t.step_s
         ratio = o.step_s / t.step_s - 1
         text = (f"{other.config.label(batch=False)} is {abs(ratio):.1%} "
                 f"{'slower' if ratio >= 0 else 'faster (ranked after it in a tie)'}")
-        if deltas[worse] > tiny:
-            text += f": {labels[worse]} +{deltas[worse]:.3g} s"
-            if deltas[better] < -tiny:
-                text += f", {labels[better]} {deltas[better]:.3g} s"
-        else:
-            text += f" (same step time; it needs {other.memory.total_bytes / 2**30:.1f} GiB)"
+        differences = step_differences(t, o)
+        text += (f": {differences}" if differences else
+                 f" (same step time; it needs {other.memory.total_bytes / 2**30:.1f} GiB)")
         parts.append(text + ".")
     return " ".join(parts)
 
@@ -418,8 +417,8 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
     ranked, labels = ranked[:top], labels[:top]
     folded_by = dict(zip(chosen, variants))
     plans = [estimate(model, hw, config_at(model, req, cols, i)) for i in ranked]
-    reason = _why(plans)
     ties = labels.count(labels[0]) if labels else 0
+    reason = _why(plans, ties)
     if ties > 1:
         reason += (f" The first {ties} plans tie (`1=`): their step times differ by less than the "
                    f"model's uncertainty, ±{band:.1%} ({source}); inside a tie the simpler layout "
@@ -432,7 +431,8 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
     return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
                         constraints=_constraints(req), reason=reason, folded=folded, ranks=labels,
                         tie_band=band, tie_band_source=source,
-                        variants=[folded_by[i] for i in ranked])
+                        variants=[folded_by[i] for i in ranked],
+                        alternatives=alternatives(model, hw, req, cols, costs, fits, band))
 
 
 def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]:
