@@ -108,3 +108,18 @@ def test_cli_shows_and_json_carries_the_alternatives():
     assert [a["verdict"] for a in data["alternatives"]][1:3] == ["not run", "not run"]
     assert set(data["alternatives"][0]) == {"option", "verdict", "plan", "step_s", "versus",
                                             "versus_step_s", "why"}
+
+
+def test_a_schedule_the_framework_lacks_names_who_runs_it():
+    base = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
+            "--pp", "4"]
+    zbv = runner.invoke(app, [*base, "--schedule", "zbv"])
+    assert zbv.exit_code != 0
+    assert ("megatron: there is no zbv schedule in megatron (it runs 1f1b, interleaved); choose "
+            "one of them, or --framework torchtitan, which runs it") in zbv.output
+    zb = runner.invoke(app, [*base, "--schedule", "zb-h1"])
+    assert "(no framework plan3d models runs it)" in zb.output
+    drawn = runner.invoke(app, [*base, "--schedule", "zbv", "--framework", "torchtitan",
+                                "--timeline"], env={"COLUMNS": "100"})
+    assert drawn.exit_code == 0, drawn.output
+    assert "zbv" in drawn.stdout.splitlines()[0]

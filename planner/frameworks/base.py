@@ -151,10 +151,16 @@ class Framework:
         def holds(m, c):
             return (c.pp == 1) | (getattr(c, "schedule", Schedule.ONE_F_ONE_B) in self.schedules)
 
-        return Rule(f"pipeline schedules: {names}", holds,
-                    lambda m, c: f"{self.name}: there is no {c.schedule.value} schedule in "
-                                 f"{self.name} (it runs {names}); choose one of them or a "
-                                 "framework that runs it")
+        def message(m, c):
+            from . import FRAMEWORKS
+
+            runners = [f.name for f in FRAMEWORKS.values() if c.schedule in f.schedules]
+            where = (f", or --framework {' or '.join(runners)}, which runs it" if runners else
+                     " (no framework plan3d models runs it)")
+            return (f"{self.name}: there is no {c.schedule.value} schedule in {self.name} "
+                    f"(it runs {names}); choose one of them{where}")
+
+        return Rule(f"pipeline schedules: {names}", holds, message)
 
     def all_rules(self) -> tuple[Rule, ...]:
         return (*self.rules, self.schedule_rule())
