@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..constraints import Rule
 from ..errors import PlanError
-from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..formulas.memory import ZERO_SHARDS
 from ..schema import ModelSpec, PlanConfig
 from .base import (
@@ -444,4 +444,10 @@ FRAMEWORK = Framework(
     stage_split="flexible",
     extra_stage_units=2,
     emitters={"megatron": _megatron, "nemo": _nemo},
+    # cp-kind: --cp-comm-type p2p | a2a | a2a+p2p (with --hierarchical-context-parallel-sizes)
+    # through Transformer Engine's attention (megatron/training/arguments.py @ d98e8a64dd
+    # l.3221, 580-585; core/transformer/transformer_config.py l.1030-1045; core/extensions/
+    # transformer_engine.py l.2141-2153); the ring (p2p) is its default. Its fourth kind,
+    # allgather, is not modelled (CP_ALLGATHER_REFUSAL)
+    cp_kinds=(ContextKind.RING, ContextKind.ALL_TO_ALL, ContextKind.HIERARCHICAL),
 )
