@@ -223,8 +223,9 @@ DpShardOpt = _opt("Hybrid sharding (HSDP): ZeRO shards over dp_shard·cp ranks, 
                   "dp and the divisors filling whole NVLink domains; default: all of dp).")
 # cp-kind: context-parallel kinds
 CpKindOpt = _opt("Context-parallel kind: ring (p2p), a2a (all-to-all, Ulysses), hierarchical "
-                 "(a2a inside groups of --cp-a2a ranks, ring across them); search: a comma list "
-                 "or auto (every kind the framework runs; default).")
+                 "(a2a inside groups of --cp-a2a ranks, ring across them); default: the "
+                 "framework's (Megatron, torchtitan ring; DeepSpeed a2a); search: a comma list, "
+                 "or auto for every kind the framework runs.")
 CpA2aOpt = _opt("Hierarchical CP: the all-to-all group, a divisor of cp (explain: one; search: "
                 "a list; default: those whose tp·group fits the NVLink domain).")
 MoeImbalanceOpt = Annotated[float, typer.Option(

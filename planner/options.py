@@ -128,13 +128,15 @@ CP_ALLGATHER_REFUSAL = (
 
 def cp_kind_list(text: str | None):
     """cp-kind: --cp-kind as kinds (ring, a2a, hierarchical or their other names, comma list),
-    or None for `auto` or nothing (the framework's own: its default in explain, all it runs in
-    search)."""
+    "auto" (search: every kind the framework runs), or None when not given (the framework's
+    default kind)."""
     from .schema import context_kind_named
 
     items = _split(text, "cp-kind")
-    if items is None or [s.lower() for s in items] == ["auto"]:
+    if items is None:
         return None
+    if [s.lower() for s in items] == ["auto"]:
+        return "auto"
     out = []
     for s in items:
         if s.lower().replace("-", "").replace("_", "") == "allgather":

@@ -69,10 +69,10 @@ class PlanRequest(BaseModel):
     # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
     # domains with the shard group, search.dp_shard_candidates)
     dp_shard: list[Dim] | Literal["auto"] | None = None
-    # cp-kind: the context-parallel kinds (None: explain takes the framework's default; search
+    # cp-kind: the context-parallel kinds (None: the framework's default kind; "auto": search
     # tries every kind the framework runs) and the hierarchical kind's all-to-all groups (None:
     # search tries the divisors of cp whose group t·c_a fits the NVLink domain)
-    cp_kind: list[ContextKind] | None = None
+    cp_kind: list[ContextKind] | Literal["auto"] | None = None
     cp_a2a: list[Dim] | None = None
 
     def seq(self, model: ModelSpec) -> int:
@@ -139,6 +139,9 @@ def cp_kind_settings(req: PlanRequest, cp: int) -> dict:
     hierarchical kind); a PlanError in the flags' names when they do not fit cp."""
     from .schema import cp_kind_problem
 
+    if req.cp_kind == "auto":
+        raise PlanError("--cp-kind auto is for search; explain takes one kind (ring, a2a or "
+                        "hierarchical)")
     kind = _one(req.cp_kind, "cp-kind", None)
     cp_a2a = _one(req.cp_a2a, "cp-a2a", None)
     if kind is None and cp_a2a is not None:

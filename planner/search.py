@@ -102,8 +102,15 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
 # ---- cp-kind: the context-parallel kind as a search dimension ---------------------------------
 
 def cp_kinds_searched(req: PlanRequest) -> list[ContextKind]:
-    """The kinds the search tries: --cp-kind's, else every kind the framework runs."""
-    return list(req.cp_kind or FRAMEWORKS[req.framework].cp_kinds)
+    """The kinds the search tries: --cp-kind's; every kind the framework runs for `auto`; the
+    hierarchical kind when only --cp-a2a is given; else the framework's default kind alone (the
+    search then evaluates what it did before kinds existed)."""
+    runs = FRAMEWORKS[req.framework].cp_kinds
+    if req.cp_kind == "auto":
+        return list(runs)
+    if req.cp_kind:
+        return list(req.cp_kind)
+    return [ContextKind.HIERARCHICAL] if req.cp_a2a else [runs[0]]
 
 
 def a2a_group_candidates(cp: int, tp: int, domain: int, kinds, asked=None) -> list[int]:
