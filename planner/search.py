@@ -143,19 +143,26 @@ def search_cp_kind(req: PlanRequest) -> ContextKind | None:
 def _with_cp_kinds(hw: HardwareProfile, req: PlanRequest,
                    cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every layout crossed with its all-to-all groups c_a (a2a_group_candidates), as the column
-    cp_a2a; planner.constraints masks what the heads or the framework do not allow."""
+    cp_a2a; planner.constraints masks what the heads or the framework do not allow. One kind
+    alone crosses nothing (the ring: c_a = 1; the all-to-all: c_a = cp)."""
     kinds = cp_kinds_searched(req)
-    if not len(cols["cp"]):
-        return {**cols, "cp_a2a": np.ones(0, dtype=np.int64)}
-    pairs = {(int(c), int(t)) for c, t in zip(cols["cp"], cols["tp"])}
-    table = {pair: a2a_group_candidates(*pair, hw.gpus_per_domain, kinds, req.cp_a2a)
-             for pair in pairs}
-    if all(table[pair] == [1] for pair in pairs):  # the ring alone: nothing to cross
-        return {**cols, "cp_a2a": np.ones(len(cols["cp"]), dtype=np.int64)}
-    options = [table[(int(c), int(t))] for c, t in zip(cols["cp"], cols["tp"])]
-    counts = np.array([len(o) for o in options], dtype=np.int64)
+    cp, tp = cols["cp"], cols["tp"]
+    if kinds == [ContextKind.RING] or not len(cp):
+        return {**cols, "cp_a2a": np.ones_like(cp)}
+    if kinds == [ContextKind.ALL_TO_ALL]:
+        return {**cols, "cp_a2a": cp.copy()}
+    pairs, inverse = np.unique(np.stack([cp, tp], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    table = [a2a_group_candidates(int(c), int(t), hw.gpus_per_domain, kinds, req.cp_a2a)
+             for c, t in pairs]
+    options = np.zeros((len(table), max(len(o) for o in table)), dtype=np.int64)
+    for j, o in enumerate(table):
+        options[j, :len(o)] = o
+    counts = np.array([len(o) for o in table], dtype=np.int64)[inverse]
     out = {key: np.repeat(v, counts) for key, v in cols.items()}
-    out["cp_a2a"] = np.array([a for o in options for a in o], dtype=np.int64)
+    # each row's place among its layout's copies picks its c_a
+    place = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    out["cp_a2a"] = options[np.repeat(inverse, counts), place]
     return out
 
 

@@ -163,6 +163,8 @@ class Framework:
         names = ", ".join(CP_KIND_FLAGS[k] for k in self.cp_kinds)
 
         def holds(m, c):
+            if len(kinds) == len(ContextKind):  # every kind: nothing to rule out
+                return True
             c_a = getattr(c, "cp_a2a", 1)
             ring = c_a == 1
             a2a = c_a == c.cp
