@@ -108,6 +108,13 @@ def cp_kinds_searched(req: PlanRequest) -> list[ContextKind]:
     runs = FRAMEWORKS[req.framework].cp_kinds
     if req.cp_kind == "auto":
         return list(runs)
+    if req.cp_kind and not set(req.cp_kind) & set(runs):
+        from .frameworks.base import CP_KIND_FLAGS, CP_KIND_REASONS
+
+        raise PlanError(f"{req.framework} runs context parallelism as "
+                        f"{', '.join(CP_KIND_FLAGS[k] for k in runs)} only "
+                        f"({CP_KIND_REASONS.get(req.framework, '')}), and --cp-kind asks for "
+                        "none of them; give --cp-kind auto or another --framework")
     if req.cp_kind:
         return list(req.cp_kind)
     return [ContextKind.HIERARCHICAL] if req.cp_a2a else [runs[0]]

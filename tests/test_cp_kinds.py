@@ -241,6 +241,14 @@ def test_cli_cp_kind():
         assert len(r.output.strip().splitlines()) == 1, r.output
 
 
+def test_cli_search_refuses_kinds_the_framework_does_not_run():
+    r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--cp-kind", "a2a",
+                            "--framework", "torchtitan"])
+    assert r.exit_code == 2
+    assert "torchtitan runs context parallelism as ring only" in r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+
+
 def test_cli_search_cp_kind_a2a_only():
     r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink",
                             "--cp", "4", "--seq-len", "32768", "--cp-kind", "a2a", "--json"])
