@@ -578,7 +578,7 @@ def cp_kind_problem(kind: ContextKind | None, cp: int, cp_a2a: int | None) -> st
     if cp_a2a is not None and kind is not ContextKind.HIERARCHICAL:
         return (f"cp_a2a {cp_a2a} is the all-to-all group of the hierarchical kind; give "
                 "cp_kind hierarchical, or leave cp_a2a out")
-    if kind is not ContextKind.HIERARCHICAL or cp == 1:
+    if kind is not ContextKind.HIERARCHICAL or (cp == 1 and cp_a2a is None):
         return ""
     if cp_a2a is None:
         return (f"the hierarchical kind needs cp_a2a, its all-to-all group: a divisor of cp = "

@@ -174,6 +174,7 @@ def test_config_values_and_labels():
                       (dict(cp_kind="hierarchical", cp_a2a=4), "strictly between 1"),
                       (dict(cp_kind="hierarchical", cp_a2a=3), "must divide cp = 4"),
                       (dict(cp_a2a=2), "of the hierarchical kind"),
+                      (dict(cp=1, cp_kind="hierarchical", cp_a2a=2), "must divide cp = 1"),
                       (dict(cp_kind="allgather"), "unknown context-parallel kind")):
         with pytest.raises(ValueError, match=said):
             config(**bad)
