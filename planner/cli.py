@@ -221,6 +221,13 @@ EtpOpt = _opt("Expert tensor-parallel degree(s) of a MoE model (search: 1 unless
 DpShardOpt = _opt("Hybrid sharding (HSDP): ZeRO shards over dp_shard·cp ranks, replicated "
                   "dp/dp_shard times (explain: one divisor of dp; search: a list, or auto for "
                   "dp and the divisors filling whole NVLink domains; default: all of dp).")
+# cp-kind: context-parallel kinds
+CpKindOpt = _opt("Context-parallel kind: ring (p2p), a2a (all-to-all, Ulysses), hierarchical "
+                 "(a2a inside groups of --cp-a2a ranks, ring across them); default: the "
+                 "framework's (Megatron, torchtitan ring; DeepSpeed a2a); search: a comma list, "
+                 "or auto for every kind the framework runs.")
+CpA2aOpt = _opt("Hierarchical CP: the all-to-all group, a divisor of cp (explain: one; search: "
+                "a list; default: those whose tp·group fits the NVLink domain).")
 MoeImbalanceOpt = Annotated[float, typer.Option(
     help="Busiest expert-parallel rank's routed tokens over the mean (Switch Transformer's "
     "capacity factor 1.25).", min=1.0, max=64.0)]
@@ -454,6 +461,7 @@ def explain(
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
     dp_shard: DpShardOpt = None,
+    cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     from . import api
@@ -474,7 +482,7 @@ def explain(
                        overlap_grad_reduce, framework=framework, emit=emit,
                        ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-                       dp_shard=dp_shard)
+                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a)
         batch_note = _batch_note(model, req)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w,
@@ -560,6 +568,7 @@ def search(
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
     dp_shard: DpShardOpt = None,
+    cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
@@ -572,7 +581,7 @@ def search(
                        overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
                        emit=emit, ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-                       dp_shard=dp_shard)
+                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a)
         batch_note = _batch_note(model, req)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from .formulas import context as CX
 from .formulas.choices import Precision, Schedule
 from .schema import ModelSpec, PlanConfig
 
@@ -41,6 +42,7 @@ def of(config: PlanConfig) -> SimpleNamespace:
         interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
         schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
         dp_shard=config.dp_shard or config.dp,  # hybrid sharding
+        cp_a2a=_a2a_ranks(config),  # cp-kind: the all-to-all group c_a (1 for the ring)
         **choices(config.zero_stage, config.schedule, config.precision))
 
 
@@ -171,8 +173,45 @@ HSDP_RULES = (
                        "--dp-shard out")),
 )
 
-RULES = RULES + SCHEDULE_RULES + MOE_RULES + HSDP_RULES
-"""Every rule: the shared ones, then the schedules', the experts' and hybrid sharding's."""
+
+def _a2a_ranks(config: PlanConfig) -> int:
+    """cp-kind: the plan's all-to-all group c_a (planner.frameworks.a2a_ranks: the framework's
+    default kind when the plan names none)."""
+    from .frameworks import a2a_ranks
+
+    return a2a_ranks(config)
+
+
+def _cp_a2a(layout):
+    """The layout's all-to-all group c_a (1 where the layout does not say: a ring or no CP)."""
+    return getattr(layout, "cp_a2a", 1)
+
+
+CP_KIND_RULES = (
+    # ---- cp-kind: the all-to-all of Ulysses (c_a = cp) and of the hierarchical kind (c_a =
+    # cp_a2a) trades the sequence split for a head split of Q, K and V: each TP rank's a/t heads
+    # and k/t KV heads go c_a ways. Transformer Engine asserts it ("cp_comm_type='a2a' requires
+    # num_heads % cp_size == 0 for Q, K, V", attention/dot_product_attention/context_parallel.py
+    # @ d0067d0 l.4246-4249, AttnFuncWithCPAndQKVOA2A; its a2a+p2p views the heads as
+    # [.., cp_a2a, h/cp_a2a, ..] in flash_attn_a2a_communicate, l.387-450); DeepSpeed-Ulysses
+    # scatters each tensor's heads over the sequence-parallel group (deepspeed/sequence/
+    # layer.py @ edaa72212 l.40, 56: "Number of heads … must be divisible by the sequence
+    # parallel size"; its uneven-heads path, l.246-255, assumes Q and KV have the same heads,
+    # "If not, additional logic is required for cases like GQA", and does not cover a GQA model)
+    Rule("the all-to-all group c_a (cp for a2a, cp_a2a for hierarchical) divides the heads and "
+         "the KV heads per TP rank: t·c_a divides a and k",
+         lambda m, c: CX.a2a_heads_fit(m.n_heads, m.kv_heads, c.tp, _cp_a2a(c)) == 1,
+         lambda m, c: f"the context-parallel all-to-all over c_a = {_cp_a2a(c)} ranks splits each "
+                      f"TP rank's heads c_a ways: tp·c_a = {c.tp}·{_cp_a2a(c)} = "
+                      f"{c.tp * _cp_a2a(c)} must divide the {m.n_heads} heads and the "
+                      f"{m.kv_heads} KV heads of {m.name}; use a smaller tp or all-to-all group, "
+                      "or the ring (--cp-kind ring)"),
+)
+"""The rules of the context-parallel kinds (cp-kind)."""
+
+RULES = RULES + SCHEDULE_RULES + MOE_RULES + HSDP_RULES + CP_KIND_RULES
+"""Every rule: the shared ones, then the schedules', the experts', hybrid sharding's and the
+context-parallel kinds'."""
 
 
 

@@ -23,7 +23,7 @@ from .formulas import moe as MO
 from .formulas import params as P
 from .formulas import pipeline as PL
 from .formulas import timing as T
-from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from .frameworks import FRAMEWORKS
 from .frameworks.base import ActivationStyle, Framework, LossKind
 from .placement import MEGATRON_RANK_ORDER, group_stride
@@ -44,6 +44,7 @@ class Choices:
     sequence_parallel: bool
     attention: Attention
     framework: Framework = FRAMEWORKS["megatron"]
+    cp_kind: ContextKind | None = None  # cp-kind: None is the framework's default kind
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
@@ -160,6 +161,7 @@ def config_numbers(config: PlanConfig) -> dict:
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
         ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
         a2a_overlap=int(config.moe_a2a_overlap),
+        cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group
     )
 
 
@@ -231,11 +233,8 @@ def group_links(x, t, cp, p, order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
     pp_bw = C.group_busbw(pp_inside, x.fast_bw, C.p2p_busbw(
         x.nics_per_gpu, x.net_bw, x.fast_bw,
         C.oversubscription_factor(2 * pp_stride, x.pod, x.oversub)))
-    cp_group = _collective_group(x, cp, group_stride(degrees, ("cp",), order), domain)
     # ring attention sends point to point: a hop that leaves the domain runs at one rank's NICs
-    cp_group.bw = C.group_busbw(cp_group.inside, x.fast_bw, C.p2p_busbw(
-        x.nics_per_gpu, x.net_bw, x.fast_bw,
-        C.oversubscription_factor(group_stride(degrees, ("cp",), order) * cp, x.pod, x.oversub)))
+    cp_group = _p2p_group(x, cp, group_stride(degrees, ("cp",), order), domain)
     dp_stride, shard = group_stride(degrees, ("cp", "dp"), order), shard_group_ranks(x, cp)
     replicas, hybrid = dp_replicate_of(x)
     return SimpleNamespace(
@@ -245,6 +244,100 @@ def group_links(x, t, cp, p, order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
         dp=_collective_group(x, shard, dp_stride, domain),
         pp=SimpleNamespace(inside=pp_inside, r=1, k=1, bw=pp_bw, bw_allreduce=pp_bw),
         replica=(_collective_group(x, replicas, dp_stride * shard, domain) if hybrid else None))
+
+
+# ---- cp-kind: context parallelism by kind ------------------------------------------------------
+
+def _p2p_group(x, size, stride, domain):
+    """A group of `size` ranks `stride` apart whose traffic goes point to point (ring attention's
+    K/V passes, an all-to-all's pairwise exchanges): placed as _collective_group places it, but a
+    hop that leaves the domain runs at one rank's own NICs (C.p2p_busbw)."""
+    group = _collective_group(x, size, stride, domain)
+    group.bw = C.group_busbw(group.inside, x.fast_bw, C.p2p_busbw(
+        x.nics_per_gpu, x.net_bw, x.fast_bw,
+        C.oversubscription_factor(stride * size, x.pod, x.oversub)))
+    return group
+
+
+def context_kind_of(c: Choices) -> ContextKind:
+    """The plan's context-parallel kind: its own, or its framework's default."""
+    return c.cp_kind or c.framework.cp_kinds[0]
+
+
+def context_parts(x, c: Choices, s, b, t, cp, note=_same) -> SimpleNamespace:
+    """Context parallelism's two parts per layer and micro-batch (formulas/context.py): an
+    all-to-all over c_a ranks (a2a_layer) and a ring over the cp/c_a groups (ring_layer); the kind
+    picks which are built — the ring alone (c_a = 1), the all-to-all alone (c_a = cp, Ulysses),
+    or both (hierarchical, c_a = cp_a2a; the search's general form, whose c_a column also holds 1
+    and cp). The parts the kind leaves out are 0."""
+    kind = context_kind_of(c)
+    c_a = CX.a2a_group(kind, cp, x.cp_a2a)
+    shown = _same if kind is ContextKind.RING else note  # new terms only where an a2a runs
+    a2a = ring = 0
+    if kind is not ContextKind.RING:
+        a2a = shown("cp_a2a_layer_bytes", CX.a2a_layer_bytes(
+            s, b, x.n_heads, x.n_kv_heads, x.head_dim, t, cp, c_a, x.act_bytes))
+    if kind is not ContextKind.ALL_TO_ALL:
+        ring = CX.ring_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, c_a, x.act_bytes)
+        if kind is ContextKind.HIERARCHICAL:
+            ring = note("cp_ring_layer_bytes", ring)
+    layer = (a2a + ring if kind is ContextKind.HIERARCHICAL
+             else a2a if kind is ContextKind.ALL_TO_ALL else ring)
+    return SimpleNamespace(kind=kind, c_a=c_a, a2a_layer=a2a, ring_layer=ring, layer=layer)
+
+
+def context_links(x, parts: SimpleNamespace, g: SimpleNamespace, t, cp, p,
+                  order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
+    """Where each part's ranks sit. The all-to-all group is c_a consecutive ranks of the cp group
+    (stride t in the tp-cp-dp-pp order: inside the NVLink domain when t·c_a fits it, as
+    Megatron's create_hierarchical_groups makes its first level, core/parallel_state.py @
+    d98e8a64dd l.378-433); the ring joins the cp/c_a ranks holding the same place in each group
+    (stride t·c_a). The plain kinds use the whole cp group (group_links)."""
+    if parts.kind is not ContextKind.HIERARCHICAL:
+        return SimpleNamespace(a2a=g.cp, ring=g.cp)
+    stride = group_stride(dict(tp=t, cp=cp, dp=x.dp, pp=p), ("cp",), order)
+    return SimpleNamespace(a2a=_p2p_group(x, parts.c_a, stride, g.domain),
+                           ring=_p2p_group(x, cp / parts.c_a, stride * parts.c_a, g.domain))
+
+
+def context_busy(layers, parts: SimpleNamespace, links: SimpleNamespace) -> list[tuple]:
+    """(busy time per micro-batch, inside) of each part the kind runs, each on its own link."""
+    out = []
+    if parts.kind is not ContextKind.RING:
+        out.append((layers * parts.a2a_layer / links.a2a.bw, links.a2a.inside))
+    if parts.kind is not ContextKind.ALL_TO_ALL:
+        out.append((layers * parts.ring_layer / links.ring.bw, links.ring.inside))
+    return out
+
+
+def context_time(x, parts: SimpleNamespace, links: SimpleNamespace, share, window,
+                 note=_same) -> tuple:
+    """(time, exposed time) of one layer's context-parallel traffic, forward and backward.
+
+    The all-to-all part is exposed: its all-to-alls sit between the QKV projection and the
+    attention core, and between the core and the output projection, with nothing to hide under
+    (Jacobs et al. 2023 §3.2; Transformer Engine runs them on its cp stream, but the attention
+    waits for Q, K and V: context_parallel.py @ d0067d0, AttnFuncWithCPAndQKVOA2A); α–β with
+    8·(c_a − 1) exchanges. The ring part overlaps the attention blocks step by step, forward and
+    backward (`window`), and its NCCL kernels slow the attention they hide under
+    (C.overlap_slowdown_s). Both at the CP group's share of its link (`share`)."""
+    shown = _same if parts.kind is ContextKind.RING else note
+    total, exposed = [], []
+    if parts.kind is not ContextKind.RING:
+        a2a_s = shown("cp_a2a_layer_s", C.collective_time_s(
+            parts.a2a_layer, links.a2a.bw * share, CX.a2a_messages(parts.c_a),
+            _ops.select(links.a2a.inside, x.fast_lat, x.net_lat)))
+        total.append(a2a_s)
+        exposed.append(a2a_s)
+    if parts.kind is not ContextKind.ALL_TO_ALL:
+        ring_s = C.ring_time_s(parts.ring_layer, links.ring.bw * share, x.cp / parts.c_a,
+                               links.ring.k, 3, x.fast_lat, x.net_lat)
+        if parts.kind is ContextKind.HIERARCHICAL:
+            ring_s = note("cp_ring_layer_s", ring_s)
+        total.append(ring_s)
+        exposed.append(T.exposed_time_s(ring_s, window)
+                       + C.overlap_slowdown_s(ring_s, window, x.overlap_slow))
+    return sum(total[1:], total[0]), sum(exposed[1:], exposed[0])
 
 
 def plan_costs(x, c: Choices, note=_same) -> dict:
@@ -425,12 +518,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # a V (ZB-V, DualPipeV); pp_step_bytes counts v·p − 1, so a V passes v = (hops + 1)/p
     v_hops = (PL.pipeline_hops(p, v, c.schedule) + 1) / p
     pp_bytes = note("pp_bytes", C.pp_step_bytes(p, m, v_hops, boundary))
-    # ring attention (Megatron, torchtitan), or all-to-all over the heads (DeepSpeed-Ulysses:
-    # c_a = c, formulas/context.py)
-    ulysses = c.framework.cp_all_to_all
-    cp_layer = (CX.context_layer_bytes(s, b, x.n_heads, x.n_kv_heads, x.head_dim, t, cp, cp,
-                                       x.act_bytes) if ulysses
-                else C.cp_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes))
+    # cp-kind: ring attention, all-to-all over the heads (Ulysses) or both (hierarchical), as
+    # the plan's kind (or its framework's default) says: context_parts
+    cp_parts = context_parts(x, c, s, b, t, cp, note)
+    cp_layer = cp_parts.layer
     cp_bytes = note("cp_bytes", C.cp_step_bytes(layers, m, cp_layer))
     # the bubble needs the stage's F, B and W times for the split-backward schedules: zero_costs
     param_copies = note("parameter_copies", PL.parameter_copies(c.schedule))  # DualPipe: 2
@@ -533,6 +624,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
 
     # ---- links: where each group's ranks sit (Megatron's order), what each collective gets ------
     g = group_links(x, t, cp, p, c.framework.rank_order)
+    cp_links = context_links(x, cp_parts, g, t, cp, p, c.framework.rank_order)  # cp-kind
     tp_inside, cp_inside, dp_inside, pp_inside = g.tp.inside, g.cp.inside, g.dp.inside, g.pp.inside
     # traffic of one micro-batch, for the groups that share a link in the same window
     tp_mb_bytes = layers * (fwd_passes + 1) * tp_layer
@@ -546,8 +638,9 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     pp_share = note("pp_share", C.link_share(
         pp_mb_bytes, C.same_link(pp_inside, cp_inside) * cp_mb_bytes, 1 - _ops.le(p, 1)))
     # each link's busy time per micro-batch from TP, CP and PP, at their own bandwidths
-    busy = [tp_mb_bytes / g.tp.bw, cp_mb_bytes / g.cp.bw, pp_mb_bytes / g.pp.bw]
-    inside = [tp_inside, cp_inside, pp_inside]
+    cp_busy = context_busy(layers, cp_parts, cp_links)  # cp-kind: each part on its link
+    busy = [tp_mb_bytes / g.tp.bw, *(b_ for b_, _ in cp_busy), pp_mb_bytes / g.pp.bw]
+    inside = [tp_inside, *(i_ for _, i_ in cp_busy), pp_inside]
     nvlink_busy_mb = sum(i * b for i, b in zip(inside, busy))
     network_busy_mb = sum((1 - i) * b for i, b in zip(inside, busy))
     # what runs beside the data-parallel collectives on their link, per micro-batch
@@ -571,20 +664,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     layer_fwd_total = fwd_s + tp_dir_s
     layer_bwd_total = bwd_s + recompute_s + (fwd_passes - 1) * tp_dir_s + tp_bwd_exposed
 
-    if ulysses:
-        # the four all-to-alls each way sit between the projections and the attention core:
-        # nothing to hide them under
-        cp_layer_s = C.collective_time_s(cp_layer, g.cp.bw * cp_share, CX.a2a_messages(cp),
-                                         _ops.select(cp_inside, x.fast_lat, x.net_lat))
-        cp_layer_exposed = cp_layer_s
-    else:
-        cp_layer_s = C.ring_time_s(cp_layer, g.cp.bw * cp_share, cp, g.cp.k, 3, x.fast_lat,
-                                   x.net_lat)
-        # ring attention passes K/V while the attention products run, forward and backward; the
-        # NCCL kernels slow the attention they hide under (C.overlap_slowdown_s)
-        cp_window = (1 + att_bwd) * att_s
-        cp_layer_exposed = (T.exposed_time_s(cp_layer_s, cp_window)
-                            + C.overlap_slowdown_s(cp_layer_s, cp_window, x.overlap_slow))
+    # cp-kind: the all-to-all part exposed, the ring part under the attention products, forward
+    # and backward (context_time)
+    cp_window = (1 + att_bwd) * att_s
+    cp_layer_s, cp_layer_exposed = context_time(x, cp_parts, cp_links, cp_share, cp_window, note)
 
     # ---- moe: expert-parallel all-to-all, per MoE layer and micro-batch: dispatch and combine
     # forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens

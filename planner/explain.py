@@ -40,6 +40,7 @@ SYMBOLS = {
     "reserved": "R", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
     "nvls_bw": "W_nvls", "overlap_slow": "σ", "moe_load": "λ",
+    "cp_a2a": "c_a",  # cp-kind: the hierarchical kind's all-to-all group
 }
 
 # What each constant is, for the constants table (values in base units).

@@ -89,7 +89,7 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   overlap_grad_reduce, allow_tp_across_nodes=False,
                   framework: str = "megatron", ep=None, etp=None, moe_imbalance=1.25,
                   moe_capacity_factor=None, moe_a2a_overlap=False,
-                  dp_shard=None) -> PlanRequest:
+                  dp_shard=None, cp_kind=None, cp_a2a=None) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -115,7 +115,38 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         ep=int_list(ep, "ep"), etp=int_list(etp, "etp"), moe_imbalance=moe_imbalance,
         moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
         dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
-                  else int_list(dp_shard, "dp-shard")))
+                  else int_list(dp_shard, "dp-shard")),
+        cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"))  # cp-kind
+
+
+CP_ALLGATHER_REFUSAL = (
+    "--cp-kind: Megatron's allgather kind (all-gather of K and V over cp before attention, "
+    "not overlapped) is not modelled: its saved full-sequence K/V and exposed gather are not "
+    "priced; plan with ring, a2a or hierarchical")
+"""cp-kind: why --cp-comm-type allgather is refused rather than priced as another kind."""
+
+
+def cp_kind_list(text: str | None):
+    """cp-kind: --cp-kind as kinds (ring, a2a, hierarchical or their other names, comma list),
+    "auto" (search: every kind the framework runs), or None when not given (the framework's
+    default kind)."""
+    from .schema import context_kind_named
+
+    items = _split(text, "cp-kind")
+    if items is None:
+        return None
+    if [s.lower() for s in items] == ["auto"]:
+        return "auto"
+    out = []
+    for s in items:
+        if s.lower().replace("-", "").replace("_", "") == "allgather":
+            raise PlanError(CP_ALLGATHER_REFUSAL)
+        try:
+            out.append(context_kind_named(s))
+        except ValueError:
+            raise PlanError(f"--cp-kind: {_shown(s)} is not one of ring, a2a, hierarchical "
+                            "or auto") from None
+    return list(dict.fromkeys(out))
 
 
 def resolve_framework(framework: str | None, emit: str | None) -> str:

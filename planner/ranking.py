@@ -31,10 +31,21 @@ def preference(cols: dict, idx: np.ndarray, defaults: dict | None = None) -> np.
     extra = (c["pp"] > 1).astype(int) + (c["cp"] > 1) + (c["vpp"] > 1)
     off = ((c["zero"] != d["zero"]).astype(int) + (c["recompute"] != d["recompute"])
            + ((c["tp"] > 1) & (c["sp"].astype(bool) != d["sp"])))
+    off = off + _cp_kind_off(cols, idx, c["cp"], d)  # cp-kind
     keys = (c["mbs"], off, c["tp"], c["pp"], c["cp"], c["vpp"], extra)  # lexsort: last primary
     rank = np.empty(len(idx), dtype=np.int64)
     rank[np.lexsort(keys)] = np.arange(len(idx))
     return rank
+
+
+def _cp_kind_off(cols: dict, idx: np.ndarray, cp: np.ndarray, d: dict) -> np.ndarray:
+    """cp-kind: 1 where a candidate with cp > 1 runs another context-parallel kind than the
+    framework's default (`d["cp_kind"]`: the ring, c_a = 1; all-to-all, c_a = cp), else 0."""
+    if "cp_a2a" not in cols or "cp_kind" not in d:
+        return np.zeros(len(idx), dtype=int)
+    c_a = np.asarray(cols["cp_a2a"])[idx]
+    default = np.ones_like(c_a) if d["cp_kind"].value == "p2p" else cp
+    return ((c_a != default) & (cp > 1)).astype(int)
 
 
 def distinct_layouts(cols: dict, step: np.ndarray, order: np.ndarray, top: int, band: float,

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from .errors import PlanError
-from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
@@ -69,6 +69,11 @@ class PlanRequest(BaseModel):
     # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
     # domains with the shard group, search.dp_shard_candidates)
     dp_shard: list[Dim] | Literal["auto"] | None = None
+    # cp-kind: the context-parallel kinds (None: the framework's default kind; "auto": search
+    # tries every kind the framework runs) and the hierarchical kind's all-to-all groups (None:
+    # search tries the divisors of cp whose group t·c_a fits the NVLink domain)
+    cp_kind: list[ContextKind] | Literal["auto"] | None = None
+    cp_a2a: list[Dim] | None = None
 
     def seq(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len
@@ -124,8 +129,27 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
-                       dp_shard=_one_dp_shard(req, dp), **moe_settings(req))
+                       dp_shard=_one_dp_shard(req, dp), **moe_settings(req),
+                       **cp_kind_settings(req, cp))  # cp-kind
             for z in zeros for r in recomputes]
+
+
+def cp_kind_settings(req: PlanRequest, cp: int) -> dict:
+    """cp-kind: explain's cp_kind and cp_a2a: one value each (a --cp-a2a alone implies the
+    hierarchical kind); a PlanError in the flags' names when they do not fit cp."""
+    from .schema import cp_kind_problem
+
+    if req.cp_kind == "auto":
+        raise PlanError("--cp-kind auto is for search; explain takes one kind (ring, a2a or "
+                        "hierarchical)")
+    kind = _one(req.cp_kind, "cp-kind", None)
+    cp_a2a = _one(req.cp_a2a, "cp-a2a", None)
+    if kind is None and cp_a2a is not None:
+        kind = ContextKind.HIERARCHICAL
+    problem = cp_kind_problem(kind, cp, cp_a2a)
+    if problem:
+        raise PlanError(problem.replace("cp_kind", "--cp-kind").replace("cp_a2a", "--cp-a2a"))
+    return dict(cp_kind=kind, cp_a2a=cp_a2a if kind is ContextKind.HIERARCHICAL else None)
 
 
 def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:

@@ -15,6 +15,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
@@ -22,6 +23,7 @@ from .formulas import params as P
 from .formulas.choices import (
     MLP_MATRICES,
     Attention,
+    ContextKind,
     MlpKind,
     Precision,
     Recompute,
@@ -440,6 +442,40 @@ class PlanConfig(_Strict):
         "replicates dp/dp_shard times, the gradients reduce-scattered in the shard group and "
         "all-reduced across the replicas (None: the whole dp·cp group shards).")
 
+    # ---- context-parallel kind (cp-kind; None keeps the framework's own: planner.frameworks) --
+    cp_kind: ContextKind | None = Field(
+        None, description="How the cp ranks exchange attention inputs: p2p (ring), a2a "
+        "(all-to-all, Ulysses) or a2a+p2p (hierarchical); None: the framework's default "
+        "(Megatron, torchtitan: ring; DeepSpeed: all-to-all). Also accepts ring, all-to-all, "
+        "ulysses, hierarchical.")
+    cp_a2a: PositiveInt | None = Field(
+        None, description="Hierarchical kind: the all-to-all group, consecutive ranks inside each "
+        "cp group (Megatron's first --hierarchical-context-parallel-sizes value); the ring runs "
+        "over cp/cp_a2a of them. A divisor of cp between 2 and cp/2.")
+
+    @field_validator("cp_kind", mode="before")
+    @classmethod
+    def _cp_kind_name(cls, value):
+        """The kind by any of its names (ring, all-to-all, ulysses, hierarchical, or Megatron's
+        --cp-comm-type value)."""
+        plain = isinstance(value, str) and not isinstance(value, ContextKind)
+        return context_kind_named(value) if plain else value
+
+    @model_validator(mode="after")
+    def _cp_kind_fits(self) -> PlanConfig:
+        problem = cp_kind_problem(self.cp_kind, self.cp, self.cp_a2a)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @property
+    def cp_kind_label(self) -> str:
+        """The kind after cp in a label: `a2a` (all-to-all), `h2` (hierarchical, all-to-all
+        over 2), nothing for the ring or the framework's default (cp_kind None) or cp = 1."""
+        if self.cp == 1 or self.cp_kind in (None, ContextKind.RING):
+            return ""
+        return "a2a" if self.cp_kind is ContextKind.ALL_TO_ALL else f"h{self.cp_a2a}"
+
     @property
     def dp_replicate(self) -> int:
         """Hybrid sharding's replicas: dp/dp_shard (1 when the whole dp·cp group shards)."""
@@ -474,7 +510,7 @@ class PlanConfig(_Strict):
         parts = ([f"dp{self.dp}"] if dp else []) + self.hybrid_label + [f"tp{self.tp}",
                                                                        f"pp{self.pp}"]
         if self.cp > 1:
-            parts.append(f"cp{self.cp}")
+            parts.append(f"cp{self.cp}{self.cp_kind_label}")
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
         if self.ep > 1 or self.etp > 1:
@@ -496,7 +532,7 @@ class PlanConfig(_Strict):
         dp8 tp8 pp4 [cp2] [v2] [zbv] mbs1 [gbs512 s8192] z1 selective [bf16] [sp]."""
         parts = [f"dp{self.dp}", *self.hybrid_label, f"tp{self.tp}", f"pp{self.pp}"]
         if self.cp > 1:
-            parts.append(f"cp{self.cp}")
+            parts.append(f"cp{self.cp}{self.cp_kind_label}")
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
         if self.pp > 1 and self.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
@@ -512,3 +548,47 @@ class PlanConfig(_Strict):
         if self.sequence_parallel:
             parts.append("sp")
         return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Context-parallel kinds (cp-kind)
+
+CP_KIND_NAMES = {
+    "ring": ContextKind.RING, "p2p": ContextKind.RING,
+    "a2a": ContextKind.ALL_TO_ALL, "all-to-all": ContextKind.ALL_TO_ALL,
+    "alltoall": ContextKind.ALL_TO_ALL, "ulysses": ContextKind.ALL_TO_ALL,
+    "hierarchical": ContextKind.HIERARCHICAL, "a2a+p2p": ContextKind.HIERARCHICAL,
+}
+"""Every name a context-parallel kind goes by: plan3d's (ring, all-to-all, hierarchical), the
+paper's (Ulysses) and Megatron's --cp-comm-type values (p2p, a2a, a2a+p2p)."""
+
+
+def context_kind_named(name: str) -> ContextKind:
+    """The kind called `name` (CP_KIND_NAMES); a ValueError naming the choices otherwise."""
+    key = str(name).strip().lower()
+    if key not in CP_KIND_NAMES:
+        raise ValueError(f"unknown context-parallel kind {name!r}: give ring, a2a or hierarchical")
+    return CP_KIND_NAMES[key]
+
+
+def cp_kind_problem(kind: ContextKind | None, cp: int, cp_a2a: int | None) -> str:
+    """What is wrong with a kind, cp and all-to-all group together, in one line ('' if
+    nothing): the group belongs to the hierarchical kind alone; that kind needs it, a divisor of
+    cp strictly between 1 and cp (Megatron asserts prod(--hierarchical-context-parallel-sizes)
+    = cp: megatron/training/arguments.py @ d98e8a64dd l.580-585); 1 is the ring and cp the plain
+    all-to-all, which have kinds of their own."""
+    if cp_a2a is not None and kind is not ContextKind.HIERARCHICAL:
+        return (f"cp_a2a {cp_a2a} is the all-to-all group of the hierarchical kind; give "
+                "cp_kind hierarchical, or leave cp_a2a out")
+    if kind is not ContextKind.HIERARCHICAL or (cp == 1 and cp_a2a is None):
+        return ""
+    if cp_a2a is None:
+        return (f"the hierarchical kind needs cp_a2a, its all-to-all group: a divisor of cp = "
+                f"{cp} between 2 and {cp // 2}")
+    if cp % cp_a2a or not 1 < cp_a2a < cp:
+        inner = [d for d in range(2, cp) if cp % d == 0]
+        hint = (f"one of {', '.join(map(str, inner))}" if inner else
+                "none exists: use the ring or a2a kind")
+        return (f"cp_a2a {cp_a2a} must divide cp = {cp} and lie strictly between 1 (the ring) "
+                f"and cp (plain all-to-all): {hint}")
+    return ""

@@ -26,7 +26,7 @@ from .cost import (
 )
 from .errors import NoFeasiblePlan, PlanError
 from .estimate import estimate
-from .formulas.choices import Precision, Recompute, Schedule, ZeroStage
+from .formulas.choices import ContextKind, Precision, Recompute, Schedule, ZeroStage
 from .frameworks import FRAMEWORKS
 from .request import DEFAULT_MBS, PlanRequest, moe_settings
 from .results import Plan
@@ -98,8 +98,82 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
         ok &= np.isin(dp, req.dp)
     n_micro = gbs // np.maximum(dp * mbs, 1)
     cols = dict(tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vpp, dp=dp, n_micro=n_micro)
-    return _with_dp_shard(hw, req, _with_expert_degrees(model, hw, req,
-                                                        {k: v[ok] for k, v in cols.items()}))
+    return _with_cp_kinds(hw, req, _with_dp_shard(hw, req, _with_expert_degrees(
+        model, hw, req, {k: v[ok] for k, v in cols.items()})))  # cp-kind: + cp_a2a
+
+
+# ---- cp-kind: the context-parallel kind as a search dimension ---------------------------------
+
+def cp_kinds_searched(req: PlanRequest) -> list[ContextKind]:
+    """The kinds the search tries: --cp-kind's; every kind the framework runs for `auto`; the
+    hierarchical kind when only --cp-a2a is given; else the framework's default kind alone (the
+    search then evaluates what it did before kinds existed)."""
+    runs = FRAMEWORKS[req.framework].cp_kinds
+    if req.cp_kind == "auto":
+        return list(runs)
+    if req.cp_kind and not set(req.cp_kind) & set(runs):
+        from .frameworks.base import CP_KIND_FLAGS, CP_KIND_REASONS
+
+        raise PlanError(f"{req.framework} runs context parallelism as "
+                        f"{', '.join(CP_KIND_FLAGS[k] for k in runs)} only "
+                        f"({CP_KIND_REASONS.get(req.framework, '')}), and --cp-kind asks for "
+                        "none of them; give --cp-kind auto or another --framework")
+    if req.cp_kind:
+        return list(req.cp_kind)
+    return [ContextKind.HIERARCHICAL] if req.cp_a2a else [runs[0]]
+
+
+def a2a_group_candidates(cp: int, tp: int, domain: int, kinds, asked=None) -> list[int]:
+    """The all-to-all groups c_a one layout is tried with (c_a = 1 the ring, cp the all-to-all,
+    between them the hierarchical kind): for cp = 1 only 1; the hierarchical kind's groups are
+    --cp-a2a's that divide cp strictly between 1 and cp, else those whose t·c_a ranks fit the
+    NVLink domain (the point of the kind: the all-to-all on NVLink, the ring across it)."""
+    if cp == 1:
+        return [1]
+    out = []
+    if ContextKind.RING in kinds:
+        out.append(1)
+    if ContextKind.HIERARCHICAL in kinds:
+        inner = [d for d in divisors(cp) if 1 < d < cp]
+        out += ([d for d in inner if d in asked] if asked else
+                [d for d in inner if tp * d <= domain])
+    if ContextKind.ALL_TO_ALL in kinds:
+        out.append(cp)
+    return out
+
+
+def search_cp_kind(req: PlanRequest) -> ContextKind | None:
+    """The kind whose expressions the search builds: the one kind asked for, or the general
+    (hierarchical) form, whose c_a column also holds the ring's 1 and the all-to-all's cp and
+    gives the same numbers as their own forms."""
+    kinds = cp_kinds_searched(req)
+    return kinds[0] if len(kinds) == 1 else ContextKind.HIERARCHICAL
+
+
+def _with_cp_kinds(hw: HardwareProfile, req: PlanRequest,
+                   cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every layout crossed with its all-to-all groups c_a (a2a_group_candidates), as the column
+    cp_a2a; planner.constraints masks what the heads or the framework do not allow. One kind
+    alone crosses nothing (the ring: c_a = 1; the all-to-all: c_a = cp)."""
+    kinds = cp_kinds_searched(req)
+    cp, tp = cols["cp"], cols["tp"]
+    if kinds == [ContextKind.RING] or not len(cp):
+        return {**cols, "cp_a2a": np.ones_like(cp)}
+    if kinds == [ContextKind.ALL_TO_ALL]:
+        return {**cols, "cp_a2a": cp.copy()}
+    pairs, inverse = np.unique(np.stack([cp, tp], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    table = [a2a_group_candidates(int(c), int(t), hw.gpus_per_domain, kinds, req.cp_a2a)
+             for c, t in pairs]
+    options = np.zeros((len(table), max(len(o) for o in table)), dtype=np.int64)
+    for j, o in enumerate(table):
+        options[j, :len(o)] = o
+    counts = np.array([len(o) for o in table], dtype=np.int64)[inverse]
+    out = {key: np.repeat(v, counts) for key, v in cols.items()}
+    # each row's place among its layout's copies picks its c_a
+    place = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    out["cp_a2a"] = options[np.repeat(inverse, counts), place]
+    return out
 
 
 def dp_shard_candidates(dp: int, inner: int, domain: int) -> list[int]:
@@ -221,7 +295,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
             "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
             "a2a_overlap": int(req.moe_a2a_overlap)}
     layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp",
-                   *(("dp_shard",) if "dp_shard" in space else ()))  # hybrid sharding
+                   *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
+                   "cp_a2a")  # cp-kind
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule")}
     costs: dict[str, list] = {}
     for r, sp, sched, zeros in _choice_groups(req):
@@ -239,7 +314,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
         f = {k: v.astype(np.float64) for k, v in sub.items()}
         outs = costs_in_chunks(base, f, Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
                                                 sequence_parallel=sp, attention=req.attention,
-                                                framework=framework),
+                                                framework=framework,
+                                                cp_kind=search_cp_kind(req)),  # cp-kind
                                zeros)
         for z, out in zip(zeros, outs):
             keep = runs[z][mask]
@@ -274,7 +350,19 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
         overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
         dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
-        **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i])))  # moe
+        **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i])),  # moe
+        **cp_kind_at(req, int(cols["cp"][i]), int(cols["cp_a2a"][i])))  # cp-kind
+
+
+def cp_kind_at(req: PlanRequest, cp: int, c_a: int) -> dict:
+    """cp-kind: the PlanConfig fields of a candidate's all-to-all group c_a: the kind it makes
+    (1 ring, cp all-to-all, between them hierarchical over c_a), None where that is the
+    framework's default (so a default plan's configuration is as it was)."""
+    kind = (ContextKind.RING if c_a == 1 else ContextKind.ALL_TO_ALL if c_a == cp
+            else ContextKind.HIERARCHICAL)
+    default = FRAMEWORKS[req.framework].cp_kinds[0]
+    return dict(cp_kind=None if cp == 1 or kind is default else kind,
+                cp_a2a=c_a if kind is ContextKind.HIERARCHICAL else None)
 
 
 def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:
@@ -411,7 +499,8 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
     step = costs["step_s"]
     order = _order(costs, cols, fits, "time")
     # more layouts than shown, so that a tie cut by `top` is the same tie at any --top
-    defaults = FRAMEWORKS[req.framework].defaults
+    defaults = {**FRAMEWORKS[req.framework].defaults,  # cp-kind: its default kind too
+                "cp_kind": FRAMEWORKS[req.framework].cp_kinds[0]}
     chosen, variants = distinct_layouts(cols, step, order, 3 * top + 10, band, defaults)
     ranked, labels = tie_order(cols, step, chosen, band, defaults)
     ranked, labels = ranked[:top], labels[:top]

@@ -70,6 +70,18 @@ TERMS: dict[str, TermInfo] = {
                                   "one stage-boundary activation, split over t"),
     "pp_bytes": TermInfo("V_pp", "bytes", "comm", "pipeline point-to-point traffic per GPU"),
     "cp_bytes": TermInfo("V_cp", "bytes", "comm", "context-parallel K/V exchange per GPU"),
+    # ---- cp-kind: shown where the plan's context parallelism runs an all-to-all ----
+    "cp_a2a_layer_bytes": TermInfo("V_cp,a2a", "bytes", "comm",
+                                   "all-to-all of Q, K, V and the output over c_a ranks, per "
+                                   "layer and micro-batch, forward and backward"),
+    "cp_ring_layer_bytes": TermInfo("V_cp,ring", "bytes", "comm",
+                                    "K/V ring over the c/c_a all-to-all groups, per layer and "
+                                    "micro-batch"),
+    "cp_a2a_layer_s": TermInfo("T_cp,a2a", "s", "time",
+                               "one layer's CP all-to-alls, exposed (the attention waits for "
+                               "them)"),
+    "cp_ring_layer_s": TermInfo("T_cp,ring", "s", "time",
+                                "one layer's ring passes, hidden under the attention blocks"),
     "dp_bytes": TermInfo("V_dp", "bytes", "comm",
                          "data-parallel traffic (∝ parameters); its form follows the ZeRO stage"),
     "bubble_fraction": TermInfo("β", "fraction", "pipeline",

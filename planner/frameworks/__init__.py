@@ -51,4 +51,18 @@ def of_format(fmt: str) -> tuple[str, Framework]:
     return key, FORMATS[key]
 
 
+def context_kind(config):
+    """cp-kind: the plan's context-parallel kind, its framework's default (the first of
+    Framework.cp_kinds) when the plan names none."""
+    return config.cp_kind or FRAMEWORKS[config.framework].cp_kinds[0]
+
+
+def a2a_ranks(config) -> int:
+    """cp-kind: the plan's all-to-all group c_a: 1 for the ring, cp for all-to-all, cp_a2a for the
+    hierarchical kind (formulas.context.a2a_group)."""
+    from ..formulas.context import a2a_group
+
+    return a2a_group(context_kind(config), config.cp, config.cp_a2a or 1)
+
+
 __all__ = ["Framework", "FRAMEWORKS", "FORMATS", "NAMES", "DEFAULT", "get", "of_format"]

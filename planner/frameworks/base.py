@@ -15,7 +15,7 @@ from enum import Enum
 
 from ..constraints import Rule
 from ..errors import PlanError
-from ..formulas.choices import Precision, Schedule, ZeroStage
+from ..formulas.choices import ContextKind, Precision, Schedule, ZeroStage
 from ..formulas.pipeline import SPLIT_BACKWARD
 from ..placement import MEGATRON_RANK_ORDER
 from ..schema import ModelSpec, PlanConfig
@@ -129,8 +129,8 @@ class Framework:
     dp_overlap: Callable[[ZeroStage], bool] = field(default=lambda z: True, hash=False,
                                                     compare=False)
     """Whether the data-parallel reduction and gather overlap compute (when the plan asks)."""
-    cp_all_to_all: bool = False
-    """Context parallelism is all-to-all over the heads (DeepSpeed-Ulysses), not a K/V ring."""
+    cp_kinds: tuple[ContextKind, ...] = (ContextKind.RING,)
+    """cp-kind: the context-parallel kinds it runs, its default (a plan's cp_kind None) first."""
     fsdp_once_per_step_under_pp: bool = False
     """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
     micro-batch (the stage stays gathered and gradient sync is off until the last one)."""
@@ -162,8 +162,37 @@ class Framework:
 
         return Rule(f"pipeline schedules: {names}", holds, message)
 
+    def cp_kind_rule(self) -> Rule:
+        """cp-kind: the context-parallel kinds it runs, as a rule on the layout's all-to-all
+        group c_a (1: the ring; cp: all-to-all; between: hierarchical), for cp > 1."""
+        kinds = set(self.cp_kinds)
+        names = ", ".join(CP_KIND_FLAGS[k] for k in self.cp_kinds)
+
+        def holds(m, c):
+            if len(kinds) == len(ContextKind):  # every kind: nothing to rule out
+                return True
+            c_a = getattr(c, "cp_a2a", 1)
+            ring = c_a == 1
+            a2a = c_a == c.cp
+            ok = c.cp == 1
+            if ContextKind.RING in kinds:
+                ok = ok | ring
+            if ContextKind.ALL_TO_ALL in kinds:
+                ok = ok | a2a
+            if ContextKind.HIERARCHICAL in kinds:
+                ok = ok | (~ring & ~a2a if hasattr(ring, "shape") else not (ring or a2a))
+            return ok
+
+        def message(m, c):
+            return (f"{self.name}: runs context parallelism as {names} only "
+                    f"({CP_KIND_REASONS.get(self.name, '')}); give --cp-kind "
+                    f"{CP_KIND_FLAGS[self.cp_kinds[0]]}, or a framework that runs the kind "
+                    "asked for")
+
+        return Rule(f"context-parallel kinds: {names}", holds, message)
+
     def all_rules(self) -> tuple[Rule, ...]:
-        return (*self.rules, self.schedule_rule())
+        return (*self.rules, self.schedule_rule(), self.cp_kind_rule())
 
     def broken(self, model: ModelSpec, layout) -> Rule | None:
         """The first of the framework's own rules one layout breaks, or None."""
@@ -258,6 +287,18 @@ def check_cp_seq(fw: str, c: PlanConfig) -> None:
         raise PlanError(
             f"{fw}: seq_len {c.seq_len} must be a multiple of 2·cp = {2 * c.cp} for context "
             "parallelism")
+
+
+CP_KIND_FLAGS = {ContextKind.RING: "ring", ContextKind.ALL_TO_ALL: "a2a",
+                 ContextKind.HIERARCHICAL: "hierarchical"}
+"""cp-kind: each kind by its --cp-kind name."""
+
+CP_KIND_REASONS = {
+    "torchtitan": "PyTorch's context_parallel is ring attention; its rotate method allgather or "
+                  "alltoall only chooses how the ring passes K/V",
+    "deepspeed": "its sequence parallelism is DeepSpeed-Ulysses, an all-to-all over the heads",
+}
+"""cp-kind: why a framework runs only the kinds it runs (its module cites the source)."""
 
 
 class Args:

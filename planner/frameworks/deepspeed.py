@@ -21,7 +21,7 @@ import json
 
 from ..constraints import Rule
 from ..errors import PlanError
-from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..schema import ModelSpec, PlanConfig
 from .base import (
     ActivationStyle,
@@ -248,6 +248,7 @@ FRAMEWORK = Framework(
     # (communication_data_type defaults to it: deepspeed/runtime/engine.py @ edaa72212)
     grad_bytes_fixed=HALF,
     # --ds-sequence-parallel-size is DeepSpeed-Ulysses: all-to-all over the heads
-    # (Jacobs et al. 2023), priced by formulas/context.py with c_a = cp
-    cp_all_to_all=True,
+    # (Jacobs et al. 2023; deepspeed/sequence/layer.py @ edaa72212 DistributedAttention),
+    # priced by formulas/context.py with c_a = cp; there is no ring or hierarchical form
+    cp_kinds=(ContextKind.ALL_TO_ALL,),
 )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..constraints import Rule
 from ..errors import PlanError
-from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..formulas.memory import ZERO_SHARDS
 from ..schema import ModelSpec, PlanConfig
 from .base import (
@@ -223,6 +223,8 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if gpipe:
         notes.append(gpipe)
     a.add("--context-parallel-size", c.cp)
+    for flag, value in cp_kind_args(c, notes):  # cp-kind
+        a.add(flag, value)
     if c.sequence_parallel and c.tp > 1:
         a.add("--sequence-parallel")
     elif c.sequence_parallel:
@@ -305,6 +307,52 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it for TP/CP on "
                      "GPUs before Blackwell.")
     return EmitResult(fw, "args", a.render(), RELEASE, notes)
+
+
+# ---- cp-kind: the context-parallel kind in Megatron's and Megatron-Bridge's names -------------
+
+CP_COMM_TYPES = {ContextKind.ALL_TO_ALL: "a2a", ContextKind.HIERARCHICAL: "a2a+p2p"}
+"""--cp-comm-type of each kind other than the ring (p2p, Megatron's default, is not written)."""
+
+
+def _cp_kind_note(c: PlanConfig) -> str:
+    if c.cp_kind is ContextKind.ALL_TO_ALL:
+        return ("cp_comm_type a2a (Transformer Engine ≥ 1.10): all-to-alls trade the sequence "
+                f"split for a head split, each TP rank's heads and KV heads over the {c.cp} CP "
+                "ranks; exposed, as plan3d costs it.")
+    return (f"cp_comm_type a2a+p2p (Transformer Engine ≥ 1.12): all-to-all inside groups of "
+            f"{c.cp_a2a} consecutive CP ranks, ring (p2p) across the {c.cp // c.cp_a2a} groups; "
+            "hierarchical sizes are [a2a, p2p] (megatron/core/model_parallel_config.py @ "
+            "d98e8a64dd).")
+
+
+def cp_kind_args(c: PlanConfig, notes: list[str]) -> list[tuple[str, object]]:
+    """Megatron-LM's --cp-comm-type, and --hierarchical-context-parallel-sizes a2a p2p for the
+    hierarchical kind (megatron/training/arguments.py @ d98e8a64dd l.3221, 580-585); nothing
+    for the ring (p2p, the default) or cp = 1."""
+    if c.cp == 1 or c.cp_kind in (None, ContextKind.RING):
+        return []
+    notes.append(_cp_kind_note(c))
+    out = [("--cp-comm-type", CP_COMM_TYPES[c.cp_kind])]
+    if c.cp_kind is ContextKind.HIERARCHICAL:
+        out.append(("--hierarchical-context-parallel-sizes", f"{c.cp_a2a} {c.cp // c.cp_a2a}"))
+    return out
+
+
+def cp_kind_overrides(model: dict, doc: dict, c: PlanConfig, notes: list[str]) -> None:
+    """Megatron-Bridge's model.cp_comm_type and model.hierarchical_context_parallel_sizes; the
+    hierarchical groups are built on the MPU path only, so dist.use_decentralized_pg = false
+    (Megatron-Bridge docs/fern/versions/0.4.2/pages/skills/perf-techniques/
+    hybrid-context-parallel/SKILL.mdx @ 067f987)."""
+    if c.cp == 1 or c.cp_kind in (None, ContextKind.RING):
+        return
+    notes.append(_cp_kind_note(c))
+    model["cp_comm_type"] = CP_COMM_TYPES[c.cp_kind]
+    if c.cp_kind is ContextKind.HIERARCHICAL:
+        model["hierarchical_context_parallel_sizes"] = [c.cp_a2a, c.cp // c.cp_a2a]
+        doc.setdefault("dist", {})["use_decentralized_pg"] = False
+        notes.append("Megatron-Bridge builds the hierarchical CP groups on its MPU path only: "
+                     "dist.use_decentralized_pg must stay false.")
 
 
 _MIXED_PRECISION = {
@@ -393,6 +441,7 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
         ddp["num_distributed_optimizer_instances"] = c.dp_replicate
     doc["ddp"] = ddp
     doc["optimizer"] = optimizer
+    cp_kind_overrides(model, doc, c, notes)  # cp-kind
 
     recipe_fp32 = c.precision is not Precision.FP16
     want_fp32 = c.grad_dtype == "fp32"
@@ -444,4 +493,10 @@ FRAMEWORK = Framework(
     stage_split="flexible",
     extra_stage_units=2,
     emitters={"megatron": _megatron, "nemo": _nemo},
+    # cp-kind: --cp-comm-type p2p | a2a | a2a+p2p (with --hierarchical-context-parallel-sizes)
+    # through Transformer Engine's attention (megatron/training/arguments.py @ d98e8a64dd
+    # l.3221, 580-585; core/transformer/transformer_config.py l.1030-1045; core/extensions/
+    # transformer_engine.py l.2141-2153); the ring (p2p) is its default. Its fourth kind,
+    # allgather, is not modelled (CP_ALLGATHER_REFUSAL)
+    cp_kinds=(ContextKind.RING, ContextKind.ALL_TO_ALL, ContextKind.HIERARCHICAL),
 )

@@ -26,7 +26,7 @@ import math
 
 from ..constraints import Rule
 from ..errors import PlanError
-from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..schema import ModelSpec, PlanConfig
 from ..tomltext import toml_tables
 from .base import (
@@ -136,6 +136,11 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if c.zero_stage is ZeroStage.NONE and (c.tp > 1 or c.pp > 1 or c.cp > 1):
         raise PlanError(f"{fw}: ZeRO-0 (DDP) is only supported without TP/PP/CP ('DDP has not "
                         "supported > 1D parallelism'); re-plan with zero_stage 2 or 3")
+    if c.cp > 1 and c.cp_kind not in (None, ContextKind.RING):  # cp-kind
+        raise PlanError(f"{fw}: context parallelism is ring attention only (PyTorch's "
+                        f"context_parallel); the plan's {c.cp_kind.value} kind cannot be written "
+                        "(context_parallel_rotate_method alltoall only changes how the ring "
+                        "passes K/V); re-plan with --cp-kind ring or --framework megatron")
     divisor = c.tp * (2 * c.cp if c.cp > 1 else 1)
     if c.seq_len % divisor:
         raise PlanError(f"{fw}: seq_len {c.seq_len} must be a multiple of tp·2·cp = {divisor}")
@@ -289,4 +294,9 @@ FRAMEWORK = Framework(
     # FSDP2 (ZeRO-3), per-op selective AC (llama3_8b; the 70B/405B configs use full), and TP
     # always sequence-parallel (config_registry.py, parallelize.py @ b5bcd76)
     defaults={"zero": 3, "recompute": 1, "sp": True},
+    # cp-kind: PyTorch's context_parallel (torch.distributed.tensor.experimental._attention) is
+    # ring attention only; torchtitan's context_parallel_rotate_method "allgather" | "alltoall"
+    # (config/job_config.py @ 000204a l.336-342) is how the ring passes the K/V shards, not a
+    # head-splitting all-to-all (Ulysses): it is priced as the ring
+    cp_kinds=(ContextKind.RING,),
 )
