@@ -41,6 +41,10 @@ def of(config: PlanConfig) -> SimpleNamespace:
         interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
         schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
         dp_shard=config.dp_shard or config.dp,  # hybrid sharding
+        # offload: fraction of the optimizer, parameters (0/1), activation layers; recompute none
+        off_opt=config.offload_optimizer, off_params=int(config.offload_params),
+        off_act=config.offload_activations,
+        recompute_none=int(config.recompute.value == "none"),
         **choices(config.zero_stage, config.schedule, config.precision))
 
 

@@ -69,6 +69,33 @@ class PlanRequest(BaseModel):
     # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
     # domains with the shard group, search.dp_shard_candidates)
     dp_shard: list[Dim] | Literal["auto"] | None = None
+    # offload: fixed offload settings (explain: the plan's; search: every candidate's), or, when
+    # none is given, search's `offload` mode: auto tries offload for every candidate that does
+    # not fit without it (the least that makes each fit, to compete on speed), fit does so only
+    # when no candidate fits without it, none never
+    offload_optimizer: float | None = Field(None, ge=0, le=1)
+    offload_params: bool | None = None
+    offload_activations: int | None = Field(None, ge=0, le=2**20)
+    offload: Literal["fit", "auto", "none"] = "fit"
+
+    def fixed_offload(self) -> dict:
+        """offload: the PlanConfig offload fields the request fixes (--offload-params implies the
+        whole optimizer: FSDP2 and ZeRO-3 offload_param move it with the parameters)."""
+        params = bool(self.offload_params)
+        fraction = self.offload_optimizer
+        if fraction is None:
+            fraction = 1.0 if params else 0.0
+        if params and fraction != 1:
+            raise PlanError(f"--offload-params moves the optimizer states to the host too: "
+                            f"--offload-optimizer must be 1 (or left out), got {fraction:g}")
+        return dict(offload_optimizer=fraction, offload_params=params,
+                    offload_activations=self.offload_activations or 0)
+
+    @property
+    def offload_fixed(self) -> bool:
+        """offload: whether any offload flag was given (then search tries no other offload)."""
+        return (self.offload_optimizer is not None or self.offload_params is not None
+                or self.offload_activations is not None)
 
     def seq(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len
@@ -124,7 +151,8 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
-                       dp_shard=_one_dp_shard(req, dp), **moe_settings(req))
+                       dp_shard=_one_dp_shard(req, dp), **moe_settings(req),
+                       **req.fixed_offload())  # offload
             for z in zeros for r in recomputes]
 
 
