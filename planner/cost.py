@@ -937,7 +937,7 @@ def offload_times(x, c: Choices, k: SimpleNamespace, states, psi_o, held_params,
         w = M.state_bytes(held_params, states.weight_bytes, k.d_shard,
                           states.weight_sharded)
         g = M.state_bytes(held_params, states.grad_bytes, k.d_shard, states.grad_sharded)
-        mb_h2d, mb_d2h = OF.param_offload_microbatch_bytes(w, g, 2 if z == 3 else 1)
+        mb_h2d, mb_d2h = OF.param_offload_h2d_bytes(w, 2 if z == 3 else 1), g
         step_d2h = 0  # the gradients went down with each round
         mb_s = OF.param_offload_exposed_s(OF.link_time_s(mb_h2d, x.host_bw, x.dram_bw),
                                           OF.link_time_s(mb_d2h, x.host_bw, x.dram_bw),

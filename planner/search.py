@@ -610,6 +610,8 @@ def _diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> st
         hints.append("ZeRO-3 (--zero 3)")
     if req.recompute and Recompute.FULL not in req.recompute:
         hints.append("full recompute (--recompute full)")
+    if req.offload == "none" and hw.host is not None:  # offload
+        hints.append("offload to host memory (--offload fit)")
     hints.append("a larger-memory profile (e.g. h200-nvlink, mi300x, gb200-nvl72)")
     return (f"no plan of {model.name} fits on {req.gpus} × {hw.name}: the smallest need is "
             f"{need / gib:.1f} GiB per GPU (dp{cfg.dp} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} "

@@ -97,12 +97,12 @@ def optimizer_step_offload_s(d2h_s, cpu_s, h2d_s, d2h_window_s, pipelined):
     return pipelined * overlapped + (1 - pipelined) * serial
 
 
-def param_offload_microbatch_bytes(weights_bytes, grads_bytes, gathers):
-    """Host-link traffic per ZeRO round with the parameters on the host (FSDP2 CPUOffloadPolicy,
-    ZeRO-3 offload_param): the GPU's weight shard comes up for every all-gather (forward and
-    backward under ZeRO-3: gathers = 2; once with the weights kept gathered: 1) and its
-    reduce-scattered gradient shard goes down: (gathers·M_w, M_g) up and down."""
-    return gathers * weights_bytes, grads_bytes
+def param_offload_h2d_bytes(weights_bytes, gathers):
+    """Host-to-GPU traffic per ZeRO round with the parameters on the host (FSDP2
+    CPUOffloadPolicy, ZeRO-3 offload_param): the GPU's weight shard comes up for every all-gather,
+    forward and backward under ZeRO-3 (gathers = 2), once with the weights kept gathered (1):
+    gathers·M_w. Down goes the reduce-scattered gradient shard, M_g, each round."""
+    return gathers * weights_bytes
 
 
 def param_offload_exposed_s(h2d_s, d2h_s, compute_s):
