@@ -913,7 +913,15 @@ def offload_states(x, c: Choices, states, conv, w, g, o):
     host = OF.host_optimizer_bytes(o, f, states.optimizer_bytes, conv.host_grad_bytes)
     if c.offload_params:
         return 0, 0, OF.device_optimizer_bytes(o, f), host + w + g
+    if offloads_grads(c, conv):  # DeepSpeed ZeRO-2/3: the gradient partition goes along
+        return w, OF.device_optimizer_bytes(g, f), OF.device_optimizer_bytes(o, f), host + f * g
     return w, g, OF.device_optimizer_bytes(o, f), host
+
+
+def offloads_grads(c: Choices, conv) -> bool:
+    """offload: the framework moves the offloaded parameters' gradient partition to the host with
+    their optimizer states (MemoryConventions.offload_grads_from_zero)."""
+    return int(c.zero_stage) >= conv.offload_grads_from_zero
 
 
 def offload_times(x, c: Choices, k: SimpleNamespace, states, psi_o, held_params, zero_rounds,
@@ -943,6 +951,12 @@ def offload_times(x, c: Choices, k: SimpleNamespace, states, psi_o, held_params,
                                           OF.link_time_s(mb_d2h, x.host_bw, x.dram_bw),
                                           k.compute_mb_s) * zero_rounds / m
         mb_h2d, mb_d2h = mb_h2d * zero_rounds / m, mb_d2h * zero_rounds / m
+    elif offloads_grads(c, c.framework.memory):
+        # the offloaded gradient partition goes down each ZeRO round, under its backward
+        g = f * M.state_bytes(held_params, states.grad_bytes, k.d_shard, states.grad_sharded)
+        mb_d2h, step_d2h = g * zero_rounds / m, 0
+        mb_s = OF.param_offload_exposed_s(0, OF.link_time_s(g, x.host_bw, x.dram_bw),
+                                          k.compute_mb_s) * zero_rounds / m
     step_s = note("offload_step_s", OF.optimizer_step_offload_s(
         OF.link_time_s(step_d2h, x.host_bw, x.dram_bw), cpu_s,
         OF.link_time_s(step_h2d, x.host_bw, x.dram_bw), backward_window,

@@ -361,3 +361,44 @@ def test_search_auto_competes_on_speed_and_fixed_offload_applies_to_all():
     fixed = search(model, hw, req.model_copy(update={"offload_optimizer": 0.5, "zero": [1]}),
                    top=3)
     assert all(p.config.offload_optimizer == 0.5 for p in fixed.plans)
+
+
+# ---- a published run, as a test of generality (nothing fitted to it) ---------------------------
+
+def _gpt(name: str, layers: int, hidden: int):
+    """A GPT-2-style model as ZeRO-Offload trains it (Ren et al. 2021 §6: GPT-2 architecture,
+    hidden 4096 for the multi-billion models, sequence 1024, vocabulary 50,257)."""
+    from planner.schema import ModelSpec
+
+    return ModelSpec(name=name, n_layers=layers, hidden=hidden, n_heads=32, ffn=4 * hidden,
+                     vocab=50257, seq_len=1024, mlp="gelu", norm="layernorm", bias=True,
+                     position_embedding="learned", tied_embeddings=True)
+
+
+def test_zero_offload_trains_10b_on_one_v100():
+    """ZeRO-Offload (Ren et al. 2021, abstract and §6.2.1): a 10B-parameter GPT-2 trains on one
+    32 GB V100 (DGX-2), where PyTorch alone stops at 1.4B. The memory model agrees without a
+    number fitted to the paper: DeepSpeed ZeRO-2 on one GPU with the optimizer (and with it the
+    gradient partition) on the host fits 10B in 32 GB — it holds the 16-bit weights, 2·10e9 B =
+    18.7 GiB, the reduce buckets and checkpointed activations — and does not fit without offload
+    (18 B/param: 168 GiB); twice the size (20B, 37 GiB of weights alone) fits in neither.
+    The V100: nvidia-smi reports 32,510 MiB on a V100 32 GB (31.75 GiB); the DGX-2 host has
+    1.5 TB of memory, all of it the one GPU's here; PCIe Gen3 x16 ~12 GB/s measured
+    (ZaidQureshi/bam#54). Only memory is asserted: the paper's batch for this run is not given,
+    so its 40 TFLOP/s is not a check of the time model."""
+    from planner.schema import Host
+
+    v100 = load_hardware("a100-nvlink").model_copy(update={
+        "name": "v100-dgx2", "hbm_gib": 31.75,
+        "host": Host(memory_gib=1.5e12 / 2**30, link_gb_per_s=12.0, dram_gb_per_s=192.0)})
+    model = _gpt("gpt2-10b", 50, 4096)  # 12·L·h² = 12·50·4096² = 10.07e9
+    assert model.n_params == pytest.approx(10.3e9, rel=0.01)  # + embeddings, biases, norms
+    config = dict(dp=1, mbs=1, n_micro=1, gbs=1, seq_len=1024, zero_stage=2, recompute="full",
+                  precision="fp16", grad_dtype="bf16", sequence_parallel=False,
+                  framework="deepspeed")
+    plain = estimate(model, v100, PlanConfig(**config))
+    off = estimate(model, v100, PlanConfig(**config, offload_optimizer=1))
+    assert not plain.memory.fits and off.memory.fits
+    assert off.memory.gradients_bytes == 0 and off.memory.optimizer_bytes == 0
+    big = estimate(_gpt("gpt2-20b", 100, 4096), v100, PlanConfig(**config, offload_optimizer=1))
+    assert not big.memory.fits

@@ -94,6 +94,9 @@ class MemoryConventions:
     bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
     fragmentation: float | None = None
     host_grad_bytes: float = 0.0
+    offload_grads_from_zero: int = 4
+    """offload: from this ZeRO stage on, optimizer offload also moves the gradient partition to
+    the host, accumulated there micro-batch by micro-batch (DeepSpeed ZeRO-2/3; 4: never)."""
     """offload: bytes per offloaded parameter of the host gradient buffer the CPU optimizer reads,
     beyond its optimizer state (Megatron: an fp32 copy; DeepSpeed counts it in the state)."""
 

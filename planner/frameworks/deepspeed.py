@@ -272,7 +272,11 @@ FRAMEWORK = Framework(
     rules=RULES + OFFLOAD_RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
-        gathered_layers=0, bucket_bytes=bucket_bytes),
+        gathered_layers=0, bucket_bytes=bucket_bytes,
+        # offload: ZeRO-Offload accumulates each gradient partition on the host as its bucket is
+        # reduced (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, accumulated_grads_in_cpu
+        # @ edaa72212); ZeRO-3's offload_optimizer keeps its fp32 gradient partition there too
+        offload_grads_from_zero=2),
     stage_split="chunks",
     extra_stage_units=0,
     # Megatron-DeepSpeed's topology (pipe, data, model) varies the model (TP) rank fastest
