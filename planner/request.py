@@ -146,14 +146,23 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     supported = framework_named(req.framework).zero_stages
     zeros = req.zero if req.zero is not None else list(supported)
     recomputes = req.recompute if req.recompute is not None else list(Recompute)
-    return [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
+    configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
                        dp_shard=_one_dp_shard(req, dp), **moe_settings(req),
                        **req.fixed_offload())  # offload
-            for z in zeros for r in recomputes]
+               for z in zeros for r in recomputes]
+    if req.offload_fixed and len(configs) > 1:
+        # offload: with --zero/--recompute auto, the settings the framework offloads under (all,
+        # if none: the first then says why)
+        from . import constraints
+
+        framework = framework_named(req.framework)
+        runs = [c for c in configs if framework.broken(model, constraints.of(c)) is None]
+        configs = runs or configs
+    return configs
 
 
 def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:

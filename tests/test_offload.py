@@ -363,6 +363,22 @@ def test_search_auto_competes_on_speed_and_fixed_offload_applies_to_all():
     assert all(p.config.offload_optimizer == 0.5 for p in fixed.plans)
 
 
+def test_search_auto_admits_offload_that_runs_faster():
+    """70B on 512 H100 at tp2 cp2: without offload the best plan recomputes selectively; with
+    `--offload auto` a plan that keeps every activation (no recompute), with some layers'
+    activations on the host, fits and steps faster — the copies hide under the layers' compute,
+    the recomputation it replaces does not. `--offload fit` (the default) keeps the plan that fits
+    without offload."""
+    model, hw = load_model("70b"), load_hardware("h100-nvlink")
+    req = PlanRequest(gpus=512, tp=[2], pp=[1], cp=[2])
+    plain = search(model, hw, req.model_copy(update={"offload": "none"}), top=1).plans[0]
+    default = search(model, hw, req, top=1).plans[0]
+    auto = search(model, hw, req.model_copy(update={"offload": "auto"}), top=1).plans[0]
+    assert not plain.config.offload and default.config == plain.config
+    assert auto.config.offload_activations > 0 and auto.config.recompute.value == "none"
+    assert auto.time.step_s < plain.time.step_s and auto.memory.fits
+
+
 # ---- a published run, as a test of generality (nothing fitted to it) ---------------------------
 
 def _gpt(name: str, layers: int, hidden: int):
