@@ -159,23 +159,23 @@ def test_optimizer_step_offload_forms():
 # ---- a sympy identity and properties -----------------------------------------------------------
 
 def test_fraction_zero_is_the_plan_without_offload(llama70b, h100):
-    """With f a symbol, the offload expressions at f = 0 (and no activation layers) are exactly
-    the plan without offload: device memory, optimizer step, step time."""
+    """With the fraction f and the activation layers N symbols, the offload expressions at
+    f = N = 0 are exactly (to the last bit: the difference is sympy's 0) the plan without
+    offload: device memory by part, the optimizer step, the step time; no host bytes, no time."""
+    from dataclasses import replace
+
     config = PlanConfig(**BASE)
     x = numbers(llama70b, h100, config)
-    f = sp.Symbol("f", nonnegative=True)
-    xs = SimpleNamespace(**{**vars(x), "offload_optimizer": f})
+    f, n = sp.symbols("f_o N_off", nonnegative=True)
+    xs = SimpleNamespace(**{**vars(x), "offload_optimizer": f, "offload_activations": n})
     plain = plan_costs(x, Choices.of(config))
-    symbolic = plan_costs(xs, Choices.of(config).__class__(
-        **{**vars(Choices.of(config)), "offload": True}))
-    for key in ("total_bytes", "optimizer_bytes", "optimizer_s", "step_s", "host_bytes",
-                "offload_s"):
-        value = sp.sympify(symbolic[key]).subs(f, 0)
-        assert float(value) == pytest.approx(float(plain[key]), rel=1e-12, abs=1e-9), key
-    # and f is really in them: the identity is not vacuous
-    assert f in sp.sympify(symbolic["total_bytes"]).free_symbols
-    assert sp.simplify(sp.diff(symbolic["optimizer_bytes"], f)
-                       + plain["optimizer_bytes"]) == 0  # d/df (1 − f)·M_opt = −M_opt
+    symbolic = plan_costs(xs, replace(Choices.of(config), offload=True))
+    for key in ("total_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
+                "activations_bytes", "optimizer_s", "step_s", "host_bytes", "offload_s"):
+        assert sp.sympify(symbolic[key]).subs({f: 0, n: 0}) - sp.sympify(plain[key]) == 0, key
+    # not vacuous: f and N are in them, and M falls by exactly M_opt per unit of f
+    assert {f, n} <= sp.sympify(symbolic["total_bytes"]).free_symbols
+    assert sp.diff(symbolic["total_bytes"], f) + plain["optimizer_bytes"] == 0
 
 
 @settings(max_examples=25, deadline=None)
@@ -257,6 +257,11 @@ def test_emit_nemo(llama70b):
     assert doc["optimizer"]["optimizer_cpu_offload"] is True
     assert doc["optimizer"]["optimizer_offload_fraction"] == 0.25
     assert doc["optimizer"]["use_precision_aware_optimizer"] is True
+    doc = yaml.safe_load(emit("nemo", PlanConfig(**(BASE | dict(recompute="none")),
+                                                 offload_activations=6), llama70b).text)
+    assert doc["model"]["cpu_offloading"] is True
+    assert doc["model"]["cpu_offloading_num_layers"] == 6
+    assert "optimizer_cpu_offload" not in doc["optimizer"]
 
 
 def test_emit_deepspeed(llama70b):
