@@ -333,8 +333,8 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
     with np.errstate(divide="ignore", invalid="ignore"):
         fraction = np.where(opt > 0, np.round(OF.min_offload_fraction(
             np.maximum(excess, 0), np.where(opt > 0, opt, 1), OFFLOAD_FRACTION_STEP), 6), 2.0)
-        layers = np.ceil(np.maximum(excess, 0) / np.maximum(
-            out["layer_activation_bytes"] * (1 + frag), 1.0))
+        layers = OF.min_offload_layers(np.maximum(excess, 0),
+                                       np.maximum(out["layer_activation_bytes"], 1.0), frag)
     kinds = (
         ("optimizer", np.minimum(fraction, 1.0), 0, 0, fraction <= 1),
         ("optimizer", 1.0, 0, 0, fraction <= 1),  # where the framework offloads all or nothing

@@ -148,6 +148,16 @@ def test_link_time_takes_the_narrower_of_link_and_dram():
     assert OF.link_time_s(38.4e9, 52.8e9, 38.4e9) == pytest.approx(1.0)
 
 
+def test_least_offload_that_fits():
+    # 6.1 GB over with 12.2 GB of optimizer state: f = 0.5 exactly, on the 0.05 grid 0.5; 6.2 GB
+    # over: 0.508 → 0.55. 10 GB over with 4 GB of activations per layer and 25 % allocator slack
+    # (5 GB freed per layer): 2 layers; 10.5 GB over: 3
+    assert OF.min_offload_fraction(6.1e9, 12.2e9) == pytest.approx(0.5)
+    assert OF.min_offload_fraction(6.2e9, 12.2e9) == pytest.approx(0.55)
+    assert OF.min_offload_layers(10e9, 4e9, 0.25) == 2
+    assert OF.min_offload_layers(10.5e9, 4e9, 0.25) == 3
+
+
 def test_optimizer_step_offload_forms():
     # pipelined: the slowest of the three; serial: copies down under the backward (2 s of
     # window hides 1.5 s), then the CPU step, then the copies up

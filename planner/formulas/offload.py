@@ -136,6 +136,13 @@ def activation_offload_saved_bytes(n_layers_offloaded, layer_activation_bytes, i
     return in_flight * n_layers_offloaded * layer_activation_bytes
 
 
+def min_offload_layers(excess_bytes, layer_activation_bytes, fragmentation_fraction):
+    """The fewest layers whose activations, offloaded, free excess_bytes on the device:
+    ⌈excess/(A_layer·(1 + φ))⌉ — each layer takes its activations and the allocator's slack φ on
+    them (formulas.memory.runtime_overhead_bytes) off the device (one micro-batch in flight)."""
+    return _ops.ceil(excess_bytes / (layer_activation_bytes * (1 + fragmentation_fraction)))
+
+
 def min_offload_fraction(excess_bytes, optimizer_bytes, step=0.05):
     """The smallest fraction on a grid of `step` that frees excess_bytes of optimizer state:
     ⌈(excess/M_opt)/step⌉·step (device memory is linear in f: the optimizer states are model
