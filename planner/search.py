@@ -236,7 +236,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     for r, sp, sched, zeros in _choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                  schedule=sched)
+                                  schedule=sched, **offload_layout(req, [r]))  # offload
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         runs = {z: mask & ok for z, ok in _framework_runs(framework, model, layouts, zeros, sched,
@@ -298,6 +298,17 @@ OFFLOAD_COLUMNS = ("off_opt", "off_params", "off_act")
 OFFLOAD_KEPT = ("optimizer_bytes", "weights_bytes", "gradients_bytes", "layer_activation_bytes")
 """offload: what offload_variants reads of a candidate's costs without offload."""
 OFFLOAD_FRACTION_STEP = 0.05  # the grid of optimizer fractions the search tries
+
+
+def offload_layout(req: PlanRequest, recomputes=None) -> dict:
+    """offload: what the framework rules read of the request's fixed offload (planner.constraints
+    .of names): the fraction, the parameters, the activation layers, and whether the recompute is
+    none (of `recomputes`, default the request's)."""
+    fixed = req.fixed_offload()
+    recomputes = recomputes or req.recompute or list(Recompute)
+    return dict(off_opt=fixed["offload_optimizer"], off_params=int(fixed["offload_params"]),
+                off_act=fixed["offload_activations"],
+                recompute_none=int(Recompute.NONE in recomputes))
 
 
 def offload_columns(config, size: int) -> dict[str, np.ndarray]:
@@ -645,7 +656,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
     for sp, sched in sorted(pairs, key=str):
         interleaved = sched is Schedule.INTERLEAVED
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                  schedule=sched)
+                                  schedule=sched, **offload_layout(req))  # offload
         shared = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         ok = shared & np.logical_or.reduce(list(_framework_runs(
             framework, model, layouts, zeros, sched, req.precision).values()))
@@ -656,7 +667,8 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
             kept = {k: v[shared] for k, v in space.items()}
             fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
                                          sp=sp, schedule=sched,
-                                         **constraints.choices(zeros[0], sched, req.precision))
+                                         **constraints.choices(zeros[0], sched, req.precision),
+                                         **offload_layout(req))  # offload
             for rule, n, first in constraints.removed_by(model, fw_layouts,
                                                          framework.all_rules()):
                 said = rule.message(model, constraints.one_layout(fw_layouts, first)) or rule.text

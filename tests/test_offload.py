@@ -376,6 +376,14 @@ def test_search_auto_competes_on_speed_and_fixed_offload_applies_to_all():
     fixed = search(model, hw, req.model_copy(update={"offload_optimizer": 0.5, "zero": [1]}),
                    top=3)
     assert all(p.config.offload_optimizer == 0.5 for p in fixed.plans)
+    # the framework's offload rules hold in the search too: activation offload only at pp 1
+    # without recompute; torchtitan has no optimizer-only offload
+    acts = search(model, hw, req.model_copy(update={"offload_activations": 4}), top=5)
+    assert all(p.config.pp == 1 and p.config.recompute.value == "none"
+               and p.config.offload_activations == 4 for p in acts.plans)
+    with pytest.raises(NoFeasiblePlan):
+        search(model, hw, req.model_copy(update={"offload_optimizer": 0.5,
+                                                 "framework": "torchtitan"}), top=1)
 
 
 def test_search_auto_admits_offload_that_runs_faster():
