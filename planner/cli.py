@@ -237,6 +237,21 @@ MoeCapacityOpt = Annotated[float | None, typer.Option(
 MoeOverlapOpt = Annotated[bool, typer.Option(
     "--moe-a2a-overlap/--no-moe-a2a-overlap",
     help="Overlap the all-to-all with another micro-batch's compute (DualPipe-style).")]
+# offload: to host memory
+OffloadOptimizerOpt = Annotated[float | None, typer.Option(
+    help="Fraction (0-1) of the optimizer states kept in host memory and stepped by the CPU "
+    "(Megatron --optimizer-offload-fraction; DeepSpeed offload_optimizer).")]
+OffloadParamsOpt = Annotated[bool | None, typer.Option(
+    "--offload-params/--no-offload-params",
+    help="Parameters, gradients and optimizer states in host memory (FSDP2 CPU offload; "
+    "DeepSpeed ZeRO-3 offload_param).")]
+OffloadActivationsOpt = Annotated[int | None, typer.Option(
+    help="Layers per GPU whose activations are offloaded to host memory (Megatron "
+    "--cpu-offloading-num-layers; pp 1, no recompute).")]
+OffloadModeOpt = Annotated[str, typer.Option(
+    help="Offload search: fit (default) tries the least offload that makes a plan fit when no "
+    "plan fits without it; auto tries it for every plan that does not fit, so that offload "
+    "competes on speed; none never offloads.")]
 EmitOpt = Annotated[str | None, typer.Option(
     help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
 TrainTokensOpt = Annotated[str | None, typer.Option(
@@ -462,6 +477,8 @@ def explain(
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
     dp_shard: DpShardOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
+    offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
+    offload_activations: OffloadActivationsOpt = None,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     from . import api
@@ -482,7 +499,9 @@ def explain(
                        overlap_grad_reduce, framework=framework, emit=emit,
                        ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a)
+                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a,
+                       offload_optimizer=offload_optimizer,
+                       offload_params=offload_params, offload_activations=offload_activations)
         batch_note = _batch_note(model, req)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w,
@@ -569,6 +588,8 @@ def search(
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
     dp_shard: DpShardOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
+    offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
+    offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
@@ -581,7 +602,10 @@ def search(
                        overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
                        emit=emit, ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a)
+                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a,
+                       offload_optimizer=offload_optimizer,
+                       offload_params=offload_params, offload_activations=offload_activations,
+                       offload=offload)
         batch_note = _batch_note(model, req)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "

@@ -43,6 +43,10 @@ def of(config: PlanConfig) -> SimpleNamespace:
         schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
         dp_shard=config.dp_shard or config.dp,  # hybrid sharding
         cp_a2a=_a2a_ranks(config),  # cp-kind: the all-to-all group c_a (1 for the ring)
+        # offload: fraction of the optimizer, parameters (0/1), activation layers; recompute none
+        off_opt=config.offload_optimizer, off_params=int(config.offload_params),
+        off_act=config.offload_activations,
+        recompute_none=int(config.recompute.value == "none"),
         **choices(config.zero_stage, config.schedule, config.precision))
 
 

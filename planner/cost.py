@@ -20,6 +20,7 @@ from .formulas import context as CX
 from .formulas import flops as F
 from .formulas import memory as M
 from .formulas import moe as MO
+from .formulas import offload as OF
 from .formulas import params as P
 from .formulas import pipeline as PL
 from .formulas import timing as T
@@ -45,6 +46,10 @@ class Choices:
     attention: Attention
     framework: Framework = FRAMEWORKS["megatron"]
     cp_kind: ContextKind | None = None  # cp-kind: None is the framework's default kind
+    # offload: whether the plan offloads anything to host memory (then the offload expressions
+    # are built; otherwise none), and whether the parameters live there
+    offload: bool = False
+    offload_params: bool = False
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
@@ -129,7 +134,19 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
         capacity=hw.capacity_bytes,
         **topology_numbers(hw),
+        **host_numbers(hw),  # offload
     )
+
+
+def host_numbers(hw: HardwareProfile) -> dict:
+    """offload: the host's memory per GPU, its host link and DRAM bandwidth (schema.Host), in base
+    units; zeros for a profile without a [host] section (no plan offloads there:
+    estimate.check_config refuses it)."""
+    host = hw.host
+    if host is None:
+        return dict(host_capacity=0.0, host_bw=0.0, dram_bw=0.0)
+    return dict(host_capacity=host.memory_bytes, host_bw=host.link_bytes_per_s,
+                dram_bw=host.dram_bytes_per_s)
 
 
 NO_POD = 2.0**40
@@ -162,6 +179,9 @@ def config_numbers(config: PlanConfig) -> dict:
         ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
         a2a_overlap=int(config.moe_a2a_overlap),
         cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group
+        # offload: the optimizer fraction and the activation layers on the host
+        offload_optimizer=config.offload_optimizer,
+        offload_activations=config.offload_activations,
     )
 
 
@@ -757,7 +777,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
             held = held + shards * (1 - single_stage) * M.unsharded_stage_bytes(psi, pp_g)
         return held
 
-    def memory(psi, act, ends, psi_e=0):
+    def memory(psi, act, ends, psi_e=0, act_host=0):
         # the model states (weights, gradients, optimizer) as the framework keeps them; DualPipe
         # holds two copies of its stages (DeepSeek-V3 report, Table 2)
         psi, psi_e = psi * k.param_copies, psi_e * k.param_copies
@@ -768,6 +788,10 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
             w = w + M.state_bytes(psi_e, states.weight_bytes, edp, states.weight_sharded)
             g = g + M.state_bytes(psi_e, states.grad_bytes, edp, states.grad_sharded)
             o = o + M.state_bytes(psi_e, states.optimizer_bytes, edp, states.optimizer_sharded)
+        host = act_host
+        if c.offload:  # offload: the states that move to host memory leave the device
+            w, g, o, host_states = offload_states(x, c, states, conv, w, g, o)
+            host = host + host_states
         held = buffers(psi, ends)
         allocated = w + g + o + act + held
         frag = x.frag if conv.fragmentation is None else conv.fragmentation
@@ -775,12 +799,19 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         # states, which sit in buffers allocated once
         slack = frag * (act + held)
         overhead = M.runtime_overhead_bytes(x.reserved, frag, act + held)
-        return w, g, o, act, overhead + held, allocated, allocated + slack
+        return w, g, o, act, overhead + held, allocated, allocated + slack, host
 
     first_ends = _ops.select(_ops.maximum(single_stage, PL.ends_on_first_gpu(c.schedule)),
                              2 - x.tied, 1)
-    first = memory(k.params_first, k.act_first, first_ends, k.expert_first)
-    last = memory(k.params_last, k.act_last, first_ends, k.expert_last)
+    act_first, act_last, act_host_first, act_host_last = k.act_first, k.act_last, 0, 0
+    if c.offload:  # offload: N layers' activations of each micro-batch in flight on the host
+        act_host_first = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
+                                                           k.inflight_first)
+        act_host_last = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
+                                                          k.inflight_last)
+        act_first, act_last = act_first - act_host_first, act_last - act_host_last
+    first = memory(k.params_first, act_first, first_ends, k.expert_first, act_host_first)
+    last = memory(k.params_last, act_last, first_ends, k.expert_last, act_host_last)
     is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
     stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
@@ -794,6 +825,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     overhead = note("overhead_bytes", worst[4])
     total_bytes = note("total_bytes", weights + grads + optimizer + activations + overhead)
     allocated_bytes, reserved_bytes = worst[5], worst[6]
+    host_bytes = note("host_bytes", worst[7]) if c.offload else 0  # offload
 
     # ZeRO-2/3 collectives run every micro-batch, except where the framework keeps a pipelined
     # stage gathered and its gradients unsharded until the last micro-batch (torchtitan's FSDP2
@@ -889,10 +921,16 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     if moe:  # moe: the expert shards' Adam step, over edp under ZeRO ≥ 1
         opt_bytes = opt_bytes + T.optimizer_step_bytes(held_experts, x.g_bytes, x.w_bytes,
                                                        edp if z >= 1 else 1)
+    if c.offload:  # offload: the GPU steps only the optimizer states it keeps
+        opt_bytes = OF.device_optimizer_bytes(opt_bytes, x.offload_optimizer)
     optimizer_s = note("optimizer_s", T.memory_bound_time_s(opt_bytes, x.hbm_bw, x.hbm_eff))
+    offload = SimpleNamespace(step_s=0, mb_s=0, d2h_bytes=0, h2d_bytes=0)
+    if c.offload:  # offload: host-link copies and the CPU step (formulas/offload.py)
+        psi_o = held_params / opt_shard + (held_experts / (edp if z >= 1 else 1) if moe else 0)
+        offload = offload_times(x, c, k, states, psi_o, held_params, zero_rounds, note)
 
     stage_mb_s = note("stage_microbatch_s", k.compute_mb_s + k.tp_mb_s + k.cp_mb_s + k.pp_mb_s + zero3_mb_s
-                      + k.ep_mb_s)  # moe: + exposed all-to-all
+                      + k.ep_mb_s + offload.mb_s)  # moe: + exposed all-to-all; offload
     bgrad_mb_s = stage_mb_s - k.fwd_mb_s - k.wgrad_mb_s  # B: the backward less its W
     times = (c.schedule, k.fwd_mb_s, bgrad_mb_s, k.wgrad_mb_s)
     bubble = note("bubble_fraction", PL.bubble_fraction(p, m, v, *times))
@@ -909,7 +947,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
     nvlink_busy = note("nvlink_busy_s", nvlink_busy)
     network_busy = note("network_busy_s", network_busy)
     step_s = note("step_s", _ops.maximum(
-        T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s),
+        T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s + offload.step_s),
         _ops.maximum(nvlink_busy, network_busy)))
     n_gpus = x.dp * t * p * cp
 
@@ -955,4 +993,76 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         nvlink_busy_s=nvlink_busy, network_busy_s=network_busy,
         nvlink_utilisation=C.link_utilisation(nvlink_busy, step_s),
         network_utilisation=C.link_utilisation(network_busy, step_s),
+        # offload: host memory per GPU and what it can take; the step's exposed offload time
+        host_bytes=host_bytes, host_capacity_bytes=x.host_capacity if c.offload else 0,
+        offload_s=(note("offload_s", offload.step_s + m * offload.mb_s) if c.offload else 0),
+        offload_d2h_bytes=offload.d2h_bytes, offload_h2d_bytes=offload.h2d_bytes,
     )
+
+
+def offload_states(x, c: Choices, states, conv, w, g, o):
+    """offload: the device's weights, gradients and optimizer bytes after offload, and the host
+    bytes they take. The optimizer: a fraction f of its states, with the host gradient buffer the
+    CPU step reads (formulas.offload); the parameters (FSDP2 CPUOffloadPolicy, ZeRO-3
+    offload_param): all three sharded states, f = 1."""
+    f = x.offload_optimizer
+    host = OF.host_optimizer_bytes(o, f, states.optimizer_bytes, conv.host_grad_bytes)
+    if c.offload_params:
+        return 0, 0, OF.device_optimizer_bytes(o, f), host + w + g
+    if offloads_grads(c, conv):  # DeepSpeed ZeRO-2/3: the gradient partition goes along
+        return w, OF.device_optimizer_bytes(g, f), OF.device_optimizer_bytes(o, f), host + f * g
+    return w, g, OF.device_optimizer_bytes(o, f), host
+
+
+def offloads_grads(c: Choices, conv) -> bool:
+    """offload: the framework moves the offloaded parameters' gradient partition to the host with
+    their optimizer states (MemoryConventions.offload_grads_from_zero)."""
+    return int(c.zero_stage) >= conv.offload_grads_from_zero
+
+
+def offload_times(x, c: Choices, k: SimpleNamespace, states, psi_o, held_params, zero_rounds,
+                  note=_same) -> SimpleNamespace:
+    """offload: what offload adds to the step (step_s: the offloaded optimizer step, after the
+    backward; mb_s: per micro-batch, the copies compute does not hide) and the bytes per step
+    each way over the host link. psi_o: the parameters whose optimizer state this GPU holds;
+    held_params: the stage's parameters it computes with."""
+    f, z, m = x.offload_optimizer, int(c.zero_stage), k.m
+    # the optimizer step: f·Ψ_o gradients down, the CPU's Adam, f·Ψ_o weights up (with the
+    # parameters on the host the weights stay there: the next forward's gathers fetch them)
+    step_d2h = OF.optimizer_d2h_bytes(psi_o * states.optimizer_bytes, f, states.optimizer_bytes,
+                                      x.g_bytes)
+    step_h2d = 0 if c.offload_params else OF.optimizer_h2d_bytes(
+        psi_o * states.optimizer_bytes, f, states.optimizer_bytes, x.w_bytes)
+    cpu_s = note("cpu_optimizer_s", OF.cpu_step_s(f * psi_o, x.dram_bw))
+    backward_window = k.layers * (k.bwd_s + k.recompute_s)  # the last micro-batch's backward
+    mb_d2h = mb_h2d = mb_s = 0
+    if c.offload_params:
+        # the weight shard up for each gather, the gradient shard down, each ZeRO round
+        w = M.state_bytes(held_params, states.weight_bytes, k.d_shard,
+                          states.weight_sharded)
+        g = M.state_bytes(held_params, states.grad_bytes, k.d_shard, states.grad_sharded)
+        mb_h2d, mb_d2h = OF.param_offload_h2d_bytes(w, 2 if z == 3 else 1), g
+        step_d2h = 0  # the gradients went down with each round
+        mb_s = OF.param_offload_exposed_s(OF.link_time_s(mb_h2d, x.host_bw, x.dram_bw),
+                                          OF.link_time_s(mb_d2h, x.host_bw, x.dram_bw),
+                                          k.compute_mb_s) * zero_rounds / m
+        mb_h2d, mb_d2h = mb_h2d * zero_rounds / m, mb_d2h * zero_rounds / m
+    elif offloads_grads(c, c.framework.memory):
+        # the offloaded gradient partition goes down each ZeRO round, under its backward
+        g = f * M.state_bytes(held_params, states.grad_bytes, k.d_shard, states.grad_sharded)
+        mb_d2h, step_d2h = g * zero_rounds / m, 0
+        mb_s = OF.param_offload_exposed_s(0, OF.link_time_s(g, x.host_bw, x.dram_bw),
+                                          k.compute_mb_s) * zero_rounds / m
+    step_s = note("offload_step_s", OF.optimizer_step_offload_s(
+        OF.link_time_s(step_d2h, x.host_bw, x.dram_bw), cpu_s,
+        OF.link_time_s(step_h2d, x.host_bw, x.dram_bw), backward_window,
+        int(c.framework.offload_pipelined)))
+    # activations: N layers out in the forward and back in the backward, per micro-batch
+    act = OF.activation_offload_bytes(x.offload_activations, k.layer_act)
+    n = x.offload_activations
+    mb_s = note("offload_microbatch_s", mb_s + OF.activation_offload_exposed_s(
+        OF.link_time_s(act, x.host_bw, x.dram_bw), n * k.fwd_s, n * (k.bwd_s + k.recompute_s)))
+    return SimpleNamespace(
+        step_s=step_s, mb_s=mb_s,
+        d2h_bytes=note("offload_d2h_bytes", step_d2h + m * (mb_d2h + act)),
+        h2d_bytes=note("offload_h2d_bytes", step_h2d + m * (mb_h2d + act)))

@@ -27,6 +27,9 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
     if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
         raise PlanError(f"{hw.name} has no {c.precision.value} figures "
                         f"(its profile lists no peak or efficiency for it)")
+    if c.offload and hw.host is None:  # offload
+        raise PlanError(f"{hw.name} has no [host] section (host memory, link and DRAM per GPU): "
+                        "add one to plan offload, or leave the --offload flags out")
 
 
 def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
@@ -78,6 +81,11 @@ def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
             code="does-not-fit",
             message=f"needs {costs['total_bytes'] / 2**30:.1f} GiB per GPU of "
                     f"{costs['capacity_bytes'] / 2**30:.1f} GiB"))
+    if costs["host_bytes"] > costs["host_capacity_bytes"]:  # offload
+        out.append(PlanWarning(
+            code="host-does-not-fit",
+            message=f"offload needs {costs['host_bytes'] / 2**30:.1f} GiB of host memory per GPU "
+                    f"of {costs['host_capacity_bytes'] / 2**30:.1f} GiB"))
     return out
 
 
@@ -122,11 +130,13 @@ def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
         weights_bytes=f["weights_bytes"], gradients_bytes=f["gradients_bytes"],
         optimizer_bytes=f["optimizer_bytes"], activations_bytes=f["activations_bytes"],
         overhead_bytes=f["overhead_bytes"], total_bytes=f["total_bytes"],
-        capacity_bytes=f["capacity_bytes"], fits=f["total_bytes"] <= f["capacity_bytes"],
+        capacity_bytes=f["capacity_bytes"],
+        fits=f["total_bytes"] <= f["capacity_bytes"] and f["host_bytes"] <= f["host_capacity_bytes"],
         stage="first" if first else "last", params_per_gpu=f["stage_params"],
         stage_layers=f["stage_layers"], allocated_bytes=f["allocated_bytes"],
         reserved_bytes=f["reserved_bytes"], margin_bytes=f["capacity_bytes"] - f["total_bytes"],
-        peak_at=peak_moment(config, first, f), framework=config.framework)
+        peak_at=peak_moment(config, first, f), framework=config.framework,
+        host_bytes=f["host_bytes"], host_capacity_bytes=f["host_capacity_bytes"])  # offload
     time = Time(**{k: f[k] for k in Time.model_fields})
     return Plan(
         config=config, model=ModelSummary(name=model.name, n_params=f["n_params"],

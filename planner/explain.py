@@ -41,6 +41,9 @@ SYMBOLS = {
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
     "nvls_bw": "W_nvls", "overlap_slow": "σ", "moe_load": "λ",
     "cp_a2a": "c_a",  # cp-kind: the hierarchical kind's all-to-all group
+    # offload: the offloaded optimizer fraction and activation layers, the host's link and DRAM
+    "offload_optimizer": "f_o", "offload_activations": "N_off", "host_bw": "W_host",
+    "dram_bw": "W_dram",
 }
 
 # What each constant is, for the constants table (values in base units).
@@ -59,7 +62,11 @@ CONSTANT_MEANINGS = {
     "nvls_bw": ("B/s", "NVLink SHARP (NVLS) all-reduce bus bandwidth"),
     "overlap_slow": ("", "compute slowdown beside overlapped NCCL kernels (Lee et al. 2025)"),
     "moe_load": ("", "busiest expert rank's tokens over the mean (MoE)"),
+    # offload: listed for plans that offload (constants())
+    "host_bw": ("B/s", "host↔GPU link bandwidth per GPU, one direction (PCIe, NVLink-C2C)"),
+    "dram_bw": ("B/s", "host DRAM bandwidth, this GPU's share (the CPU Adam step)"),
 }
+OFFLOAD_CONSTANTS = ("host_bw", "dram_bw")
 
 CACHE_ENTRIES = 256  # plans whose formulas the cache keeps (~10 kB each)
 FOLD_CHARS = 110  # a formula longer than this is folded into named sub-terms
@@ -291,6 +298,8 @@ def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list
     out = []
     for key, (unit, meaning) in CONSTANT_MEANINGS.items():
         if same16 and key in ("peak_flops_16", "gemm_eff_16"):
+            continue
+        if key in OFFLOAD_CONSTANTS and not config.offload:  # offload
             continue
         out.append((SYMBOLS[key], float(getattr(x, key)), unit, meaning))
     return out

@@ -89,7 +89,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   overlap_grad_reduce, allow_tp_across_nodes=False,
                   framework: str = "megatron", ep=None, etp=None, moe_imbalance=1.25,
                   moe_capacity_factor=None, moe_a2a_overlap=False,
-                  dp_shard=None, cp_kind=None, cp_a2a=None) -> PlanRequest:
+                  dp_shard=None, cp_kind=None, cp_a2a=None, offload_optimizer=None,
+                  offload_params=None, offload_activations=None,
+                  offload="fit") -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -101,7 +103,20 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         if value is not None and value > top:
             raise PlanError(f"--{flag} must be at most {top:,}, got {value:,} (beyond any "
                             "training run; check the number)")
+    mode = str(offload).strip().lower()  # offload
+    if mode not in ("fit", "auto", "none"):
+        raise PlanError(f"--offload takes fit (offload only when no plan fits without it), auto "
+                        f"(offload may make any plan fit, to compete on speed) or none, got "
+                        f"{_shown(offload)}")
+    if offload_optimizer is not None and not 0 <= offload_optimizer <= 1:
+        raise PlanError(f"--offload-optimizer is the fraction of the optimizer states on the "
+                        f"host, a number in [0, 1] such as 0.5, got {offload_optimizer:g}")
+    if offload_activations is not None and offload_activations < 0:
+        raise PlanError(f"--offload-activations is a number of layers, 0 or more, got "
+                        f"{offload_activations}")
     return PlanRequest(
+        offload_optimizer=offload_optimizer, offload_params=offload_params,
+        offload_activations=offload_activations, offload=mode,
         gpus=gpus, dp=int_list(dp, "dp"), tp=int_list(tp, "tp"), pp=int_list(pp, "pp"),
         cp=int_list(cp, "cp"), vpp=int_list(vpp, "vpp"), mbs=int_list(mbs, "mbs", MAX_MBS),
         zero=enum_list(zero, ZeroStage, "zero"), recompute=enum_list(recompute, Recompute,

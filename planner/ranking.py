@@ -32,6 +32,7 @@ def preference(cols: dict, idx: np.ndarray, defaults: dict | None = None) -> np.
     off = ((c["zero"] != d["zero"]).astype(int) + (c["recompute"] != d["recompute"])
            + ((c["tp"] > 1) & (c["sp"].astype(bool) != d["sp"])))
     off = off + _cp_kind_off(cols, idx, c["cp"], d)  # cp-kind
+    off = off + offloaded(cols, idx)  # offload: no framework offloads by default
     keys = (c["mbs"], off, c["tp"], c["pp"], c["cp"], c["vpp"], extra)  # lexsort: last primary
     rank = np.empty(len(idx), dtype=np.int64)
     rank[np.lexsort(keys)] = np.arange(len(idx))
@@ -46,6 +47,13 @@ def _cp_kind_off(cols: dict, idx: np.ndarray, cp: np.ndarray, d: dict) -> np.nda
     c_a = np.asarray(cols["cp_a2a"])[idx]
     default = np.ones_like(c_a) if d["cp_kind"].value == "p2p" else cp
     return ((c_a != default) & (cp > 1)).astype(int)
+def offloaded(cols: dict, idx: np.ndarray) -> np.ndarray:
+    """offload: 1 for the candidates that offload to host memory (search columns off_opt,
+    off_params, off_act; 0 where the search tried no offload)."""
+    if "off_opt" not in cols:
+        return np.zeros(len(idx), dtype=int)
+    return ((np.asarray(cols["off_opt"])[idx] > 0) | (np.asarray(cols["off_params"])[idx] > 0)
+            | (np.asarray(cols["off_act"])[idx] > 0)).astype(int)
 
 
 def distinct_layouts(cols: dict, step: np.ndarray, order: np.ndarray, top: int, band: float,

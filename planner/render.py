@@ -193,6 +193,12 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
         lines.append(Text(f"Peak at {m.peak_at}: {gib(m.allocated_bytes)} GiB of tensors, "
                           f"{gib(m.reserved_bytes)} GiB reserved by PyTorch's allocator, the rest "
                           "runtime (CUDA context, NCCL)."))
+    if m.host_bytes > 0:  # offload
+        lines.append(Text(f"Offloaded to host memory: {gib(m.host_bytes)} of "
+                          f"{gib(m.host_capacity_bytes)} GiB per GPU; it adds "
+                          f"{seconds(t.offload_s)} to the step (host-link copies and the CPU "
+                          "optimizer step).",
+                          style="" if m.host_bytes <= m.host_capacity_bytes else "bold red"))
     lines.append(Text(f"Step {seconds(t.step_s)} · {t.tokens_per_s:,.0f} tokens/s · MFU "
                       f"{mfu_of(plan, mfu_convention):.1%} ({mfu_convention}; "
                       f"{mfu_of(plan, other):.1%} {other}) · HFU {t.hfu:.1%}"))

@@ -74,6 +74,33 @@ class PlanRequest(BaseModel):
     # search tries the divisors of cp whose group t·c_a fits the NVLink domain)
     cp_kind: list[ContextKind] | Literal["auto"] | None = None
     cp_a2a: list[Dim] | None = None
+    # offload: fixed offload settings (explain: the plan's; search: every candidate's), or, when
+    # none is given, search's `offload` mode: auto tries offload for every candidate that does
+    # not fit without it (the least that makes each fit, to compete on speed), fit does so only
+    # when no candidate fits without it, none never
+    offload_optimizer: float | None = Field(None, ge=0, le=1)
+    offload_params: bool | None = None
+    offload_activations: int | None = Field(None, ge=0, le=2**20)
+    offload: Literal["fit", "auto", "none"] = "fit"
+
+    def fixed_offload(self) -> dict:
+        """offload: the PlanConfig offload fields the request fixes (--offload-params implies the
+        whole optimizer: FSDP2 and ZeRO-3 offload_param move it with the parameters)."""
+        params = bool(self.offload_params)
+        fraction = self.offload_optimizer
+        if fraction is None:
+            fraction = 1.0 if params else 0.0
+        if params and fraction != 1:
+            raise PlanError(f"--offload-params moves the optimizer states to the host too: "
+                            f"--offload-optimizer must be 1 (or left out), got {fraction:g}")
+        return dict(offload_optimizer=fraction, offload_params=params,
+                    offload_activations=self.offload_activations or 0)
+
+    @property
+    def offload_fixed(self) -> bool:
+        """offload: whether any offload flag was given (then search tries no other offload)."""
+        return (self.offload_optimizer is not None or self.offload_params is not None
+                or self.offload_activations is not None)
 
     def seq(self, model: ModelSpec) -> int:
         return self.seq_len or model.seq_len
@@ -124,14 +151,24 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     supported = framework_named(req.framework).zero_stages
     zeros = req.zero if req.zero is not None else list(supported)
     recomputes = req.recompute if req.recompute is not None else list(Recompute)
-    return [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
+    configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
                        dp_shard=_one_dp_shard(req, dp), **moe_settings(req),
-                       **cp_kind_settings(req, cp))  # cp-kind
-            for z in zeros for r in recomputes]
+                       **cp_kind_settings(req, cp),  # cp-kind
+                       **req.fixed_offload())  # offload
+               for z in zeros for r in recomputes]
+    if req.offload_fixed and len(configs) > 1:
+        # offload: with --zero/--recompute auto, the settings the framework offloads under (all,
+        # if none: the first then says why)
+        from . import constraints
+
+        framework = framework_named(req.framework)
+        runs = [c for c in configs if framework.broken(model, constraints.of(c)) is None]
+        configs = runs or configs
+    return configs
 
 
 def cp_kind_settings(req: PlanRequest, cp: int) -> dict:

@@ -47,6 +47,10 @@ class Memory(_Out):
     margin_bytes: float = 0.0
     peak_at: str = ""
     framework: str = "megatron"
+    # offload: host memory the plan takes per GPU (offloaded states, their host gradient buffers,
+    # offloaded activations) and what the profile's host gives a GPU; fits needs both to fit
+    host_bytes: float = 0.0
+    host_capacity_bytes: float = 0.0
 
 
 class Comm(_Out):
@@ -103,6 +107,11 @@ class Time(_Out):
     # Megatron-Core logs it); `mfu` and `model_flops` keep the full-square convention
     mfu_causal: float = 0.0
     model_flops_causal: float = 0.0
+    # offload: the step time offload adds (the offloaded optimizer step and the host-link copies
+    # compute does not hide), and the bytes per step it copies each way over the host link
+    offload_s: float = 0.0
+    offload_d2h_bytes: float = 0.0
+    offload_h2d_bytes: float = 0.0
 
 
 class Term(_Out):

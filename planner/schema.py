@@ -339,6 +339,32 @@ class Topology(_Strict):
         "72); default all of them.")
 
 
+class Host(_Strict):
+    """The host each GPU sits in, as one GPU sees it (offload to host memory): its share of the
+    host's memory, its host↔GPU link, and its share of the host's DRAM bandwidth (what a CPU Adam
+    step, memory-bound, runs at). Each number's source is beside it in the profile file."""
+
+    memory_gib: PositiveFloat = Field(
+        description="Host memory per GPU a training process can use for offload (GiB).")
+    link_gb_per_s: PositiveFloat = Field(
+        description="Achievable host↔GPU copy bandwidth per GPU, one direction (GB/s): PCIe or "
+        "NVLink-C2C.")
+    dram_gb_per_s: PositiveFloat = Field(
+        description="Achievable host DRAM bandwidth, this GPU's share of the host's (GB/s).")
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * GIB
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        return self.link_gb_per_s * GB
+
+    @property
+    def dram_bytes_per_s(self) -> float:
+        return self.dram_gb_per_s * GB
+
+
 class HardwareProfile(_Strict):
     """A GPU and the cluster it sits in."""
 
@@ -360,6 +386,9 @@ class HardwareProfile(_Strict):
     runtime: Runtime
     tdp_w: PositiveFloat | None = None
     topology: Topology = Topology()
+    host: Host | None = Field(
+        None, description="Host memory, link and DRAM per GPU (offload); None: offload is not "
+        "planned on this profile.")
 
     @model_validator(mode="after")
     def _topology_fits(self) -> HardwareProfile:
@@ -441,6 +470,43 @@ class PlanConfig(_Strict):
         None, description="Hybrid sharding (HSDP): ZeRO shards over dp_shard·cp ranks and "
         "replicates dp/dp_shard times, the gradients reduce-scattered in the shard group and "
         "all-reduced across the replicas (None: the whole dp·cp group shards).")
+    # ---- offload to host memory (the defaults offload nothing: every plan as it was) ----------
+    offload_optimizer: float = Field(
+        0.0, ge=0, le=1, description="Fraction of the optimizer states (fp32 master, Adam m, v) "
+        "kept in host memory and stepped by the CPU (Megatron --optimizer-offload-fraction; "
+        "DeepSpeed offload_optimizer, ratio under ZeRO-3).")
+    offload_params: bool = Field(
+        False, description="The sharded parameters, gradients and optimizer states live in host "
+        "memory, the optimizer steps on the CPU (FSDP2 CPUOffloadPolicy; DeepSpeed ZeRO-3 "
+        "offload_param); needs offload_optimizer = 1.")
+    offload_activations: NonNegativeInt = Field(
+        0, description="Layers per GPU whose saved activations are copied to host memory in the "
+        "forward and back before their backward (Megatron --cpu-offloading-num-layers).")
+
+    @model_validator(mode="after")
+    def _offload_consistent(self) -> PlanConfig:
+        if self.offload_params and self.offload_optimizer != 1:
+            raise ValueError(f"offload_params moves the optimizer states to the host too: "
+                             f"offload_optimizer must be 1, got {self.offload_optimizer:g}")
+        return self
+
+    @property
+    def offload(self) -> bool:
+        """Whether the plan offloads anything to host memory."""
+        return self.offload_optimizer > 0 or self.offload_params or self.offload_activations > 0
+
+    @property
+    def offload_label(self) -> list[str]:
+        """`offp` (parameters, gradients and optimizer on the host), `off0.5` (half the optimizer
+        states), `offa4` (4 layers' activations); nothing without offload."""
+        parts = []
+        if self.offload_params:
+            parts.append("offp")
+        elif self.offload_optimizer > 0:
+            parts.append(f"off{self.offload_optimizer:g}")
+        if self.offload_activations:
+            parts.append(f"offa{self.offload_activations}")
+        return parts
 
     # ---- context-parallel kind (cp-kind; None keeps the framework's own: planner.frameworks) --
     cp_kind: ContextKind | None = Field(
@@ -525,6 +591,7 @@ class PlanConfig(_Strict):
             parts.append(short)
         if self.tp > 1 and not self.sequence_parallel:
             parts.append("nosp")
+        parts += self.offload_label  # offload
         return " ".join(parts)
 
     def label(self, *, batch: bool = True, precision: bool = False) -> str:
@@ -547,6 +614,7 @@ class PlanConfig(_Strict):
             parts.append(self.precision.value)
         if self.sequence_parallel:
             parts.append("sp")
+        parts += self.offload_label  # offload
         return " ".join(parts)
 
 

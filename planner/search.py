@@ -280,8 +280,12 @@ def _framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Sched
         **vars(layouts), **constraints.choices(z, schedule, precision))) for z in zeros}
 
 
-def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
-    """All candidates and their costs: (columns, costs), each a dict of equal-length arrays."""
+def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
+                   budget: float | None = None):
+    """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
+    offload: with --offload auto (search's `fit` runs it when nothing fits), the candidates
+    that do not fit in `budget` (default: the capacity) are tried again with the least offload
+    that fits them (offload_variants)."""
     if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
         raise PlanError(f"{hw.name} has no {req.precision.value} figures")
     space = _numeric_space(model, hw, req)
@@ -293,16 +297,24 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
             "gbs": gbs, "seq_len": seq,
             # moe: the load the expert terms use, and the all-to-all overlap switch
             "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
-            "a2a_overlap": int(req.moe_a2a_overlap)}
+            "a2a_overlap": int(req.moe_a2a_overlap),
+            **req.fixed_offload()}  # offload: what the request fixes (default: none)
     layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp",
                    *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
                    "cp_a2a")  # cp-kind
-    cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule")}
+    cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
+                                             *OFFLOAD_COLUMNS)}  # offload
     costs: dict[str, list] = {}
+    fixed = SimpleNamespace(**{k: base[k] for k in ("offload_optimizer", "offload_params",
+                                                    "offload_activations")})  # offload
+    offload_fixed = (base["offload_optimizer"] > 0 or base["offload_params"]
+                     or base["offload_activations"] > 0)
+    auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
+    budget = hw.capacity_bytes if budget is None else budget
     for r, sp, sched, zeros in _choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                  schedule=sched)
+                                  schedule=sched, **offload_layout(req, [r]))  # offload
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         runs = {z: mask & ok for z, ok in _framework_runs(framework, model, layouts, zeros, sched,
@@ -312,11 +324,13 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
             continue
         sub = {k: v[mask] for k, v in space.items()}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
-        outs = costs_in_chunks(base, f, Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
-                                                sequence_parallel=sp, attention=req.attention,
-                                                framework=framework,
-                                                cp_kind=search_cp_kind(req)),  # cp-kind
-                               zeros)
+        group_choices = Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
+                                sequence_parallel=sp, attention=req.attention,
+                                framework=framework, offload=offload_fixed,
+                                offload_params=bool(base["offload_params"]),
+                                cp_kind=search_cp_kind(req))  # cp-kind
+        outs = costs_in_chunks(base, f, group_choices, zeros,
+                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ()))
         for z, out in zip(zeros, outs):
             keep = runs[z][mask]
             if not keep.any():
@@ -329,12 +343,122 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest):
             cols["recompute"].append(np.full(size, list(Recompute).index(r)))
             cols["sp"].append(np.full(size, sp))
             cols["schedule"].append(np.full(size, list(Schedule).index(sched)))
+            for k, v in offload_columns(fixed, size).items():  # offload
+                cols[k].append(v)
             for k in KEPT_COSTS:
                 costs.setdefault(k, []).append(out[k])
+            if auto:  # offload: the least offload that fits what does not fit without it
+                chosen = {k: v[keep] for k, v in sub.items()}
+                for extra, extra_costs in offload_variants(
+                        model, hw, framework, base, chosen, out, replace(group_choices,
+                                                                         zero_stage=z),
+                        dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                             schedule=sched, **constraints.choices(z, sched, req.precision)),
+                        budget):
+                    n = len(extra["tp"])
+                    for k in layout_keys:
+                        cols[k].append(extra[k])
+                    cols["zero"].append(np.full(n, int(z)))
+                    cols["recompute"].append(np.full(n, list(Recompute).index(r)))
+                    cols["sp"].append(np.full(n, sp))
+                    cols["schedule"].append(np.full(n, list(Schedule).index(sched)))
+                    for k in OFFLOAD_COLUMNS:
+                        cols[k].append(extra[k])
+                    for k in KEPT_COSTS:
+                        costs[k].append(extra_costs[k])
     if not cols["tp"]:
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
             {k: np.concatenate(v) for k, v in costs.items()})
+
+
+OFFLOAD_COLUMNS = ("off_opt", "off_params", "off_act")
+"""offload: the search's columns of each candidate's offload settings."""
+OFFLOAD_KEPT = ("optimizer_bytes", "weights_bytes", "gradients_bytes", "layer_activation_bytes")
+"""offload: what offload_variants reads of a candidate's costs without offload."""
+OFFLOAD_FRACTION_STEP = 0.05  # the grid of optimizer fractions the search tries
+
+
+def offload_layout(req: PlanRequest, recomputes=None) -> dict:
+    """offload: what the framework rules read of the request's fixed offload (planner.constraints
+    .of names): the fraction, the parameters, the activation layers, and whether the recompute is
+    none (of `recomputes`, default the request's)."""
+    fixed = req.fixed_offload()
+    recomputes = recomputes or req.recompute or list(Recompute)
+    return dict(off_opt=fixed["offload_optimizer"], off_params=int(fixed["offload_params"]),
+                off_act=fixed["offload_activations"],
+                recompute_none=int(Recompute.NONE in recomputes))
+
+
+def offload_columns(config, size: int) -> dict[str, np.ndarray]:
+    """offload: the columns of `size` candidates that share a plan's offload settings."""
+    return {"off_opt": np.full(size, float(config.offload_optimizer)),
+            "off_params": np.full(size, int(config.offload_params)),
+            "off_act": np.full(size, int(config.offload_activations))}
+
+
+def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dict,
+                     cols: dict[str, np.ndarray], out: dict[str, np.ndarray], choices: Choices,
+                     layout_extra: dict, budget: float):
+    """offload: for the candidates of one choice group and ZeRO stage that do not fit in
+    `budget`, the least offload that makes each fit, as the framework runs it (its rules read
+    `layout_extra`, the group's batch, schedule and choices, beside `cols`): (columns, costs)
+    per kind tried. A candidate that fits is never offloaded, so the space of plans that fit
+    without offload is unchanged; one that offload does not make fit (on the device and in host
+    memory) is not admitted either.
+
+    Kinds, each tried on what the one before left unfit: the optimizer states, the fraction
+    f = ⌈excess/M_opt⌉ on a 0.05 grid, or 1 where the framework offloads only all of them
+    (formulas.offload.min_offload_fraction); the parameters with their gradients and optimizer
+    (f = 1); the activations of N = ⌈excess/(A_layer·(1 + φ))⌉ layers (the allocator's slack φ
+    goes with them; formulas.offload.activation_offload_saved_bytes)."""
+    from .formulas import offload as OF
+
+    excess = out["total_bytes"] - budget
+    left = excess > 0
+    if not left.any():
+        return
+    frag = base["frag"] if framework.memory.fragmentation is None else framework.memory.fragmentation
+    opt = out["optimizer_bytes"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fraction = np.where(opt > 0, np.round(OF.min_offload_fraction(
+            np.maximum(excess, 0), np.where(opt > 0, opt, 1), OFFLOAD_FRACTION_STEP), 6), 2.0)
+        layers = OF.min_offload_layers(np.maximum(excess, 0),
+                                       np.maximum(out["layer_activation_bytes"], 1.0), frag)
+    kinds = (
+        ("optimizer", np.minimum(fraction, 1.0), 0, 0, fraction <= 1),
+        ("optimizer", 1.0, 0, 0, fraction <= 1),  # where the framework offloads all or nothing
+        ("params", 1.0, 1, 0, np.ones(len(excess), dtype=bool)),
+        ("activations", 0.0, 0, layers, layers < model.n_layers),
+    )
+    for _, f, params, n_act, reachable in kinds:
+        f_all = np.broadcast_to(np.asarray(f, dtype=np.float64), excess.shape)
+        n_all = np.broadcast_to(np.asarray(n_act, dtype=np.float64), excess.shape)
+        layouts = SimpleNamespace(**cols, **layout_extra)
+        layouts.off_opt, layouts.off_params, layouts.off_act = f_all, params, n_all
+        layouts.recompute_none = int(choices.recompute is Recompute.NONE)
+        rows = left & reachable & np.asarray(framework.admissible(model, layouts), dtype=bool)
+        if not rows.any():
+            continue
+        sub = {k: v[rows] for k, v in cols.items()}
+        f_cols = {k: v.astype(np.float64) for k, v in sub.items()}
+        f_cols.update(offload_optimizer=f_all[rows], offload_activations=n_all[rows])
+        shared = {k: v for k, v in base.items() if k not in f_cols}
+        tried = costs_in_chunks(shared, f_cols, replace(choices, offload=True,
+                                                      offload_params=bool(params)),
+                                None, KEPT_COSTS + ("host_bytes",))[0]
+        fits = ((tried["total_bytes"] <= budget)
+                & (tried["host_bytes"] <= hw.host.memory_bytes))
+        if fits.any():
+            extra = {k: v[fits] for k, v in sub.items()}
+            extra.update(off_opt=f_all[rows][fits], off_params=np.full(int(fits.sum()), params),
+                         off_act=n_all[rows][fits].astype(np.int64))
+            yield extra, {k: tried[k][fits] for k in KEPT_COSTS}
+            done = np.flatnonzero(rows)[fits]
+            left = left.copy()
+            left[done] = False
+        if not left.any():
+            return
 
 
 def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanConfig:
@@ -351,7 +475,11 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
         dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
         **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i])),  # moe
-        **cp_kind_at(req, int(cols["cp"][i]), int(cols["cp_a2a"][i])))  # cp-kind
+        **cp_kind_at(req, int(cols["cp"][i]), int(cols["cp_a2a"][i])),  # cp-kind
+        **({"offload_optimizer": float(cols["off_opt"][i]),  # offload
+            "offload_params": bool(cols["off_params"][i]),
+            "offload_activations": int(cols["off_act"][i])} if "off_opt" in cols
+           else req.fixed_offload()))
 
 
 def cp_kind_at(req: PlanRequest, cp: int, c_a: int) -> dict:
@@ -460,12 +588,18 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
         return fewest_gpus(model, hw, req, target_step_s, top, headroom)
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom must be in [0, 1), got {headroom}")
-    cols, costs = evaluate_space(model, hw, req)
+    budget = hw.capacity_bytes * (1 - headroom)
+    # offload: --offload fit (the default) tries offload only when nothing fits without it
+    first = req.model_copy(update={"offload": "none"}) if req.offload == "fit" else req
+    cols, costs = evaluate_space(model, hw, first, budget)
     if not cols:
         raise NoFeasiblePlan(no_layout_message(model, hw, req))
-    considered = len(cols["tp"])
-    budget = hw.capacity_bytes * (1 - headroom)
     fits = np.flatnonzero(costs["total_bytes"] <= budget)
+    if fits.size == 0 and req.offload == "fit" and hw.host is not None:
+        cols, costs = evaluate_space(model, hw, req.model_copy(update={"offload": "auto"}),
+                                     budget)
+        fits = np.flatnonzero(costs["total_bytes"] <= budget)
+    considered = len(cols["tp"])
     if fits.size == 0:
         i = int(np.argmin(costs["total_bytes"]))
         need = costs["total_bytes"][i]
@@ -576,6 +710,8 @@ def _diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> st
         hints.append("ZeRO-3 (--zero 3)")
     if req.recompute and Recompute.FULL not in req.recompute:
         hints.append("full recompute (--recompute full)")
+    if req.offload == "none" and hw.host is not None:  # offload
+        hints.append("offload to host memory (--offload fit)")
     hints.append("a larger-memory profile (e.g. h200-nvlink, mi300x, gb200-nvl72)")
     return (f"no plan of {model.name} fits on {req.gpus} × {hw.name}: the smallest need is "
             f"{need / gib:.1f} GiB per GPU (dp{cfg.dp} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} "
@@ -609,7 +745,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
     for sp, sched in sorted(pairs, key=str):
         interleaved = sched is Schedule.INTERLEAVED
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                  schedule=sched)
+                                  schedule=sched, **offload_layout(req))  # offload
         shared = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         ok = shared & np.logical_or.reduce(list(_framework_runs(
             framework, model, layouts, zeros, sched, req.precision).values()))
@@ -620,7 +756,8 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
             kept = {k: v[shared] for k, v in space.items()}
             fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
                                          sp=sp, schedule=sched,
-                                         **constraints.choices(zeros[0], sched, req.precision))
+                                         **constraints.choices(zeros[0], sched, req.precision),
+                                         **offload_layout(req))  # offload
             for rule, n, first in constraints.removed_by(model, fw_layouts,
                                                          framework.all_rules()):
                 said = rule.message(model, constraints.one_layout(fw_layouts, first)) or rule.text

@@ -159,4 +159,25 @@ TERMS: dict[str, TermInfo] = {
     "network_busy_s": TermInfo("T_net,busy", "s", "comm",
                                "time the network (the GPU's NICs) is busy per step: every "
                                "group's traffic on it (the step cannot be shorter)"),
+    # ---- offload: shown for plans that offload to host memory ----
+    "host_bytes": TermInfo("M_host", "bytes", "memory",
+                           "host memory per GPU: the offloaded optimizer states (f of them) and "
+                           "the host gradient copy the CPU step reads, the parameters' states "
+                           "with parameter offload, and the offloaded layers' activations"),
+    "cpu_optimizer_s": TermInfo("T_cpu", "s", "time",
+                                "the CPU's Adam step over the offloaded parameters, bound by "
+                                "host DRAM bandwidth (28 B per parameter)"),
+    "offload_step_s": TermInfo("T_off,step", "s", "time",
+                               "what the offloaded optimizer step adds: gradients down, the CPU "
+                               "step, weights up (Megatron overlaps the three: their max)"),
+    "offload_microbatch_s": TermInfo("T_off,mb", "s", "time",
+                                     "per micro-batch, the host-link copies (parameters with "
+                                     "parameter offload, activations) compute does not hide"),
+    "offload_d2h_bytes": TermInfo("V_d2h", "bytes", "comm",
+                                  "bytes per step copied to the host over the host link "
+                                  "(PCIe or NVLink-C2C)"),
+    "offload_h2d_bytes": TermInfo("V_h2d", "bytes", "comm",
+                                  "bytes per step copied back to the GPU over the host link"),
+    "offload_s": TermInfo("T_off", "s", "time",
+                          "the step time offload adds: T_off,step + m·T_off,mb"),
 }

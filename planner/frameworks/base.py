@@ -93,6 +93,12 @@ class MemoryConventions:
     fp8_saves_linear_inputs: int = 0
     bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
     fragmentation: float | None = None
+    host_grad_bytes: float = 0.0
+    offload_grads_from_zero: int = 4
+    """offload: from this ZeRO stage on, optimizer offload also moves the gradient partition to
+    the host, accumulated there micro-batch by micro-batch (DeepSpeed ZeRO-2/3; 4: never)."""
+    """offload: bytes per offloaded parameter of the host gradient buffer the CPU optimizer reads,
+    beyond its optimizer state (Megatron: an fp32 copy; DeepSpeed counts it in the state)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,10 @@ class Framework:
     fsdp_once_per_step_under_pp: bool = False
     """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
     micro-batch (the stage stays gathered and gradient sync is off until the last one)."""
+    offload_pipelined: bool = False
+    """offload: the offloaded optimizer step's gradient copies, CPU step and weight copies run
+    concurrently (Megatron --overlap-cpu-optimizer-d2h-h2d), rather than copies under the
+    backward, then the CPU step, then the weights back (formulas.offload)."""
     defaults: dict = field(default_factory=lambda: {"zero": 1, "recompute": 1, "sp": True},
                            hash=False, compare=False)
     """What the framework runs when not told otherwise (ranking.preference orders ties by it):
@@ -249,6 +259,32 @@ def check_plan(fw: str, c: PlanConfig, schedules: tuple[Schedule, ...] = ()) -> 
         # sail-sg/zero-bubble-pipeline-parallelism, DualPipe in deepseek-ai/DualPipe)
         raise PlanError(f"{fw}: there is no {c.schedule.value} schedule to launch; plan with "
                         "--schedule 1f1b or interleaved, or a framework that runs it")
+
+
+def offload_refusal(fw: str, c: PlanConfig, m: ModelSpec, rules: tuple[Rule, ...]) -> None:
+    """offload: refuse to write settings for a plan whose offload the framework does not run,
+    with the reason of the first of `rules` (the framework's offload rules) it breaks."""
+    from ..constraints import of
+
+    layout = of(c)
+    for rule in rules:
+        if not rule.holds(m, layout):
+            raise PlanError(rule.message(m, layout))
+
+
+def off_opt(c) -> float:
+    """offload: a layout's offloaded optimizer fraction (0 where the layout does not say)."""
+    return getattr(c, "off_opt", 0)
+
+
+def off_params(c) -> int:
+    """offload: 1 where a layout's parameters live on the host."""
+    return getattr(c, "off_params", 0)
+
+
+def off_act(c) -> int:
+    """offload: layers per GPU whose activations a layout offloads."""
+    return getattr(c, "off_act", 0)
 
 
 def interleaved(c: PlanConfig) -> bool:

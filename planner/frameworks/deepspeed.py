@@ -34,6 +34,10 @@ from .base import (
     common_notes,
     gpipe_note,
     interleaved,
+    off_act,
+    off_opt,
+    off_params,
+    offload_refusal,
 )
 
 RELEASE = (
@@ -111,6 +115,30 @@ RULES = (
                       "megatron"),
 )
 
+OFFLOAD_RULES = (
+    # offload: deepspeed/runtime/zero/offload_config.py @ edaa72212 — offload_optimizer "Valid with
+    # stage 1, 2, and 3", `ratio` < 1 "Only valid with ZeRO Stage 3" (zero/config.py
+    # offload_ratio_check), offload_param "Valid only with stage 3"
+    Rule("optimizer offload (ZeRO-Offload) with ZeRO 1, 2 or 3; a fraction below 1 only with "
+         "ZeRO-3 (offload_optimizer.ratio)",
+         lambda m, c: (off_opt(c) == 0) | ((c.zero >= 1) & ((off_opt(c) == 1) | (c.zero == 3))),
+         lambda m, c: (f"deepspeed: offload_optimizer needs ZeRO 1, 2 or 3 (got --zero "
+                       f"{int(c.zero)})" if c.zero < 1 else
+                       f"deepspeed: offload_optimizer.ratio {off_opt(c):g} (partial offload) "
+                       "runs only with ZeRO-3; use --offload-optimizer 1 or --zero 3")),
+    Rule("parameter offload (offload_param) only with ZeRO-3",
+         lambda m, c: (off_params(c) == 0) | (c.zero == 3),
+         lambda m, c: f"deepspeed: offload_param is valid only with ZeRO stage 3 (got --zero "
+                      f"{int(c.zero)}); use --zero 3"),
+    Rule("no activation offload (cpu_checkpointing offloads only the inputs of checkpointed "
+         "layers under full recompute, which plan3d does not model)",
+         lambda m, c: off_act(c) == 0,
+         lambda m, c: "deepspeed: activation_checkpointing.cpu_checkpointing offloads only "
+                      "checkpointed layer inputs under full recompute, which plan3d does not "
+                      "model; leave --offload-activations out or use --framework megatron"),
+)
+"""What DeepSpeed offloads to host memory, and under what ZeRO stages (offload)."""
+
 
 def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
     """A DeepSpeed JSON config, with the Megatron-DeepSpeed arguments for TP/PP in the notes."""
@@ -157,6 +185,18 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
         zero["contiguous_gradients"] = True
         zero["reduce_scatter"] = True
     cfg["zero_optimization"] = zero
+    if c.offload:  # offload: ZeRO-Offload / ZeRO-Infinity to pinned host memory
+        offload_refusal(fw, c, m, OFFLOAD_RULES)
+        optimizer_offload: dict[str, object] = {"device": "cpu", "pin_memory": True}
+        if c.offload_optimizer < 1:
+            optimizer_offload["ratio"] = c.offload_optimizer
+        zero["offload_optimizer"] = optimizer_offload
+        if c.offload_params:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        notes.append("Optimizer offload: the optimizer states (and with offload_param the "
+                     "parameters) in pinned host memory, Adam stepped by DeepSpeedCPUAdam "
+                     "(set the client optimizer to DeepSpeedCPUAdam or leave it to the config's "
+                     "\"optimizer\" block).")
     if c.recompute is Recompute.FULL:
         cfg["activation_checkpointing"] = {
             "partition_activations": c.tp > 1 and not c.sequence_parallel,
@@ -229,10 +269,14 @@ FRAMEWORK = Framework(
     release=RELEASE,
     zero_stages=tuple(ZeroStage),
     schedules=(Schedule.ONE_F_ONE_B,),
-    rules=RULES,
+    rules=RULES + OFFLOAD_RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
-        gathered_layers=0, bucket_bytes=bucket_bytes),
+        gathered_layers=0, bucket_bytes=bucket_bytes,
+        # offload: ZeRO-Offload accumulates each gradient partition on the host as its bucket is
+        # reduced (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, accumulated_grads_in_cpu
+        # @ edaa72212); ZeRO-3's offload_optimizer keeps its fp32 gradient partition there too
+        offload_grads_from_zero=2),
     stage_split="chunks",
     extra_stage_units=0,
     # Megatron-DeepSpeed's topology (pipe, data, model) varies the model (TP) rank fastest

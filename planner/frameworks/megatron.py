@@ -40,6 +40,10 @@ from .base import (
     common_notes,
     gpipe_note,
     interleaved,
+    off_act,
+    off_opt,
+    off_params,
+    offload_refusal,
     yaml_text,
 )
 
@@ -102,6 +106,56 @@ RULES = (
                       "optimizer or Megatron-FSDP; ZeRO-0 shards nothing; use --zero 1, 2 or 3, "
                       "or leave --dp-shard out"),
 )
+
+
+OFFLOAD_SOURCE = "NVIDIA/Megatron-LM @ d98e8a64dd"
+OFFLOAD_RULES = (
+    # offload: --optimizer-cpu-offload needs --use-precision-aware-optimizer (arguments.py l.1884),
+    # which is "only supported with distributed optimizer" (core/optimizer/__init__.py l.1057);
+    # Megatron-FSDP refuses it ("MFSDP v2 does not currently support optimizer CPU offload",
+    # core/optimizer/fully_sharded_optimizer.py l.79)
+    Rule("optimizer offload only with the distributed optimizer (ZeRO-1)",
+         lambda m, c: (off_opt(c) == 0) | (c.zero == 1),
+         lambda m, c: "megatron: --optimizer-cpu-offload needs --use-precision-aware-optimizer, "
+                      "which runs only with the distributed optimizer (Megatron-FSDP refuses "
+                      f"it); use --zero 1 (got --zero {int(c.zero)}) or no --offload-optimizer"),
+    Rule("no parameter offload (Megatron-Core offloads optimizer states and activations only)",
+         lambda m, c: off_params(c) == 0,
+         lambda m, c: "megatron: Megatron-Core has no parameter offload to host memory; use "
+                      "--offload-optimizer, or --framework deepspeed (ZeRO-3 offload_param) or "
+                      "torchtitan (FSDP2 CPU offload)"),
+    # transformer_config.py l.1884-1899: num_layers in [0, L), no PP, no recompute
+    Rule("activation offload: fewer layers than the model, pp = 1, no recompute",
+         lambda m, c: (off_act(c) == 0) | ((off_act(c) < m.n_layers) & (c.pp == 1)
+                                            & (getattr(c, "recompute_none", 1) == 1)),
+         lambda m, c: (f"megatron: --cpu-offloading-num-layers must be below the {m.n_layers} "
+                       f"layers of {m.name} (got {off_act(c)})" if off_act(c) >= m.n_layers else
+                       "megatron: CPU activation offloading runs without pipeline parallelism "
+                       "and without recomputation (transformer_config.py); use --pp 1 "
+                       "--recompute none, or no --offload-activations")),
+)
+"""What Megatron-Core offloads to host memory, and under what (offload), each rule cited at
+OFFLOAD_SOURCE."""
+
+
+def _offload_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """offload: the HybridDeviceOptimizer's and Transformer Engine's CPU offload flags."""
+    offload_refusal("megatron", c, m, OFFLOAD_RULES)
+    if c.offload_optimizer > 0:
+        a.add("--optimizer-cpu-offload")
+        a.add("--optimizer-offload-fraction", f"{c.offload_optimizer:g}")
+        a.add("--use-precision-aware-optimizer")
+        a.add("--overlap-cpu-optimizer-d2h-h2d")
+        notes.append(f"Optimizer offload: {c.offload_optimizer:.0%} of each rank's optimizer "
+                     "states on the host, stepped by torch AdamW(fused=True) on the CPU, the "
+                     "copies overlapped with it (HybridDeviceOptimizer, megatron/core/optimizer/"
+                     f"cpu_offloading @ d98e8a64dd); needs PyTorch ≥ 2.3 and AdamW.")
+    if c.offload_activations > 0:
+        a.add("--cpu-offloading-num-layers", c.offload_activations)
+        notes.append(f"Activation offload: the saved activations of {c.offload_activations} of "
+                     f"{m.n_layers} layers go to host memory in the forward and come back for "
+                     "the backward (Transformer Engine CPU offloading; --cpu-offloading-num-"
+                     "layers > 0 turns cpu_offloading on).")
 
 
 def pipeline_layout(n_layers: int, pp: int, vpp: int) -> list[str]:
@@ -306,6 +360,8 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if (c.tp > 1 or c.cp > 1) and c.zero_stage < ZeroStage.GRADIENTS:
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it for TP/CP on "
                      "GPUs before Blackwell.")
+    if c.offload:  # offload
+        _offload_args(a, c, m, notes)
     return EmitResult(fw, "args", a.render(), RELEASE, notes)
 
 
@@ -442,6 +498,16 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
     doc["ddp"] = ddp
     doc["optimizer"] = optimizer
     cp_kind_overrides(model, doc, c, notes)  # cp-kind
+    if c.offload:  # offload: OptimizerConfig and TransformerConfig fields (@ d98e8a64dd)
+        offload_refusal(fw, c, m, OFFLOAD_RULES)
+        if c.offload_optimizer > 0:
+            optimizer.update(optimizer_cpu_offload=True,
+                             optimizer_offload_fraction=c.offload_optimizer,
+                             use_precision_aware_optimizer=True,
+                             overlap_cpu_optimizer_d2h_h2d=True)
+        if c.offload_activations > 0:
+            model["cpu_offloading"] = True
+            model["cpu_offloading_num_layers"] = c.offload_activations
 
     recipe_fp32 = c.precision is not Precision.FP16
     want_fp32 = c.grad_dtype == "fp32"
@@ -481,9 +547,12 @@ FRAMEWORK = Framework(
     release=RELEASE,
     zero_stages=tuple(ZeroStage),
     schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED),
-    rules=RULES,
+    rules=RULES + OFFLOAD_RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
+        # offload: the pinned fp32 host copy of each offloaded parameter's gradient
+        # (hybrid_optimizer.py cpu_copy_map_grad @ d98e8a64dd)
+        host_grad_bytes=4.0,
         gathered_layers=2,
         # Transformer Engine under fp8 caches each linear weight quantized, rowwise and
         # columnwise (its transpose), across micro-batches (is_first_microbatch):
@@ -499,4 +568,5 @@ FRAMEWORK = Framework(
     # transformer_engine.py l.2141-2153); the ring (p2p) is its default. Its fourth kind,
     # allgather, is not modelled (CP_ALLGATHER_REFUSAL)
     cp_kinds=(ContextKind.RING, ContextKind.ALL_TO_ALL, ContextKind.HIERARCHICAL),
+    offload_pipelined=True,  # offload: --overlap-cpu-optimizer-d2h-h2d, which _offload_args emits
 )

@@ -38,6 +38,10 @@ from .base import (
     ModelStates,
     common_notes,
     interleaved,
+    off_act,
+    off_opt,
+    off_params,
+    offload_refusal,
 )
 
 RELEASE = (
@@ -94,6 +98,26 @@ RULES = (
          lambda m, c: "torchtitan: HSDP is FSDP2 over data_parallel_shard_degree with "
                       "data_parallel_replicate_degree replicas; it needs --zero 2 or 3"),
 )
+
+OFFLOAD_RULES = (
+    # offload: training.enable_cpu_offload "CPU offloading of parameters, gradients, and optimizer
+    # states in FSDP" (config/configs.py l.70 @ b5bcd76) → fully_shard(offload_policy=
+    # CPUOffloadPolicy()) (distributed/fsdp.py l.231): all three states together, FSDP2 only
+    Rule("offload is FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states "
+         "together (no optimizer-only offload)",
+         lambda m, c: (off_opt(c) == 0) | (off_params(c) == 1),
+         lambda m, c: "torchtitan: training.enable_cpu_offload moves parameters, gradients and "
+                      "optimizer states together; use --offload-params (with "
+                      "--offload-optimizer 1) or --framework megatron/deepspeed"),
+    Rule("parameter offload with FSDP2 (ZeRO-2/3)",
+         lambda m, c: (off_params(c) == 0) | (c.zero >= 2),
+         lambda m, c: "torchtitan: CPU offload is an FSDP2 policy; use --zero 2 or 3"),
+    Rule("no activation offload",
+         lambda m, c: off_act(c) == 0,
+         lambda m, c: "torchtitan: its trainer has no activation offload to host memory (only "
+                      "the experimental graph_trainer does); use --framework megatron"),
+)
+"""What torchtitan offloads to host memory (offload)."""
 
 
 _TITAN_SCHEDULES = {
@@ -225,6 +249,12 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
             notes.append(f"global_batch_size / (local_batch_size·dp) = {c.n_micro} gradient "
                          "accumulation steps.")
     training["global_batch_size"] = c.gbs
+    if c.offload:  # offload: FSDP2 CPUOffloadPolicy
+        offload_refusal(fw, c, m, OFFLOAD_RULES)
+        training["enable_cpu_offload"] = True
+        notes.append("training.enable_cpu_offload: FSDP2's CPUOffloadPolicy keeps the sharded "
+                     "fp32 parameters, gradients and Adam states in pinned host memory and runs "
+                     "the optimizer step on the CPU (torchtitan/distributed/fsdp.py @ b5bcd76).")
     training["mixed_precision_param"] = "bfloat16"
     training["mixed_precision_reduce"] = "float32"
     if c.grad_dtype == "bf16":
@@ -273,7 +303,7 @@ FRAMEWORK = Framework(
     release=RELEASE,
     zero_stages=(ZeroStage.NONE, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS),
     schedules=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, *V_SCHEDULES),
-    rules=RULES,
+    rules=RULES + OFFLOAD_RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.EAGER, loss=LossKind.FP32_UPCAST,
         gathered_layers=2, reduce_buffer_layers=1, zero2_keeps_weights_gathered=True,
