@@ -1,7 +1,8 @@
 """What else the search weighed, and why it did or did not win.
 
 For each option beyond the plain layout — interleaving, the zero-bubble and DualPipe schedules,
-hybrid sharding — `alternatives` compares the fastest plan that uses it with the fastest that does
+the context-parallel kinds other than the framework's own, offload to host memory, hybrid
+sharding — `alternatives` compares the fastest plan that uses it with the fastest that does
 not, among the plans that fit and the framework runs, and says which wins and by what (the step's
 parts that differ most). An option the framework does not run, or the search did not try, is
 named with the reason and what would try it. Options in the searched space are read off the
@@ -16,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .errors import PlanError
-from .formulas.choices import Schedule
+from .formulas.choices import ContextKind, Schedule
 from .frameworks import FRAMEWORKS
 from .results import Plan, Time
 
@@ -67,10 +68,12 @@ SCHEDULE_OPTIONS = (
 )
 
 
-def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray,
-                 band: float) -> list[Alternative]:
+def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band: float,
+                 budget: float) -> list[Alternative]:
     """The verdict on each option (see the module's docstring). `fits` indexes the candidates
-    that fit; `band` is the model's relative step-time uncertainty, within which two plans tie."""
+    the search ranks; `band` is the model's relative step-time uncertainty, within which two
+    plans tie; `budget` the bytes a plan must fit in (offloaded candidates that fit but are not
+    ranked, under `--offload fit`, are weighed here)."""
     from .estimate import estimate
     from .search import config_at
 
@@ -80,8 +83,8 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray,
     def plan_at(i: int) -> Plan:
         return estimate(model, hw, config_at(model, req, cols, int(i)))
 
-    def fastest(mask: np.ndarray) -> int | None:
-        idx = fits[mask[fits]]
+    def fastest(mask: np.ndarray, pool: np.ndarray = fits) -> int | None:
+        idx = pool[mask[pool]]
         return None if idx.size == 0 else int(idx[np.argmin(step[idx])])
 
     out = []
@@ -105,8 +108,76 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray,
             continue
         out.append(_compare(option, fastest(uses), fastest(~uses), plan_at, band,
                             none_fit=f"none of its {int(uses.sum()):,} candidates fits"))
+    out += _context_kinds(framework, cols, plan_at, fastest, band)
+    out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
     return out
+
+
+CONTEXT_OPTIONS = ((ContextKind.RING, "context parallelism as a ring (p2p)"),
+                   (ContextKind.ALL_TO_ALL, "context parallelism as an all-to-all (Ulysses)"),
+                   (ContextKind.HIERARCHICAL, "hierarchical context parallelism (a2a+p2p)"))
+
+
+def _context_kinds(framework, cols, plan_at, fastest, band) -> list[Alternative]:
+    """Each context-parallel kind other than the framework's default, from the search's cp_a2a
+    column (c_a = 1 the ring, cp the all-to-all, between them hierarchical), among cp > 1."""
+    from .frameworks.base import CP_KIND_FLAGS
+
+    cp, c_a = cols["cp"], cols.get("cp_a2a", np.ones_like(cols["cp"]))
+    kind_of = {ContextKind.RING: c_a == 1, ContextKind.ALL_TO_ALL: c_a == cp,
+               ContextKind.HIERARCHICAL: (c_a > 1) & (c_a < cp)}
+    out = []
+    for kind, option in CONTEXT_OPTIONS:
+        if kind is framework.cp_kinds[0]:
+            continue
+        if kind not in framework.cp_kinds:
+            runners = [f.name for f in FRAMEWORKS.values() if kind in f.cp_kinds]
+            out.append(Alternative(option=option, verdict="not run", why=(
+                f"{framework.name} does not run it; "
+                + "; ".join(f"{r} does (--framework {r})" for r in runners) + ".")))
+            continue
+        uses = kind_of[kind] & (cp > 1)
+        if not uses.any():
+            out.append(Alternative(option=option, verdict="not searched", why=(
+                f"--cp-kind leaves it out, or no layout with cp > 1 meets its rules (the heads "
+                f"and KV heads per TP rank must divide by its all-to-all group); "
+                f"--cp-kind {CP_KIND_FLAGS[kind]} asks for it.")))
+            continue
+        others = ~uses & (cp > 1)
+        out.append(_compare(option, fastest(uses), fastest(others if others.any() else ~uses),
+                            plan_at, band, none_fit=f"none of its {int(uses.sum()):,} candidates "
+                            "fits"))
+    return out
+
+
+def _offload(req, cols, costs, fits, budget, plan_at, fastest, band) -> Alternative:
+    """Offload to host memory: the search evaluates, for each plan that does not fit, the least
+    offload that makes it fit; under `--offload fit` those are ranked only when nothing else
+    fits, and weighed here either way."""
+    from .ranking import offloaded
+
+    option = "offload to host memory"
+    if "off_opt" not in cols:
+        return Alternative(option=option, verdict="not searched", why="--offload none.")
+    everything = np.arange(len(cols["tp"]))
+    uses = offloaded(cols, everything) > 0
+    fit_all = np.flatnonzero(costs["total_bytes"] <= budget)
+    with_i = fastest(uses, fit_all)
+    if with_i is None:
+        return Alternative(option=option, verdict="none fits", why=(
+            "no plan that fails to fit is made to fit by the offload its framework runs"
+            if not uses.any() else "none of the offloaded candidates fits") + ".")
+    without_i = fastest(~uses)
+    if without_i is None:
+        return _compare(option, with_i, None, plan_at, band, none_fit="")
+    verdict = _verdict(option, plan_at(with_i), plan_at(without_i), band)
+    ranked = bool(np.isin(with_i, fits))
+    if verdict.verdict == "wins" and not ranked:
+        verdict = verdict.model_copy(update={"why": verdict.why[:-1] + (
+            " — not ranked: offload's time has no measured run behind it (`--offload auto` "
+            "ranks it).")})
+    return verdict
 
 
 def _compare(option: str, with_i: int | None, without_i: int | None, plan_at, band: float,

@@ -249,9 +249,10 @@ OffloadActivationsOpt = Annotated[int | None, typer.Option(
     help="Layers per GPU whose activations are offloaded to host memory (Megatron "
     "--cpu-offloading-num-layers; pp 1, no recompute).")]
 OffloadModeOpt = Annotated[str, typer.Option(
-    help="Offload search: fit (default) tries the least offload that makes a plan fit when no "
-    "plan fits without it; auto tries it for every plan that does not fit, so that offload "
-    "competes on speed; none never offloads.")]
+    help="Offload search: fit (default) ranks offload only when no plan fits without it (what "
+    "it would win is still weighed under the table); auto ranks, for every plan that does not "
+    "fit, the least offload that makes it fit, so that offload competes on speed; none never "
+    "offloads.")]
 EmitOpt = Annotated[str | None, typer.Option(
     help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
 TrainTokensOpt = Annotated[str | None, typer.Option(

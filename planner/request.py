@@ -75,9 +75,10 @@ class PlanRequest(BaseModel):
     cp_kind: list[ContextKind] | Literal["auto"] | None = None
     cp_a2a: list[Dim] | None = None
     # offload: fixed offload settings (explain: the plan's; search: every candidate's), or, when
-    # none is given, search's `offload` mode: auto tries offload for every candidate that does
-    # not fit without it (the least that makes each fit, to compete on speed), fit does so only
-    # when no candidate fits without it, none never
+    # none is given, search's `offload` mode: auto ranks, for every candidate that does not fit
+    # without it, the least offload that makes it fit (to compete on speed); fit (the default)
+    # ranks those only when no candidate fits without offload (they are still weighed under the
+    # table); none never
     offload_optimizer: float | None = Field(None, ge=0, le=1)
     offload_params: bool | None = None
     offload_activations: int | None = Field(None, ge=0, le=2**20)

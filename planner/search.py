@@ -105,11 +105,11 @@ def _numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> d
 # ---- cp-kind: the context-parallel kind as a search dimension ---------------------------------
 
 def cp_kinds_searched(req: PlanRequest) -> list[ContextKind]:
-    """The kinds the search tries: --cp-kind's; every kind the framework runs for `auto`; the
-    hierarchical kind when only --cp-a2a is given; else the framework's default kind alone (the
-    search then evaluates what it did before kinds existed)."""
+    """The kinds the search tries: --cp-kind's; the hierarchical kind when only --cp-a2a is given;
+    else (`auto`, the default) every kind the framework runs, so that an all-to-all wins where it
+    is faster (the ranking prefers the framework's default kind inside a tie)."""
     runs = FRAMEWORKS[req.framework].cp_kinds
-    if req.cp_kind == "auto":
+    if req.cp_kind == "auto" or (req.cp_kind is None and not req.cp_a2a):
         return list(runs)
     if req.cp_kind and not set(req.cp_kind) & set(runs):
         from .frameworks.base import CP_KIND_FLAGS, CP_KIND_REASONS
@@ -120,7 +120,7 @@ def cp_kinds_searched(req: PlanRequest) -> list[ContextKind]:
                         "none of them; give --cp-kind auto or another --framework")
     if req.cp_kind:
         return list(req.cp_kind)
-    return [ContextKind.HIERARCHICAL] if req.cp_a2a else [runs[0]]
+    return [ContextKind.HIERARCHICAL]
 
 
 def a2a_group_candidates(cp: int, tp: int, domain: int, kinds, asked=None) -> list[int]:
@@ -589,16 +589,19 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
     if not 0 <= headroom < 1:
         raise PlanError(f"headroom must be in [0, 1), got {headroom}")
     budget = hw.capacity_bytes * (1 - headroom)
-    # offload: --offload fit (the default) tries offload only when nothing fits without it
-    first = req.model_copy(update={"offload": "none"}) if req.offload == "fit" else req
-    cols, costs = evaluate_space(model, hw, first, budget)
+    # offload: --offload fit (the default) evaluates the least offload that makes each plan fit,
+    # as auto does, but ranks it only when nothing fits without it ("Also weighed" says what it
+    # would win)
+    evaluated = req.model_copy(update={"offload": "auto"}) if req.offload == "fit" else req
+    cols, costs = evaluate_space(model, hw, evaluated, budget)
     if not cols:
         raise NoFeasiblePlan(no_layout_message(model, hw, req))
     fits = np.flatnonzero(costs["total_bytes"] <= budget)
-    if fits.size == 0 and req.offload == "fit" and hw.host is not None:
-        cols, costs = evaluate_space(model, hw, req.model_copy(update={"offload": "auto"}),
-                                     budget)
-        fits = np.flatnonzero(costs["total_bytes"] <= budget)
+    if req.offload == "fit" and not req.offload_fixed:
+        from .ranking import offloaded
+
+        plain = fits[offloaded(cols, fits) == 0]
+        fits = plain if plain.size else fits
     considered = len(cols["tp"])
     if fits.size == 0:
         i = int(np.argmin(costs["total_bytes"]))
@@ -606,7 +609,7 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
         cfg = config_at(model, req, cols, i)
         raise NoFeasiblePlan(_diagnose(model, hw, req, cfg, need, budget))
     if sort in ("time", "mfu"):
-        return _ranked(model, hw, req, cols, costs, fits, top, considered)
+        return _ranked(model, hw, req, cols, costs, fits, top, considered, budget)
     order, folded = _distinct(costs, _order(costs, cols, fits, sort), top)
     plans = [estimate(model, hw, config_at(model, req, cols, int(i))) for i in order]
     reason = _why(plans)
@@ -623,7 +626,7 @@ def _constraints(req: PlanRequest) -> list[str]:
                           for rule in FRAMEWORKS[req.framework].all_rules()]
 
 
-def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
+def _ranked(model, hw, req, cols, costs, fits, top, considered, budget) -> SearchResult:
     """The honest ranking (planner.ranking): one row per layout, ties within the model's
     uncertainty shown as ties and ordered by simplicity and the framework's defaults."""
     from .ranking import distinct_layouts, tie_order
@@ -655,7 +658,8 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered) -> SearchResult:
                         constraints=_constraints(req), reason=reason, folded=folded, ranks=labels,
                         tie_band=band, tie_band_source=source,
                         variants=[folded_by[i] for i in ranked],
-                        alternatives=alternatives(model, hw, req, cols, costs, fits, band))
+                        alternatives=alternatives(model, hw, req, cols, costs, fits, band,
+                                                  budget))
 
 
 def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]:

@@ -31,6 +31,8 @@ def test_megatron_405b_on_16384_gpus():
     # pp ≥ 8 pipeline at n_micro = 16–64 is (p − 1)/(m + p − 1) ≥ 10 % of the step
     options, result = _verdicts("405b", 16384)
     assert list(options) == ["interleaved 1F1B", "zero-bubble", "DualPipe, DualPipeV",
+                             "context parallelism as an all-to-all",
+                             "hierarchical context parallelism", "offload to host memory",
                              "hybrid sharding"]
     for name in ("zero-bubble", "DualPipe, DualPipeV"):
         assert options[name].verdict == "not run"
@@ -123,3 +125,34 @@ def test_a_schedule_the_framework_lacks_names_who_runs_it():
                                 "--timeline"], env={"COLUMNS": "100"})
     assert drawn.exit_code == 0, drawn.output
     assert "zbv" in drawn.stdout.splitlines()[0]
+
+
+def test_context_parallel_kinds_are_weighed_where_the_framework_runs_them():
+    # Megatron runs the ring, the all-to-all and the hierarchical form: both others are read off
+    # the search (every kind the framework runs is searched by default) and compared with the
+    # fastest plan of another kind at cp > 1
+    options, _ = _verdicts("70b", 512)
+    a2a = options["context parallelism as an all-to-all"]
+    assert a2a.verdict in ("wins", "ties", "loses") and "a2a" in a2a.plan
+    hierarchical = options["hierarchical context parallelism"]
+    assert hierarchical.plan is not None and "h2" in hierarchical.plan.split()[3]
+    # torchtitan runs the ring only: the others are named with who runs them
+    options, _ = _verdicts("8b", 64, framework="torchtitan")
+    assert options["context parallelism as an all-to-all"].why == (
+        "torchtitan does not run it; megatron does (--framework megatron); deepspeed does "
+        "(--framework deepspeed).")
+
+
+def test_offload_that_would_win_is_weighed_but_not_ranked_by_default():
+    # 405B on 1,024 H100: the least offload that lets a plan drop recompute is faster than every
+    # plan that fits without offload, but `--offload fit` (the default) ranks offload only when
+    # nothing else fits, because no measured run checks offload's time; `--offload auto` ranks it
+    options, result = _verdicts("405b", 1024)
+    offload = options["offload to host memory"]
+    assert offload.verdict == "wins" and "not ranked" in offload.why
+    assert offload.step_s < (1 - result.tie_band) * offload.versus_step_s
+    assert all(p.config.offload_optimizer == 0 and p.config.offload_activations == 0
+               and not p.config.offload_params for p in result.plans)
+    auto = search(load_model("405b"), H100, PlanRequest(gpus=1024, offload="auto"), top=5)
+    first = auto.plans[0].config  # ranked: the first plan of auto's tie offloads
+    assert first.offload_optimizer > 0 or first.offload_activations > 0 or first.offload_params
