@@ -30,6 +30,9 @@ STEP_PARTS = {"compute_s": "compute", "bubble_s": "bubble", "tp_exposed_s": "exp
 
 PROBED_LAYOUTS = 3
 """How many of the fastest fitting layouts an option outside the searched space is tried on."""
+PROBED_SHARDS = 3
+"""How many shard groups hybrid sharding is tried with on each: the smallest (one NVLink domain's
+worth, the most replicas), the largest below dp, and one between."""
 
 
 class Alternative(BaseModel):
@@ -212,8 +215,9 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
 
 
 def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -> Alternative:
-    """HSDP: read off the search when --dp-shard put it in the space; otherwise tried, with the
-    shard groups `--dp-shard auto` would try, on the PROBED_LAYOUTS fastest fitting layouts."""
+    """HSDP: read off the search when --dp-shard put it in the space; otherwise tried, with up to
+    PROBED_SHARDS of the shard groups `--dp-shard auto` would try, on the PROBED_LAYOUTS fastest
+    fitting layouts."""
     from .estimate import check_config, estimate
     from .search import config_at, dp_shard_candidates
 
@@ -226,9 +230,11 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
     tried, refusal = [], ""
     for i in best:
         config = config_at(model, req, cols, int(i))
-        for shard in dp_shard_candidates(config.dp, config.tp * config.cp, hw.gpus_per_domain):
-            if shard == config.dp:
-                continue
+        shards = [s for s in dp_shard_candidates(config.dp, config.tp * config.cp,
+                                                 hw.gpus_per_domain) if s < config.dp]
+        if len(shards) > PROBED_SHARDS:
+            shards = [shards[0], shards[len(shards) // 2], shards[-1]]
+        for shard in shards:
             candidate = config.model_copy(update={"dp_shard": shard})
             try:
                 check_config(model, hw, candidate)

@@ -311,6 +311,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                      or base["offload_activations"] > 0)
     auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
     budget = hw.capacity_bytes if budget is None else budget
+    pending = []  # offload: the groups whose unfit candidates offload may make fit
     for r, sp, sched, zeros in _choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
@@ -348,28 +349,51 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             for k in KEPT_COSTS:
                 costs.setdefault(k, []).append(out[k])
             if auto:  # offload: the least offload that fits what does not fit without it
-                chosen = {k: v[keep] for k, v in sub.items()}
-                for extra, extra_costs in offload_variants(
-                        model, hw, framework, base, chosen, out, replace(group_choices,
-                                                                         zero_stage=z),
-                        dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                             schedule=sched, **constraints.choices(z, sched, req.precision)),
-                        budget):
-                    n = len(extra["tp"])
-                    for k in layout_keys:
-                        cols[k].append(extra[k])
-                    cols["zero"].append(np.full(n, int(z)))
-                    cols["recompute"].append(np.full(n, list(Recompute).index(r)))
-                    cols["sp"].append(np.full(n, sp))
-                    cols["schedule"].append(np.full(n, list(Schedule).index(sched)))
-                    for k in OFFLOAD_COLUMNS:
-                        cols[k].append(extra[k])
-                    for k in KEPT_COSTS:
-                        costs[k].append(extra_costs[k])
+                pending.append((z, r, sp, sched, {k: v[keep] for k, v in sub.items()}, out,
+                                replace(group_choices, zero_stage=z),
+                                dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                                     schedule=sched,
+                                     **constraints.choices(z, sched, req.precision))))
+    # offload only adds time to a candidate, so one already slower than the fastest plan that
+    # fits without it, beyond the model's uncertainty, can neither win nor tie with offload
+    slowest = _offload_worth_trying(hw, costs, budget)
+    for z, r, sp, sched, chosen, out, choices, layout_extra in pending:
+        worth = out["step_s"] <= slowest
+        if not worth.any():
+            continue
+        chosen = {k: v[worth] for k, v in chosen.items()}
+        out = {k: v[worth] for k, v in out.items()}
+        for extra, extra_costs in offload_variants(model, hw, framework, base, chosen, out,
+                                                   choices, layout_extra, budget):
+            n = len(extra["tp"])
+            for k in layout_keys:
+                cols[k].append(extra[k])
+            cols["zero"].append(np.full(n, int(z)))
+            cols["recompute"].append(np.full(n, list(Recompute).index(r)))
+            cols["sp"].append(np.full(n, sp))
+            cols["schedule"].append(np.full(n, list(Schedule).index(sched)))
+            for k in OFFLOAD_COLUMNS:
+                cols[k].append(extra[k])
+            for k in KEPT_COSTS:
+                costs[k].append(extra_costs[k])
     if not cols["tp"]:
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
             {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def _offload_worth_trying(hw: HardwareProfile, costs: dict, budget: float) -> float:
+    """offload: the slowest step a candidate may have for offload to be tried on it: the fastest
+    step that fits without offload, plus the model's uncertainty (no bound when nothing fits)."""
+    from .validation import model_uncertainty
+
+    if not costs:
+        return np.inf
+    step, total = np.concatenate(costs["step_s"]), np.concatenate(costs["total_bytes"])
+    fit = total <= budget
+    if not fit.any():
+        return np.inf
+    return float(step[fit].min()) * (1 + model_uncertainty(hw)[0]) * (1 + 1e-9)
 
 
 OFFLOAD_COLUMNS = ("off_opt", "off_params", "off_act")
