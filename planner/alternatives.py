@@ -25,7 +25,8 @@ Verdict = Literal["wins", "ties", "loses", "not run", "not searched", "none fits
 
 STEP_PARTS = {"compute_s": "compute", "bubble_s": "bubble", "tp_exposed_s": "exposed TP",
               "dp_exposed_s": "exposed DP/ZeRO", "pp_exposed_s": "pipeline sends",
-              "cp_exposed_s": "exposed CP", "optimizer_s": "optimizer"}
+              "cp_exposed_s": "exposed CP", "optimizer_s": "optimizer",
+              "offload_s": "offload copies and CPU step"}
 """The parts of a step (results.Time) two plans are compared by."""
 
 PROBED_LAYOUTS = 3
@@ -111,7 +112,7 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
             continue
         out.append(_compare(option, fastest(uses), fastest(~uses), plan_at, band,
                             none_fit=f"none of its {int(uses.sum()):,} candidates fits"))
-    out += _context_kinds(framework, cols, plan_at, fastest, band)
+    out += _context_kinds(framework, cols, fits, plan_at, fastest, band)
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
     return out
@@ -122,9 +123,10 @@ CONTEXT_OPTIONS = ((ContextKind.RING, "context parallelism as a ring (p2p)"),
                    (ContextKind.HIERARCHICAL, "hierarchical context parallelism (a2a+p2p)"))
 
 
-def _context_kinds(framework, cols, plan_at, fastest, band) -> list[Alternative]:
+def _context_kinds(framework, cols, fits, plan_at, fastest, band) -> list[Alternative]:
     """Each context-parallel kind other than the framework's default, from the search's cp_a2a
-    column (c_a = 1 the ring, cp the all-to-all, between them hierarchical), among cp > 1."""
+    column (c_a = 1 the ring, cp the all-to-all, between them hierarchical), among cp > 1: its
+    fastest plan that fits against the same layout with the framework's own kind."""
     from .frameworks.base import CP_KIND_FLAGS
 
     cp, c_a = cols["cp"], cols.get("cp_a2a", np.ones_like(cols["cp"]))
@@ -147,11 +149,33 @@ def _context_kinds(framework, cols, plan_at, fastest, band) -> list[Alternative]
                 f"and KV heads per TP rank must divide by its all-to-all group); "
                 f"--cp-kind {CP_KIND_FLAGS[kind]} asks for it.")))
             continue
-        others = ~uses & (cp > 1)
-        out.append(_compare(option, fastest(uses), fastest(others if others.any() else ~uses),
-                            plan_at, band, none_fit=f"none of its {int(uses.sum()):,} candidates "
-                            "fits"))
+        with_i = fastest(uses)
+        if with_i is None:
+            out.append(Alternative(option=option, verdict="none fits", why=(
+                f"none of its {int(uses.sum()):,} candidates fits.")))
+            continue
+        # against the same layout with the framework's own kind, so that the verdict is the
+        # kind's and not another layout's
+        same = np.ones(len(cp), dtype=bool)
+        for key in SAME_LAYOUT:
+            if key in cols:
+                same &= cols[key] == cols[key][with_i]
+        own = same & kind_of[framework.cp_kinds[0]]
+        own_i = fastest(own, np.flatnonzero(own))
+        if own_i is None:
+            out.append(_compare(option, with_i, None, plan_at, band, none_fit=""))
+            continue
+        verdict = _verdict(option, plan_at(with_i), plan_at(own_i), band)
+        fits_own = bool(np.isin(own_i, fits))
+        out.append(verdict if fits_own else verdict.model_copy(update={
+            "verdict": "wins", "why": verdict.why[:-1] + (
+                f"; with {CP_KIND_FLAGS[framework.cp_kinds[0]]} this layout does not fit.")}))
     return out
+
+
+SAME_LAYOUT = ("dp", "tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "dp_shard", "zero",
+               "recompute", "sp", "schedule", "off_opt", "off_params", "off_act")
+"""The columns two candidates share when they differ only in their context-parallel kind."""
 
 
 def _offload(req, cols, costs, fits, budget, plan_at, fastest, band) -> Alternative:
@@ -202,8 +226,9 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
     ratio = a.step_s / b.step_s - 1
     label_a, label_b = with_plan.config.label(batch=False), without.config.label(batch=False)
     if ratio < -band:
-        verdict, why = "wins", (f"its fastest plan{tried} is {-ratio:.1%} faster than the fastest "
-                                f"without it, {label_b}: {step_differences(b, a) or 'same parts'}")
+        verdict, why = "wins", (f"its fastest plan{tried}, {label_a}, is {-ratio:.1%} faster than "
+                                f"the fastest without it, {label_b}: "
+                                f"{step_differences(b, a) or 'same parts'}")
     elif ratio > band:
         verdict, why = "loses", (f"its fastest plan{tried}, {label_a}, is {ratio:.1%} slower than "
                                  f"{label_b}: {step_differences(b, a) or 'same parts'}")

@@ -281,6 +281,15 @@ def _batch_note(model: str, req) -> str | None:
     return api.batch_rounding(model, req)
 
 
+def _framework_note(framework: str | None, emit: str | None, schedule: str | None) -> str | None:
+    """When --schedule chose the framework (options.schedule_framework), say so on stderr."""
+    from .options import schedule_framework
+
+    implied = schedule_framework(schedule) if framework is None and emit is None else None
+    return (f"--schedule {schedule}: costed for {implied}, the framework plan3d models that runs "
+            "it (--framework to choose)" if implied else None)
+
+
 def _notice(note: str | None) -> None:
     if note:
         from .render import notice
@@ -425,7 +434,7 @@ def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
             recompute=recompute, schedule=schedule, sp=sp, gbs=gbs, tokens_per_step=tokens,
             seq_len=seq, precision=precision, grad_dtype=grad_dtype, attention=attention,
             overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes,
-            framework=resolve_framework(framework, emit),
+            framework=resolve_framework(framework, emit, schedule),
             **moe)  # moe: ep, etp, moe_imbalance, moe_capacity_factor, moe_a2a_overlap
     except ValidationError as err:
         from .options import validation_message
@@ -494,7 +503,8 @@ def explain(
             from .frameworks import FRAMEWORKS
             from .options import resolve_framework
 
-            zero = str(FRAMEWORKS[resolve_framework(framework, emit)].defaults["zero"])
+            zero = str(FRAMEWORKS[resolve_framework(framework, emit, schedule)]
+                       .defaults["zero"])
         req = _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                        tokens_per_step, seq_len, precision, grad_dtype, attention,
                        overlap_grad_reduce, framework=framework, emit=emit,
@@ -504,6 +514,7 @@ def explain(
                        offload_optimizer=offload_optimizer,
                        offload_params=offload_params, offload_activations=offload_activations)
         batch_note = _batch_note(model, req)
+        framework_note = _framework_note(framework, emit, schedule)
         plan = api.explain_request(model, hw, req)
         plan, launch = _extras(plan, model, hw, emit, train_tokens, gpu_hour_price, gpu_power_w,
                                goodput)
@@ -534,6 +545,7 @@ def explain(
     fits = plan.memory.fits
     if fits and not json_:  # with --json, stderr stays empty on success (gbs is in the JSON)
         _notice(batch_note)
+        _notice(framework_note)
     if svg is not None and fits:
         try:
             _write_file(timeline_out, svg)
@@ -608,6 +620,7 @@ def search(
                        offload_params=offload_params, offload_activations=offload_activations,
                        offload=offload)
         batch_note = _batch_note(model, req)
+        framework_note = _framework_note(framework, emit, schedule)
         if target_step_s is not None and not (0 < target_step_s < float("inf")):
             raise PlanError(f"--target-step-s must be a positive number of seconds, "
                             f"got {target_step_s:g}")
@@ -640,6 +653,7 @@ def search(
         render.print_json(data)
         return
     _notice(batch_note)
+    _notice(framework_note)
     # with --emit, stdout carries the settings alone; the table goes to stderr
     out = render.console(stderr=launch is not None)
     render.render_search(result, out, mfu_convention=convention)

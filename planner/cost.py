@@ -144,9 +144,9 @@ def host_numbers(hw: HardwareProfile) -> dict:
     estimate.check_config refuses it)."""
     host = hw.host
     if host is None:
-        return dict(host_capacity=0.0, host_bw=0.0, dram_bw=0.0)
+        return dict(host_capacity=0.0, host_bw=0.0, dram_bw=0.0, nic_on_host_link=0.0)
     return dict(host_capacity=host.memory_bytes, host_bw=host.link_bytes_per_s,
-                dram_bw=host.dram_bytes_per_s)
+                dram_bw=host.dram_bytes_per_s, nic_on_host_link=float(host.nic_shares_link))
 
 
 NO_POD = 2.0**40
@@ -946,9 +946,14 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         network_busy = network_busy + (1 - k.links.replica.inside) * replica_busy
     nvlink_busy = note("nvlink_busy_s", nvlink_busy)
     network_busy = note("network_busy_s", network_busy)
+    link_floor = _ops.maximum(nvlink_busy, network_busy)
+    if c.offload:  # offload: the host copies share the GPU's host link with its NIC's traffic
+        link_floor = _ops.maximum(link_floor, note("host_link_busy_s", OF.host_link_busy_s(
+            offload.d2h_bytes, offload.h2d_bytes, x.host_bw, x.dram_bw, network_busy, x.net_bw,
+            x.nic_on_host_link)))
     step_s = note("step_s", _ops.maximum(
         T.step_time_s(stage_mb_s, slots, dp_tail_exposed, optimizer_s + offload.step_s),
-        _ops.maximum(nvlink_busy, network_busy)))
+        link_floor))
     n_gpus = x.dp * t * p * cp
 
     tp_exposed = note("tp_exposed_s", m * k.tp_mb_s)
@@ -1048,15 +1053,22 @@ def offload_times(x, c: Choices, k: SimpleNamespace, states, psi_o, held_params,
                                           k.compute_mb_s) * zero_rounds / m
         mb_h2d, mb_d2h = mb_h2d * zero_rounds / m, mb_d2h * zero_rounds / m
     elif offloads_grads(c, c.framework.memory):
-        # the offloaded gradient partition goes down each ZeRO round, under its backward
+        # the offloaded gradient partition goes down each ZeRO round, under its backward; from
+        # the second round on, what the host accumulated comes up first to be added on the GPU
+        # (DeepSpeed stage_1_and_2.py `async_accumulate_grad_in_cpu_via_gpu` @ edaa72212)
         g = f * M.state_bytes(held_params, states.grad_bytes, k.d_shard, states.grad_sharded)
-        mb_d2h, step_d2h = g * zero_rounds / m, 0
-        mb_s = OF.param_offload_exposed_s(0, OF.link_time_s(g, x.host_bw, x.dram_bw),
+        up = g * (zero_rounds - 1) / zero_rounds  # per round, averaged over the step's rounds
+        mb_d2h, mb_h2d, step_d2h = g * zero_rounds / m, up * zero_rounds / m, 0
+        mb_s = OF.param_offload_exposed_s(OF.link_time_s(up, x.host_bw, x.dram_bw),
+                                          OF.link_time_s(g, x.host_bw, x.dram_bw),
                                           k.compute_mb_s) * zero_rounds / m
+    # the pipelined step's copies and CPU Adam share the host's DRAM
+    dram_s = OF.host_dram_step_s(f * psi_o, step_d2h + step_h2d,
+                                 c.framework.offload_conversion_bytes, x.dram_bw)
     step_s = note("offload_step_s", OF.optimizer_step_offload_s(
         OF.link_time_s(step_d2h, x.host_bw, x.dram_bw), cpu_s,
         OF.link_time_s(step_h2d, x.host_bw, x.dram_bw), backward_window,
-        int(c.framework.offload_pipelined)))
+        int(c.framework.offload_pipelined), dram_s))
     # activations: N layers out in the forward and back in the backward, per micro-batch
     act = OF.activation_offload_bytes(x.offload_activations, k.layer_act)
     n = x.offload_activations

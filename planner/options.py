@@ -164,9 +164,10 @@ def cp_kind_list(text: str | None):
     return list(dict.fromkeys(out))
 
 
-def resolve_framework(framework: str | None, emit: str | None) -> str:
-    """--framework, or the framework whose settings --emit writes, or the default (megatron);
-    an error when the two name different frameworks."""
+def resolve_framework(framework: str | None, emit: str | None, schedule: str | None = None) -> str:
+    """--framework, or the framework whose settings --emit writes, or the one framework that runs
+    the --schedule asked for when the default does not (schedule_framework), or the default
+    (megatron); an error when --framework and --emit name different frameworks."""
     from .frameworks import DEFAULT, get, of_format
 
     chosen = get(framework).name if framework is not None else None
@@ -176,7 +177,25 @@ def resolve_framework(framework: str | None, emit: str | None) -> str:
             raise PlanError(f"--emit {fmt} writes {writer.name} settings, but --framework is "
                             f"{chosen}; drop one, or make them agree")
         return writer.name
-    return chosen or DEFAULT
+    return chosen or schedule_framework(schedule) or DEFAULT
+
+
+def schedule_framework(schedule: str | None) -> str | None:
+    """The framework `--schedule` implies when `--framework` is not given: the one that runs every
+    schedule named, when the default framework does not run one of them (torchtitan for zbv and
+    dualpipev); None otherwise (the default then says what it runs)."""
+    from .frameworks import DEFAULT, FRAMEWORKS
+
+    if not schedule:
+        return None
+    try:
+        asked = enum_list(schedule, Schedule, "schedule", allow_auto=False) or []
+    except PlanError:
+        return None  # parse_request names the bad value
+    if all(s in FRAMEWORKS[DEFAULT].schedules for s in asked):
+        return None
+    runners = [f.name for f in FRAMEWORKS.values() if all(s in f.schedules for s in asked)]
+    return runners[0] if len(runners) == 1 else None
 
 
 SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}

@@ -351,6 +351,10 @@ class Host(_Strict):
         "NVLink-C2C.")
     dram_gb_per_s: PositiveFloat = Field(
         description="Achievable host DRAM bandwidth, this GPU's share of the host's (GB/s).")
+    nic_shares_link: bool = Field(
+        True, description="The GPU's NICs reach its memory over the same host link (GPUDirect "
+        "RDMA through the GPU's PCIe switch), so network traffic and host copies share it "
+        "(false where host copies have a link of their own, e.g. NVLink-C2C).")
 
     @property
     def memory_bytes(self) -> float:

@@ -72,7 +72,7 @@ def test_hybrid_sharding_read_off_the_search_when_searched():
 
 def test_step_differences_names_the_largest_growth_and_saving():
     parts = dict(compute_s=5.0, bubble_s=0.5, tp_exposed_s=0.0, dp_exposed_s=0.2,
-                 pp_exposed_s=0.0, cp_exposed_s=0.0, optimizer_s=0.1, step_s=5.8)
+                 pp_exposed_s=0.0, cp_exposed_s=0.0, optimizer_s=0.1, offload_s=0.0, step_s=5.8)
     plan = SimpleNamespace(**parts)
     # other: bubble 0.5 → 0.2 (−0.3 s), exposed TP 0 → 0.1 (+0.1 s)
     other = SimpleNamespace(**{**parts, "bubble_s": 0.2, "tp_exposed_s": 0.1})
@@ -115,16 +115,20 @@ def test_cli_shows_and_json_carries_the_alternatives():
 def test_a_schedule_the_framework_lacks_names_who_runs_it():
     base = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
             "--pp", "4"]
-    zbv = runner.invoke(app, [*base, "--schedule", "zbv"])
-    assert zbv.exit_code != 0
+    zbv = runner.invoke(app, [*base, "--schedule", "zbv", "--framework", "megatron"])
+    assert zbv.exit_code == 2
     assert ("megatron: there is no zbv schedule in megatron (it runs 1f1b, interleaved); choose "
             "one of them, or --framework torchtitan, which runs it") in zbv.output
     zb = runner.invoke(app, [*base, "--schedule", "zb-h1"])
     assert "(no framework plan3d models runs it)" in zb.output
-    drawn = runner.invoke(app, [*base, "--schedule", "zbv", "--framework", "torchtitan",
-                                "--timeline"], env={"COLUMNS": "100"})
+    # without --framework, the schedule implies the one framework that runs it, said on stderr
+    drawn = runner.invoke(app, [*base, "--schedule", "zbv", "--timeline"],
+                          env={"COLUMNS": "100"})
     assert drawn.exit_code == 0, drawn.output
-    assert "zbv" in drawn.stdout.splitlines()[0]
+    assert "under torchtitan" in drawn.stdout.splitlines()[0] and "zbv" in drawn.stdout
+    assert drawn.stderr.strip() == ("plan3d: --schedule zbv: costed for torchtitan, the "
+                                    "framework plan3d models that runs it (--framework to choose)")
+    assert "stage 0  F" in drawn.stdout  # the timeline is drawn
 
 
 def test_context_parallel_kinds_are_weighed_where_the_framework_runs_them():

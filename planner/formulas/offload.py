@@ -72,6 +72,20 @@ def cpu_step_s(params, dram_bytes_per_s):
     return params * CPU_ADAM_BYTES_PER_PARAM / dram_bytes_per_s
 
 
+def host_dram_step_s(params, copied_bytes, conversion_bytes_per_param, dram_bytes_per_s):
+    """Host DRAM time of the offloaded optimizer step, all its traffic together: the CPU's Adam
+    (28 B per parameter, CPU_ADAM_BYTES_PER_PARAM), the copies to and from the GPU, which stream
+    through the same DRAM (copied_bytes: gradients in, weights out), and a dtype conversion the
+    host does before the copy back (c B per parameter; Megatron: 6):
+
+        (28·Ψ_cpu + V_d2h + V_h2d + c·Ψ_cpu) / W_dram
+
+    When the three run concurrently (Megatron's pipelined step) this bounds the step from below
+    beside each copy's own link time."""
+    return ((CPU_ADAM_BYTES_PER_PARAM + conversion_bytes_per_param) * params + copied_bytes) \
+        / dram_bytes_per_s
+
+
 def link_time_s(bytes_moved, link_bytes_per_s, dram_bytes_per_s):
     """A copy over the host link, one direction: V / min(W_host, W_dram). The copy also streams
     through host DRAM, of which this GPU has its share: with every GPU of a node copying at once
@@ -81,19 +95,35 @@ def link_time_s(bytes_moved, link_bytes_per_s, dram_bytes_per_s):
     return bytes_moved / _ops.minimum(link_bytes_per_s, dram_bytes_per_s)
 
 
-def optimizer_step_offload_s(d2h_s, cpu_s, h2d_s, d2h_window_s, pipelined):
+def host_link_busy_s(d2h_bytes, h2d_bytes, link_bytes_per_s, dram_bytes_per_s, network_busy_s,
+                     network_bytes_per_s, nic_shares_link):
+    """The host link's busy time per step, which bounds the step from below:
+
+        max(V_d2h, V_h2d) / min(W_host, W_dram) + s · T_net,busy · W_net / W_host
+
+    the offload copies in their busier direction, plus, where the GPU's NIC reaches its memory
+    over the same PCIe link (s = 1: GPUDirect RDMA through the GPU's PCIe switch, as on DGX H100
+    and p5), the network traffic that crosses it in each direction (T_net,busy at the NIC's W_net
+    is its volume). s = 0 where host copies have a link of their own (NVLink-C2C)."""
+    copies = _ops.maximum(d2h_bytes, h2d_bytes) / _ops.minimum(link_bytes_per_s,
+                                                               dram_bytes_per_s)
+    return copies + nic_shares_link * network_busy_s * network_bytes_per_s / link_bytes_per_s
+
+
+def optimizer_step_offload_s(d2h_s, cpu_s, h2d_s, d2h_window_s, pipelined, dram_s=0):
     """What the offloaded optimizer step adds to the step.
 
     pipelined = 1 (Megatron `--overlap-cpu-optimizer-d2h-h2d`, which plan3d emits): the gradient
     copies, the CPU step and the weight copies run concurrently over the CPU optimizer's parameter
-    groups, a three-stage pipeline whose steady state is its slowest stage, max(T_d2h, T_cpu,
-    T_h2d) (the fill, one group's worth, is left out).
+    groups, a three-stage pipeline whose steady state is its slowest stage, and all three share
+    the host's DRAM: max(T_d2h, T_h2d, T_dram) with T_dram = host_dram_step_s ≥ T_cpu (the fill,
+    one group's worth, is left out).
     pipelined = 0 (DeepSpeed ZeRO-Offload, FSDP2): the gradients go to the host as the backward
     produces them and hide under the last micro-batch's backward (window B), then the CPU steps
     and the weights come back: max(0, T_d2h − B) + T_cpu + T_h2d (Ren et al. 2021 §4.1, Fig. 5;
     the one-step-delayed update of §4.3 is not modelled)."""
     serial = _ops.maximum(0, d2h_s - d2h_window_s) + cpu_s + h2d_s
-    overlapped = _ops.maximum(d2h_s, _ops.maximum(cpu_s, h2d_s))
+    overlapped = _ops.maximum(d2h_s, _ops.maximum(_ops.maximum(cpu_s, dram_s), h2d_s))
     return pipelined * overlapped + (1 - pipelined) * serial
 
 

@@ -144,6 +144,9 @@ class Framework:
     """offload: the offloaded optimizer step's gradient copies, CPU step and weight copies run
     concurrently (Megatron --overlap-cpu-optimizer-d2h-h2d), rather than copies under the
     backward, then the CPU step, then the weights back (formulas.offload)."""
+    offload_conversion_bytes: int = 0
+    """offload: host DRAM bytes per parameter the weights' copy back adds when the host converts
+    their dtype first (formulas.offload.host_dram_step_s)."""
     defaults: dict = field(default_factory=lambda: {"zero": 1, "recompute": 1, "sp": True},
                            hash=False, compare=False)
     """What the framework runs when not told otherwise (ranking.preference orders ties by it):

@@ -110,6 +110,11 @@ RULES = (
 
 OFFLOAD_SOURCE = "NVIDIA/Megatron-LM @ d98e8a64dd"
 OFFLOAD_RULES = (
+    Rule("no parameter offload (Megatron-Core offloads optimizer states and activations only)",
+         lambda m, c: off_params(c) == 0,
+         lambda m, c: "megatron: Megatron-Core has no parameter offload to host memory; use "
+                      "--offload-optimizer, or --framework deepspeed (ZeRO-3 offload_param) or "
+                      "torchtitan (FSDP2 CPU offload)"),
     # offload: --optimizer-cpu-offload needs --use-precision-aware-optimizer (arguments.py l.1884),
     # which is "only supported with distributed optimizer" (core/optimizer/__init__.py l.1057);
     # Megatron-FSDP refuses it ("MFSDP v2 does not currently support optimizer CPU offload",
@@ -119,11 +124,6 @@ OFFLOAD_RULES = (
          lambda m, c: "megatron: --optimizer-cpu-offload needs --use-precision-aware-optimizer, "
                       "which runs only with the distributed optimizer (Megatron-FSDP refuses "
                       f"it); use --zero 1 (got --zero {int(c.zero)}) or no --offload-optimizer"),
-    Rule("no parameter offload (Megatron-Core offloads optimizer states and activations only)",
-         lambda m, c: off_params(c) == 0,
-         lambda m, c: "megatron: Megatron-Core has no parameter offload to host memory; use "
-                      "--offload-optimizer, or --framework deepspeed (ZeRO-3 offload_param) or "
-                      "torchtitan (FSDP2 CPU offload)"),
     # transformer_config.py l.1884-1899: num_layers in [0, L), no PP, no recompute
     Rule("activation offload: fewer layers than the model, pp = 1, no recompute",
          lambda m, c: (off_act(c) == 0) | ((off_act(c) < m.n_layers) & (c.pp == 1)
@@ -569,4 +569,10 @@ FRAMEWORK = Framework(
     # allgather, is not modelled (CP_ALLGATHER_REFUSAL)
     cp_kinds=(ContextKind.RING, ContextKind.ALL_TO_ALL, ContextKind.HIERARCHICAL),
     offload_pipelined=True,  # offload: --overlap-cpu-optimizer-d2h-h2d, which _offload_args emits
+    # offload: the HybridDeviceOptimizer copies its fp32 host master into the bf16 GPU parameter
+    # (hybrid_optimizer.py l.124, `gpu_param.data.copy_(param.data)` @ d98e8a64dd), and PyTorch
+    # converts a CPU→GPU copy's dtype on the CPU first ("Type conversions are performed on the
+    # CPU for CPU-GPU copies", aten/src/ATen/native/cuda/Copy.cu): 4 B read + 2 B written per
+    # parameter in host DRAM before the DMA reads the 2 B
+    offload_conversion_bytes=6,
 )
