@@ -42,10 +42,16 @@ def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
             message=f"tp={c.tp} spans more than one {hw.gpus_per_domain}-GPU NVLink domain: its "
                     "per-layer all-reduces cross the network; keep TP inside the node"))
     elif c.tp * c.cp > hw.gpus_per_domain and c.cp > 1:
+        from .frameworks import a2a_ranks
+
+        c_a = a2a_ranks(c)  # the all-to-all group: 1 for the ring, cp for Ulysses
+        what = ("the context-parallel ring crosses" if c_a == 1 else
+                "the context-parallel all-to-all crosses" if c_a == c.cp else
+                f"the context-parallel ring between its all-to-all groups of {c_a} crosses")
         out.append(PlanWarning(
             code="cp-across-domain",
-            message=f"tp·cp = {c.tp * c.cp} exceeds the {hw.gpus_per_domain}-GPU domain: the "
-                    "context-parallel ring crosses the network"))
+            message=f"tp·cp = {c.tp * c.cp} exceeds the {hw.gpus_per_domain}-GPU domain: "
+                    f"{what} the network"))
     # the bubble as every command shows it: its share of the step time, T_bubble / T_step (the
     # schedule's own idle share, bubble_fraction, leaves out the DP tail and the optimizer)
     bubble = float(costs["bubble_s"]) / float(costs["step_s"])
