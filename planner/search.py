@@ -431,11 +431,11 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
     without offload is unchanged; one that offload does not make fit (on the device and in host
     memory) is not admitted either.
 
-    Kinds, each tried on what the one before left unfit: the optimizer states, the fraction
-    f = ⌈excess/M_opt⌉ on a 0.05 grid, or 1 where the framework offloads only all of them
-    (formulas.offload.min_offload_fraction); the parameters with their gradients and optimizer
-    (f = 1); the activations of N = ⌈excess/(A_layer·(1 + φ))⌉ layers (the allocator's slack φ
-    goes with them; formulas.offload.activation_offload_saved_bytes)."""
+    Kinds, each tried on every unfit candidate, so that the fastest way to fit competes: the
+    optimizer states, the fraction f = ⌈excess/M_opt⌉ on a 0.05 grid, or 1 where the framework
+    offloads only all of them (formulas.offload.min_offload_fraction); the parameters with their
+    gradients and optimizer (f = 1); the activations of N = ⌈excess/(A_layer·(1 + φ))⌉ layers
+    (the allocator's slack φ goes with them; formulas.offload.activation_offload_saved_bytes)."""
     from .formulas import offload as OF
 
     excess = out["total_bytes"] - budget
@@ -455,7 +455,11 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
         ("params", 1.0, 1, 0, np.ones(len(excess), dtype=bool)),
         ("activations", 0.0, 0, layers, layers < model.n_layers),
     )
-    for _, f, params, n_act, reachable in kinds:
+    unfit, optimizer_done = left, np.zeros(len(excess), dtype=bool)
+    for kind, f, params, n_act, reachable in kinds:
+        # every kind on every unfit candidate; all of the optimizer only where its least
+        # fraction did not make the candidate fit (or the framework refused the fraction)
+        left = unfit & ~optimizer_done if kind == "optimizer" else unfit
         f_all = np.broadcast_to(np.asarray(f, dtype=np.float64), excess.shape)
         n_all = np.broadcast_to(np.asarray(n_act, dtype=np.float64), excess.shape)
         layouts = SimpleNamespace(**cols, **layout_extra)
@@ -478,11 +482,8 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
             extra.update(off_opt=f_all[rows][fits], off_params=np.full(int(fits.sum()), params),
                          off_act=n_all[rows][fits].astype(np.int64))
             yield extra, {k: tried[k][fits] for k in KEPT_COSTS}
-            done = np.flatnonzero(rows)[fits]
-            left = left.copy()
-            left[done] = False
-        if not left.any():
-            return
+            if kind == "optimizer":
+                optimizer_done[np.flatnonzero(rows)[fits]] = True
 
 
 def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanConfig:
