@@ -186,12 +186,12 @@ class ModelSpec(_Strict):
 
     @property
     def n_moe_layers(self) -> int:
-        """Layers with a routed MLP: i ≥ first_k_dense and i mod moe_layer_freq = 0 (0-based
-        i; HF DeepseekV3DecoderLayer's test); 0 for a dense model."""
-        if not self.is_moe:
-            return 0
-        return sum(1 for i in range(self.first_k_dense, self.n_layers)
-                   if i % self.moe_layer_freq == 0)
+        """Layers with a routed MLP (formulas.moe.moe_layers_in_span over all layers); 0 for a
+        dense model."""
+        from .formulas.moe import moe_layers_in_span
+
+        return int(moe_layers_in_span(0, self.n_layers, self.first_k_dense, self.moe_layer_freq,
+                                      int(self.is_moe)))
 
     @property
     def moe_layer_indices(self) -> tuple[int, ...]:

@@ -242,3 +242,19 @@ def test_routed_width_and_dispatch_buffers():
     assert MO.moe_dispatch_activation_bytes(4096, 1, 7168, 256, 8, 1, 1, False) == \
         4096 * (7 * 2 * 7168 + 4 * 256)
     assert MO.moe_dispatch_activation_bytes(4096, 1, 7168, 0, 1, 1, 1, False) == 0
+
+
+def test_moe_layers_in_span_counts_exactly():
+    # the multiples of freq in [max(start, first_k_dense), stop): one count for the model
+    # (ModelSpec.n_moe_layers) and for each pipeline stage's span, exact for every span
+    # (e.g. first_k_dense 1, freq 2, 10 layers: layers 2, 4, 6, 8 → 4, not ⌈9/2⌉ = 5)
+    import itertools
+
+    from planner.formulas.moe import moe_layers_in_span
+
+    assert moe_layers_in_span(0, 10, 1, 2) == 4
+    for start, stop, k, freq in itertools.product(range(8), range(13), range(4), range(1, 4)):
+        if start <= stop:
+            exact = sum(1 for i in range(max(start, k), stop) if i % freq == 0)
+            assert moe_layers_in_span(start, stop, k, freq) == exact
+    assert moe_layers_in_span(0, 10, 1, 2, is_moe=0) == 0

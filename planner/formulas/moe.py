@@ -204,8 +204,13 @@ def expert_layer_wave_efficiency(rows_per_expert, hidden, expert_ffn, n_mlp_matr
 
 
 def moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq, is_moe=1):
-    """MoE layers among layers [start, stop): those i ≥ first_k_dense with i mod freq = 0, counted
-    as ⌈max(0, stop − max(start, k)) / freq⌉ (exact for freq = 1 and for spans starting at a
-    multiple of freq; at most one too many otherwise). 0 for a dense model (is_moe = 0)."""
-    span = _ops.maximum(0, stop - _ops.maximum(start, first_k_dense))
-    return is_moe * _ops.ceil(span / moe_layer_freq)
+    """MoE layers among layers [start, stop): those i ≥ k = first_k_dense with i mod f = 0
+    (0-based i; HF DeepseekV3DecoderLayer's test), the multiples of f in [max(start, k), stop):
+
+        max(0, ⌈stop/f⌉ − ⌈max(start, k)/f⌉)
+
+    exact for every span. 0 for a dense model (is_moe = 0). ModelSpec.n_moe_layers is this over
+    all layers."""
+    first = _ops.maximum(start, first_k_dense)
+    return is_moe * _ops.maximum(0, _ops.ceil(stop / moe_layer_freq)
+                                 - _ops.ceil(first / moe_layer_freq))
