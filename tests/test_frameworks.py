@@ -251,3 +251,15 @@ def test_deepspeed_context_parallelism_is_ulysses_all_to_all():
     # Megatron's ring passes K and V (k·d_h wide) 3·(c − 1) times: 3·2·2·4096·8·128 = 50,331,648
     mg = estimate(model, H100, PlanConfig(**base))
     assert mg.comm.cp_bytes == pytest.approx(32 * 4 * 50_331_648)
+
+
+def test_torchtitan_runs_gated_mlp_models_only():
+    # torchtitan's language models share a SwiGLU feed-forward, and plan3d's eager and SAC
+    # activation sets assume it: a GELU model (GPT-3) is refused with the reason, a SwiGLU one runs
+    config = PlanConfig(dp=64, tp=8, pp=2, mbs=1, n_micro=32, gbs=2048, seq_len=2048, zero_stage=3,
+                        framework="torchtitan")
+    with pytest.raises(PlanError, match=r"torchtitan: its language models have a gated \(SwiGLU\) "
+                                        r"MLP, gpt3-175b a plain one \(gelu\)"):
+        estimate(load_model("gpt3-175b"), load_hardware("h100-nvlink"), config)
+    assert estimate(load_model("70b"), load_hardware("h100-nvlink"),
+                    config.model_copy(update={"seq_len": 8192})).memory.total_bytes > 0

@@ -72,6 +72,14 @@ def _zero_supported(m, c):
 
 
 RULES = (
+    # its language models (llama3, qwen3, deepseek_v3, gpt_oss, kimi_k2_7) share
+    # torchtitan/models/common/feed_forward.py, a gated SwiGLU MLP; GELU appears only in flux and
+    # vision encoders (@ b5bcd76). plan3d's eager and SAC activation sets assume the gated MLP.
+    Rule("a gated (SwiGLU) MLP, as torchtitan's language models have",
+         lambda m, c: (c.pp > 0) & (m.n_mlp_matrices == 3),  # shaped as the layouts
+         lambda m, c: f"torchtitan: its language models have a gated (SwiGLU) MLP, {m.name} a "
+                      f"plain one ({m.mlp.value}); plan3d's torchtitan activation model assumes the "
+                      "gated one: use --framework megatron or deepspeed"),
     Rule("no expert parallelism (ep = etp = 1)",
          lambda m, c: (getattr(c, "ep", 1) == 1) & (getattr(c, "etp", 1) == 1),
          lambda m, c: "torchtitan: it runs expert parallelism (parallel_dims ep), but plan3d does "
