@@ -63,8 +63,12 @@ def distinct_layouts(cols: dict, step: np.ndarray, order: np.ndarray, top: int, 
     layout's fastest. Returns (chosen indices, variants folded into each)."""
     if order.size == 0:
         return [], []
-    keys = np.stack([np.asarray(cols[k])[order] for k in LAYOUT_KEYS], axis=1)
-    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    # one int64 per layout (each degree < 2¹⁶, four of them in 64 bits): a 1-D unique, several
+    # times faster than np.unique over rows
+    key = np.zeros(order.size, dtype=np.int64)
+    for k in LAYOUT_KEYS:
+        key = (key << 16) | np.asarray(cols[k])[order].astype(np.int64)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     groups = np.argsort(first, kind="stable")[:top]  # layouts in order of their fastest plan
     chosen, folded = [], []
