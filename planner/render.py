@@ -515,10 +515,9 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
               "bubble = T_bubble/T_step, the step's idle fill and drain.")
     if result.reason:
         out.print(result.reason)
-    if result.alternatives:
-        out.print("Also weighed:")
-        for a in result.alternatives:
-            out.print(Text(f"- {a.option}: {a.verdict} — {a.why}"))
+    if result.alternatives:  # one print: rich's per-call cost is most of a short line's
+        out.print(Text("\n".join(["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
+                                                      for a in result.alternatives])))
     if budget:
         out.print("Plan 1: " + budget_line(plans[0]))
     # one line per kind of warning: its first plan's message, and which other plans share it
