@@ -218,6 +218,10 @@ FrameworkOpt = Annotated[str | None, typer.Option(
 # moe: expert parallelism
 EpOpt = _opt("Expert-parallel degree(s) of a MoE model (search: the divisors of its experts).")
 EtpOpt = _opt("Expert tensor-parallel degree(s) of a MoE model (search: 1 unless given).")
+DpReplicateOpt = _opt("Hybrid sharding by its replicas (torchtitan's "
+                      "data_parallel_replicate_degree): dp/dp_replicate ranks shard, replicated "
+                      "dp_replicate times (explain: one divisor of dp; search: a list; instead of "
+                      "--dp-shard).")
 DpShardOpt = _opt("Hybrid sharding (HSDP): ZeRO shards over dp_shard·cp ranks, replicated "
                   "dp/dp_shard times (explain: one divisor of dp; search: a list, or auto for "
                   "dp and the divisors filling whole NVLink domains; default: all of dp).")
@@ -485,7 +489,7 @@ def explain(
     mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
-    dp_shard: DpShardOpt = None,
+    dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None,
@@ -510,7 +514,8 @@ def explain(
                        overlap_grad_reduce, framework=framework, emit=emit,
                        ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a,
+                       dp_shard=dp_shard, dp_replicate=dp_replicate, cp_kind=cp_kind,
+                       cp_a2a=cp_a2a,
                        offload_optimizer=offload_optimizer,
                        offload_params=offload_params, offload_activations=offload_activations)
         batch_note = _batch_note(model, req)
@@ -599,7 +604,7 @@ def search(
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
-    dp_shard: DpShardOpt = None,
+    dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
@@ -615,7 +620,8 @@ def search(
                        overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
                        emit=emit, ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-                       dp_shard=dp_shard, cp_kind=cp_kind, cp_a2a=cp_a2a,
+                       dp_shard=dp_shard, dp_replicate=dp_replicate, cp_kind=cp_kind,
+                       cp_a2a=cp_a2a,
                        offload_optimizer=offload_optimizer,
                        offload_params=offload_params, offload_activations=offload_activations,
                        offload=offload)

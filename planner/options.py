@@ -89,7 +89,8 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   overlap_grad_reduce, allow_tp_across_nodes=False,
                   framework: str = "megatron", ep=None, etp=None, moe_imbalance=1.25,
                   moe_capacity_factor=None, moe_a2a_overlap=False,
-                  dp_shard=None, cp_kind=None, cp_a2a=None, offload_optimizer=None,
+                  dp_shard=None, dp_replicate=None, cp_kind=None, cp_a2a=None,
+                  offload_optimizer=None,
                   offload_params=None, offload_activations=None,
                   offload="fit") -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
@@ -103,6 +104,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         if value is not None and value > top:
             raise PlanError(f"--{flag} must be at most {top:,}, got {value:,} (beyond any "
                             "training run; check the number)")
+    if dp_shard is not None and dp_replicate is not None:  # hybrid sharding
+        raise PlanError("give one of --dp-shard and --dp-replicate: dp = dp_shard × dp_replicate, "
+                        "so one sets the other")
     mode = str(offload).strip().lower()  # offload
     if mode not in ("fit", "auto", "none"):
         raise PlanError(f"--offload takes fit (offload only when no plan fits without it), auto "
@@ -131,6 +135,7 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
         dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
                   else int_list(dp_shard, "dp-shard")),
+        dp_replicate=int_list(dp_replicate, "dp-replicate"),
         cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"))  # cp-kind
 
 

@@ -69,6 +69,9 @@ class PlanRequest(BaseModel):
     # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
     # domains with the shard group, search.dp_shard_candidates)
     dp_shard: list[Dim] | Literal["auto"] | None = None
+    # hybrid sharding by its replicas (torchtitan's data_parallel_replicate_degree): the shard
+    # group is dp/r for each r that divides dp; exclusive with dp_shard
+    dp_replicate: list[Dim] | None = None
     # cp-kind: the context-parallel kinds (None: the framework's default kind; "auto": search
     # tries every kind the framework runs) and the hierarchical kind's all-to-all groups (None:
     # search tries the divisors of cp whose group t·c_a fits the NVLink domain)
@@ -195,6 +198,12 @@ def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:
     dp."""
     if req.dp_shard == "auto":
         raise PlanError("--dp-shard auto is for search; explain takes one value (a divisor of dp)")
+    replicas = _one(req.dp_replicate, "dp-replicate", None)
+    if replicas is not None:
+        if dp % replicas:
+            raise PlanError(f"--dp-replicate {replicas} must divide dp = {dp} (each replica is "
+                            f"a shard group of dp/dp_replicate ranks)")
+        return dp // replicas
     shard = _one(req.dp_shard, "dp-shard", None)
     if shard is not None and dp % shard:
         raise PlanError(f"--dp-shard {shard} must divide dp = {dp} (dp_replicate = dp/dp_shard "

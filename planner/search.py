@@ -191,10 +191,12 @@ def _with_dp_shard(hw: HardwareProfile, req: PlanRequest,
     or auto: dp_shard_candidates). Without --dp-shard the columns are left as they are (all of dp
     shards; the cost model reads dp_replicate = 1). planner.constraints masks a dp_shard that
     does not divide dp."""
-    if req.dp_shard is None or not len(cols["dp"]):
+    if (req.dp_shard is None and req.dp_replicate is None) or not len(cols["dp"]):
         return cols
     dp, inner = cols["dp"], cols["tp"] * cols["cp"]
-    if req.dp_shard == "auto":
+    if req.dp_replicate is not None:  # the replicas asked for: shard groups of dp/r ranks
+        options = [[int(d) // r for r in req.dp_replicate if int(d) % r == 0] for d in dp]
+    elif req.dp_shard == "auto":
         pairs = {(int(d), int(i)) for d, i in zip(dp, inner)}
         table = {pair: dp_shard_candidates(*pair, hw.gpus_per_domain) for pair in pairs}
         options = [table[(int(d), int(i))] for d, i in zip(dp, inner)]

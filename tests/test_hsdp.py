@@ -320,3 +320,25 @@ def test_cli_dp_shard():
         r = runner.invoke(app, ["explain", *base, "--tp", "8", "--zero", "1", *bad])
         assert r.exit_code != 0 and said in r.output, r.output
         assert "Traceback" not in r.output
+
+
+def test_dp_replicate_names_the_same_plans_by_their_replicas():
+    # torchtitan's data_parallel_replicate_degree: dp 64 with 4 replicas is dp_shard 64/4 = 16
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    runner = CliRunner()
+    base = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
+            "--zero", "1", "--json"]
+    by_replicas = runner.invoke(app, [*base, "--dp-replicate", "4"])
+    by_shard = runner.invoke(app, [*base, "--dp-shard", "16"])
+    assert by_replicas.stdout == by_shard.stdout and '"dp_shard": 16' in by_replicas.stdout
+    both = runner.invoke(app, [*base, "--dp-replicate", "4", "--dp-shard", "16"])
+    assert both.exit_code == 2 and "give one of --dp-shard and --dp-replicate" in both.stderr
+    odd = runner.invoke(app, [*base, "--dp-replicate", "3"])
+    assert odd.exit_code == 2 and "--dp-replicate 3 must divide dp = 64" in odd.stderr
+    # search: every plan has the replicas asked for (dp/dp_shard ∈ {2, 4})
+    req = PlanRequest(gpus=512, dp_replicate=[2, 4])
+    result = search(load_model("70b"), load_hardware("h100-nvlink"), req, top=5)
+    assert {p.config.dp_replicate for p in result.plans} <= {2, 4}
