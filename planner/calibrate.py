@@ -48,7 +48,8 @@ from .units import GB, GIB
 
 REQUIRED_COLUMNS = ("model", "dp", "tp", "pp", "mbs", "gbs", "step_s")
 OPTIONAL_COLUMNS = ("id", "gpus", "cp", "vpp", "seq_len", "zero", "recompute", "sp", "precision",
-                    "framework", "schedule", "attention", "overlap", "grad_dtype", "peak_mem_gib")
+                    "framework", "schedule", "attention", "overlap", "grad_dtype", "peak_mem_gib",
+                    "cp_kind", "cp_a2a", "dp_shard")
 COLUMN_ALIASES = {"zero_stage": "zero", "sequence_parallel": "sp", "overlap_grad_reduce": "overlap",
                   "name": "id", "n_gpus": "gpus"}
 KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
@@ -216,6 +217,9 @@ def _measurement(fields: Mapping[str, Any], where: str, base_dir: Path | None,
         overlap_grad_reduce=_bool(fields, "overlap", where, True),
         grad_dtype=str(_get(fields, "grad_dtype", where) or "fp32").lower(),
         framework=str(_get(fields, "framework", where) or framework).lower(),
+        # the run's context-parallel kind and hybrid sharding, when it used them
+        cp_kind=_get(fields, "cp_kind", where) or None, cp_a2a=_int(fields, "cp_a2a", where),
+        dp_shard=_int(fields, "dp_shard", where),
     )
     try:
         config = PlanConfig(**values)

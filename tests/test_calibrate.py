@@ -408,3 +408,21 @@ def test_refuses_a_fit_worse_than_the_start(tmp_path, h100):
                             "-o", str(out), "--force"])
     assert r.exit_code == 0, r.output
     assert load_hardware(str(out)).efficiency.gemm.bf16 == pytest.approx(0.05)
+
+
+def test_measurements_carry_the_context_parallel_kind_and_hybrid_sharding(tmp_path):
+    # a run measured with Ulysses CP or with HSDP is costed as it ran: the columns reach the
+    # plan's config (and its cost: the all-to-all traffic differs from the ring's)
+    path = tmp_path / "runs.csv"
+    path.write_text("model,dp,tp,pp,cp,mbs,gbs,seq_len,step_s,cp_kind,cp_a2a,dp_shard\n"
+                    "70b,16,2,1,4,1,64,32768,10.0,a2a,,\n"
+                    "70b,16,2,1,4,1,64,32768,10.0,hierarchical,2,8\n"
+                    "70b,16,2,1,4,1,64,32768,10.0,,,\n")
+    a2a, hierarchical, ring = load_measurements(path)
+    assert a2a.config.cp_kind.value == "a2a" and a2a.config.cp_a2a is None
+    assert hierarchical.config.cp_kind.value == "a2a+p2p" and hierarchical.config.cp_a2a == 2
+    assert hierarchical.config.dp_shard == 8 and ring.config.cp_kind is None
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,dp,tp,pp,cp,mbs,gbs,step_s,cp_kind\n70b,16,2,1,4,1,64,10.0,spiral\n")
+    with pytest.raises(PlanError, match="cp_kind"):
+        load_measurements(bad)
