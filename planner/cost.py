@@ -320,6 +320,17 @@ def context_links(x, parts: SimpleNamespace, g: SimpleNamespace, t, cp, p,
                            ring=_p2p_group(x, cp / parts.c_a, stride * parts.c_a, g.domain))
 
 
+def context_part_bytes(layers, parts: SimpleNamespace, links: SimpleNamespace) -> list[tuple]:
+    """(bytes per micro-batch, inside) of each part the kind runs: the all-to-all's, then the
+    ring's, each where its own group's ranks sit."""
+    out = []
+    if parts.kind is not ContextKind.RING:
+        out.append((layers * parts.a2a_layer, links.a2a.inside))
+    if parts.kind is not ContextKind.ALL_TO_ALL:
+        out.append((layers * parts.ring_layer, links.ring.inside))
+    return out
+
+
 def context_busy(layers, parts: SimpleNamespace, links: SimpleNamespace) -> list[tuple]:
     """(busy time per micro-batch, inside) of each part the kind runs, each on its own link."""
     out = []
@@ -340,17 +351,18 @@ def context_time(x, parts: SimpleNamespace, links: SimpleNamespace, share, windo
     waits for Q, K and V: context_parallel.py @ d0067d0, AttnFuncWithCPAndQKVOA2A); α–β with
     8·(c_a − 1) exchanges. The ring part overlaps the attention blocks step by step, forward and
     backward (`window`), and its NCCL kernels slow the attention they hide under
-    (C.overlap_slowdown_s). Both at the CP group's share of its link (`share`)."""
+    (C.overlap_slowdown_s). Each at its part's share of its own link (`share.a2a`,
+    `share.ring`: the same for the plain kinds)."""
     shown = _same if parts.kind is ContextKind.RING else note
     total, exposed = [], []
     if parts.kind is not ContextKind.RING:
         a2a_s = shown("cp_a2a_layer_s", C.collective_time_s(
-            parts.a2a_layer, links.a2a.bw * share, CX.a2a_messages(parts.c_a),
+            parts.a2a_layer, links.a2a.bw * share.a2a, CX.a2a_messages(parts.c_a),
             _ops.select(links.a2a.inside, x.fast_lat, x.net_lat)))
         total.append(a2a_s)
         exposed.append(a2a_s)
     if parts.kind is not ContextKind.ALL_TO_ALL:
-        ring_s = C.ring_time_s(parts.ring_layer, links.ring.bw * share, x.cp / parts.c_a,
+        ring_s = C.ring_time_s(parts.ring_layer, links.ring.bw * share.ring, x.cp / parts.c_a,
                                links.ring.k, 3, x.fast_lat, x.net_lat)
         if parts.kind is ContextKind.HIERARCHICAL:
             ring_s = note("cp_ring_layer_s", ring_s)
@@ -650,13 +662,27 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     tp_mb_bytes = layers * (fwd_passes + 1) * tp_layer
     cp_mb_bytes = layers * cp_layer
     pp_mb_bytes = C.pp_step_bytes(p, 1, v_hops, boundary)
-    tp_share = note("tp_share", C.link_share(
-        tp_mb_bytes, C.same_link(tp_inside, cp_inside) * cp_mb_bytes, 1 - _ops.le(t, 1)))
-    cp_share = note("cp_share", C.link_share(
-        cp_mb_bytes, C.same_link(cp_inside, tp_inside) * tp_mb_bytes
-        + C.same_link(cp_inside, pp_inside) * pp_mb_bytes, 1 - _ops.le(cp, 1)))
-    pp_share = note("pp_share", C.link_share(
-        pp_mb_bytes, C.same_link(pp_inside, cp_inside) * cp_mb_bytes, 1 - _ops.le(p, 1)))
+    # cp-kind: CP's traffic by part, each on its own link (one part for the ring or Ulysses,
+    # the all-to-all and the ring for the hierarchical kind)
+    cp_parts_bytes = context_part_bytes(layers, cp_parts, cp_links)
+
+    def cp_beside(inside):  # CP's bytes per micro-batch on the link a group crosses
+        return sum(C.same_link(inside, i) * v for v, i in cp_parts_bytes)
+
+    def cp_part_share(part_bytes, inside):  # a part that moves nothing (c_a = 1 or cp) gets 1
+        return C.link_share(part_bytes, C.same_link(inside, tp_inside) * tp_mb_bytes
+                            + C.same_link(inside, pp_inside) * pp_mb_bytes,
+                            (1 - _ops.le(cp, 1)) * (1 - _ops.le(part_bytes, 0)))
+
+    tp_share = note("tp_share", C.link_share(tp_mb_bytes, cp_beside(tp_inside),
+                                             1 - _ops.le(t, 1)))
+    shares = [cp_part_share(*part) for part in cp_parts_bytes]
+    cp_shares = SimpleNamespace(a2a=shares[0], ring=shares[-1])
+    # the share shown: the part that moves more (the only one for the ring or Ulysses)
+    cp_share = note("cp_share", shares[0] if len(shares) == 1 else _ops.select(
+        _ops.le(cp_parts_bytes[0][0], cp_parts_bytes[1][0]), shares[1], shares[0]))
+    pp_share = note("pp_share", C.link_share(pp_mb_bytes, cp_beside(pp_inside),
+                                             1 - _ops.le(p, 1)))
     # each link's busy time per micro-batch from TP, CP and PP, at their own bandwidths
     cp_busy = context_busy(layers, cp_parts, cp_links)  # cp-kind: each part on its link
     busy = [tp_mb_bytes / g.tp.bw, *(b_ for b_, _ in cp_busy), pp_mb_bytes / g.pp.bw]
@@ -664,8 +690,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     nvlink_busy_mb = sum(i * b for i, b in zip(inside, busy))
     network_busy_mb = sum((1 - i) * b for i, b in zip(inside, busy))
     # what runs beside the data-parallel collectives on their link, per micro-batch
-    dp_concurrent = (C.same_link(dp_inside, pp_inside) * pp_mb_bytes
-                     + C.same_link(dp_inside, cp_inside) * cp_mb_bytes)
+    dp_concurrent = C.same_link(dp_inside, pp_inside) * pp_mb_bytes + cp_beside(dp_inside)
     if c.sequence_parallel:  # two all-gather + reduce-scatter pairs per direction
         tp_dir_s = C.ring_time_s(tp_layer, g.tp.bw * tp_share, t, g.tp.k, 4, x.fast_lat,
                                  x.net_lat)
@@ -687,7 +712,8 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # cp-kind: the all-to-all part exposed, the ring part under the attention products, forward
     # and backward (context_time)
     cp_window = (1 + att_bwd) * att_s
-    cp_layer_s, cp_layer_exposed = context_time(x, cp_parts, cp_links, cp_share, cp_window, note)
+    cp_layer_s, cp_layer_exposed = context_time(x, cp_parts, cp_links, cp_shares, cp_window,
+                                                note)
 
     # ---- moe: expert-parallel all-to-all, per MoE layer and micro-batch: dispatch and combine
     # forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens
