@@ -120,6 +120,10 @@ def formula_text(expr) -> str:
 
     if not isinstance(expr, sympy.Basic):
         return f"{expr:g}" if isinstance(expr, float) else str(expr)
+    # whole-number floats the profile's numbers leave (an oversubscription of 1.0, 4.0 replicas)
+    # print as integers, and a factor of 1 drops out
+    expr = expr.xreplace({f: sympy.Integer(int(f)) for f in expr.atoms(sympy.Float)
+                          if float(f).is_integer()})
     text = sympy.sstr(sympy.factor_terms(expr))
     return (text.replace("**2", "²").replace("**3", "³").replace("*", "·")
             .replace("Min", "min").replace("Max", "max").replace("ceiling", "ceil"))
