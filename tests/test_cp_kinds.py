@@ -44,7 +44,9 @@ def cp_bytes(c: PlanConfig, model=LLAMA70) -> float:
 
 def test_volumes_by_kind_llama_70b_32k_t8_c4():
     # Llama 3.1 70B, s = 32,768, b = 1, t = 8, c = 4, 16-bit; per layer and micro-batch, forward
-    # and backward; cp_bytes = L·m·layer = 80·1·layer (pp = 1).
+    # and backward; cp_bytes = L·m·layer = 80·1·layer (pp = 1). The volumes only: at t = 8 the
+    # all-to-all kinds break the heads rule (t·c_a must divide the 8 KV heads), which explain and
+    # search enforce (test_heads_rule_64_heads_8_kv_heads); plan_costs prices what it is given.
     # one K/V chunk: 2 B · 2 (K, V) · 8,192 tokens · 8/8 KV heads · 128 = 4 MiB
     # one rank's Q, K, V and output: 2 B · 8,192 · 128 · (2·64 + 2·8)/8 = 2·8,192·128·18 B = 36 MiB
     # ring: 3·(c − 1) chunks = 9 · 4 MiB = 36 MiB
