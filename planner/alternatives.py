@@ -143,6 +143,11 @@ def _context_kinds(framework, cols, fits, plan_at, fastest, band) -> list[Altern
                 + "; ".join(f"{r} does (--framework {r})" for r in runners) + ".")))
             continue
         uses = kind_of[kind] & (cp > 1)
+        if not (cp > 1).any():
+            out.append(Alternative(option=option, verdict="not searched", why=(
+                "no layout with context parallelism (cp > 1) is in the search (--cp fixes "
+                "cp).")))
+            continue
         if not uses.any():
             out.append(Alternative(option=option, verdict="not searched", why=(
                 f"--cp-kind leaves it out, or no layout with cp > 1 meets its rules (the heads "
