@@ -338,18 +338,10 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             keep = runs[z][mask]
             if not keep.any():
                 continue
-            size = int(keep.sum())
             out = {k: v[keep] for k, v in out.items()}
-            for k in layout_keys:
-                cols[k].append(sub[k][keep])
-            cols["zero"].append(np.full(size, int(z)))
-            cols["recompute"].append(np.full(size, list(Recompute).index(r)))
-            cols["sp"].append(np.full(size, sp))
-            cols["schedule"].append(np.full(size, list(Schedule).index(sched)))
-            for k, v in offload_columns(fixed, size).items():  # offload
-                cols[k].append(v)
-            for k in KEPT_COSTS:
-                costs.setdefault(k, []).append(out[k])
+            layout = {k: sub[k][keep] for k in layout_keys}
+            _append_rows(cols, costs, layout, (z, r, sp, sched),
+                         offload_columns(fixed, int(keep.sum())), out)
             if auto:  # offload: the least offload that fits what does not fit without it
                 pending.append((z, r, sp, sched, {k: v[keep] for k, v in sub.items()}, out,
                                 replace(group_choices, zero_stage=z),
@@ -367,21 +359,30 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         out = {k: v[worth] for k, v in out.items()}
         for extra, extra_costs in offload_variants(model, hw, framework, base, chosen, out,
                                                    choices, layout_extra, budget):
-            n = len(extra["tp"])
-            for k in layout_keys:
-                cols[k].append(extra[k])
-            cols["zero"].append(np.full(n, int(z)))
-            cols["recompute"].append(np.full(n, list(Recompute).index(r)))
-            cols["sp"].append(np.full(n, sp))
-            cols["schedule"].append(np.full(n, list(Schedule).index(sched)))
-            for k in OFFLOAD_COLUMNS:
-                cols[k].append(extra[k])
-            for k in KEPT_COSTS:
-                costs[k].append(extra_costs[k])
+            _append_rows(cols, costs, {k: extra[k] for k in layout_keys}, (z, r, sp, sched),
+                         {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs)
     if not cols["tp"]:
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
             {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: dict,
+                 row_costs: dict) -> None:
+    """Add rows that share one choice group (ZeRO stage, recompute, sp, schedule) to the search's
+    columns and costs: their layout columns, the group's choices, their offload columns."""
+    z, r, sp, sched = choice
+    n = len(next(iter(layout.values())))
+    for k, v in layout.items():
+        cols[k].append(v)
+    cols["zero"].append(np.full(n, int(z)))
+    cols["recompute"].append(np.full(n, list(Recompute).index(r)))
+    cols["sp"].append(np.full(n, sp))
+    cols["schedule"].append(np.full(n, list(Schedule).index(sched)))
+    for k, v in offload.items():
+        cols[k].append(v)
+    for k in KEPT_COSTS:
+        costs.setdefault(k, []).append(row_costs[k])
 
 
 def _offload_worth_trying(hw: HardwareProfile, costs: dict, budget: float) -> float:
