@@ -219,45 +219,37 @@ def _order_zbv(pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
     f = [0, 0]
     b = [0, 0]
 
-    def add(kind, chunk, i):
-        order.append((kind, i, chunk))
+    def forward(chunk):  # the chunk's next forward
+        order.append(("F", f[chunk], chunk))
+        f[chunk] += 1
+
+    def backward(chunk, weight=True):  # the chunk's next backward, with its W unless deferred
+        order.append(("B", b[chunk], chunk))
+        if weight:
+            order.append(("W", b[chunk], chunk))
+        b[chunk] += 1
 
     for _ in range(2 * (pp - rank) - 1):
-        add("F", 0, f[0])
-        f[0] += 1
+        forward(0)
     for _ in range(rank):
-        add("F", 1, f[1])
-        f[1] += 1
-        add("F", 0, f[0])
-        f[0] += 1
+        forward(1)
+        forward(0)
     for _ in range(pp - rank):
-        add("F", 1, f[1])
-        f[1] += 1
-        add("B", 1, b[1])
-        add("W", 1, b[1])
-        b[1] += 1
+        forward(1)
+        backward(1)
     while f[1] < f[0] or f[0] < n:
         if f[0] < n:
-            add("F", 0, f[0])
-            f[0] += 1
-        add("B", 0, b[0])
-        add("W", 0, b[0])
-        b[0] += 1
-        add("F", 1, f[1])
-        f[1] += 1
-        add("B", 1, b[1])
-        add("W", 1, b[1])
-        b[1] += 1
+            forward(0)
+        backward(0)
+        forward(1)
+        backward(1)
     w = list(b)
     for _ in range(rank):
-        add("B", 0, b[0])
-        b[0] += 1
-        add("B", 1, b[1])
-        b[1] += 1
+        backward(0, weight=False)
+        backward(1, weight=False)
     for _ in range(pp - rank):
-        add("B", 0, b[0])
-        b[0] += 1
-        add("W", 0, w[0])
+        backward(0, weight=False)
+        order.append(("W", w[0], 0))
         w[0] += 1
     order += [("W", i, 1) for i in range(w[1], b[1])]
     order += [("W", i, 0) for i in range(w[0], b[0])]

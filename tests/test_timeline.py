@@ -327,6 +327,17 @@ def test_split_schedules_p4_m8_equal_times(schedule, bubble):
     assert PL.bubble_time_s(4, schedule, 1.0, 1.0, 1.0) == bubble
 
 
+def _matches_closed_form(schedule, p, m, f, b, w):
+    """Simulate the split schedule at F, B, W and assert its makespan and bubble equal the closed
+    forms (planner.formulas.pipeline); the timeline, for further checks."""
+    t = simulate(schedule, p, m, fwd_s=f, bwd_s=b + w, wgrad_s=w)
+    idle = PL.bubble_time_s(p, schedule, f, b, w)
+    assert t.makespan_s == pytest.approx(m * (f + b + w) + idle, rel=1e-9)
+    assert t.bubble_fraction == pytest.approx(PL.bubble_fraction(p, m, 1, schedule, f, b, w),
+                                              abs=1e-9)
+    return t
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     p=st.integers(1, 8),
@@ -341,11 +352,7 @@ def test_property_zero_bubble_handcrafted_match_formulas(p, extra, schedule, w, 
     # ZB-H1 and ZB-H2 equal their closed forms exactly wherever W ≤ F and W ≤ B
     f, b = w * f_over_w, w * b_over_w
     m = _min_micro(schedule, p) + extra
-    t = simulate(schedule, p, m, fwd_s=f, bwd_s=b + w, wgrad_s=w)
-    idle = PL.bubble_time_s(p, schedule, f, b, w)
-    assert t.makespan_s == pytest.approx(m * (f + b + w) + idle, rel=1e-9)
-    assert t.bubble_fraction == pytest.approx(PL.bubble_fraction(p, m, 1, schedule, f, b, w),
-                                              abs=1e-9)
+    t = _matches_closed_form(schedule, p, m, f, b, w)
     assert t.makespan_s == pytest.approx(
         PL.pipeline_slots(p, m, 1, schedule, f, b, w) * (f + b + w), rel=1e-9)
     peaks = peak_in_flight(t)
@@ -382,11 +389,7 @@ def test_property_v_and_dualpipe_match_formulas(p, extra, schedule, w, f_over_w,
     if schedule is Schedule.ZBV:
         b = max(b, f)
     m = _min_micro(schedule, p) + extra
-    t = simulate(schedule, p, m, fwd_s=f, bwd_s=b + w, wgrad_s=w)
-    idle = PL.bubble_time_s(p, schedule, f, b, w)
-    assert t.makespan_s == pytest.approx(m * (f + b + w) + idle, rel=1e-9)
-    assert t.bubble_fraction == pytest.approx(PL.bubble_fraction(p, m, 1, schedule, f, b, w),
-                                              abs=1e-9)
+    _matches_closed_form(schedule, p, m, f, b, w)
 
 
 @settings(max_examples=80, deadline=None)
