@@ -84,8 +84,13 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
     framework = FRAMEWORKS[req.framework]
     step = costs["step_s"]
 
+    plans: dict[int, Plan] = {}  # the same candidate is often the reference of several options
+
     def plan_at(i: int) -> Plan:
-        return estimate(model, hw, config_at(model, req, cols, int(i)))
+        i = int(i)
+        if i not in plans:
+            plans[i] = estimate(model, hw, config_at(model, req, cols, i))
+        return plans[i]
 
     def fastest(mask: np.ndarray, pool: np.ndarray = fits) -> int | None:
         idx = pool[mask[pool]]

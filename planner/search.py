@@ -314,6 +314,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
     budget = hw.capacity_bytes if budget is None else budget
     pending = []  # offload: the groups whose unfit candidates offload may make fit
+    fastest_fit = np.inf  # offload: the fastest step that fits without offload
     for r, sp, sched, zeros in _choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
@@ -343,6 +344,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             _append_rows(cols, costs, layout, (z, r, sp, sched),
                          offload_columns(fixed, int(keep.sum())), out)
             if auto:  # offload: the least offload that fits what does not fit without it
+                fits = out["total_bytes"] <= budget
+                if fits.any():
+                    fastest_fit = min(fastest_fit, float(out["step_s"][fits].min()))
                 pending.append((z, r, sp, sched, {k: v[keep] for k, v in sub.items()}, out,
                                 replace(group_choices, zero_stage=z),
                                 dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
@@ -350,7 +354,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                      **constraints.choices(z, sched, req.precision))))
     # offload only adds time to a candidate, so one already slower than the fastest plan that
     # fits without it, beyond the model's uncertainty, can neither win nor tie with offload
-    slowest = _offload_worth_trying(hw, costs, budget)
+    slowest = _offload_worth_trying(hw, fastest_fit)
     for z, r, sp, sched, chosen, out, choices, layout_extra in pending:
         worth = out["step_s"] <= slowest
         if not worth.any():
@@ -385,18 +389,12 @@ def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: 
         costs.setdefault(k, []).append(row_costs[k])
 
 
-def _offload_worth_trying(hw: HardwareProfile, costs: dict, budget: float) -> float:
+def _offload_worth_trying(hw: HardwareProfile, fastest_fit_s: float) -> float:
     """offload: the slowest step a candidate may have for offload to be tried on it: the fastest
     step that fits without offload, plus the model's uncertainty (no bound when nothing fits)."""
     from .validation import model_uncertainty
 
-    if not costs:
-        return np.inf
-    step, total = np.concatenate(costs["step_s"]), np.concatenate(costs["total_bytes"])
-    fit = total <= budget
-    if not fit.any():
-        return np.inf
-    return float(step[fit].min()) * (1 + model_uncertainty(hw)[0]) * (1 + 1e-9)
+    return fastest_fit_s * (1 + model_uncertainty(hw)[0]) * (1 + 1e-9)
 
 
 OFFLOAD_COLUMNS = ("off_opt", "off_params", "off_act")
