@@ -1,5 +1,5 @@
 """Context-parallel kinds (planner.formulas.context): hand cases, identities between the kinds,
-and agreement with the ring the cost model uses (planner.formulas.comm.cp_layer_bytes)."""
+and the ring at c_a = 1 as Megatron's ring attention moves it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from planner.formulas import comm as C
 from planner.formulas import context as X
 from planner.formulas.choices import ContextKind
 
@@ -38,7 +37,9 @@ def test_ring_is_the_cost_models_ring():
     s, b, k, d, t, c, act = sp.symbols("s b k d_h t c act", positive=True)
     a = sp.Symbol("a", positive=True)
     ring = X.ring_layer_bytes(s, b, k, d, t, c, 1, act)
-    assert sp.simplify(ring - C.cp_layer_bytes(s, b, k, d, t, c, act)) == 0
+    # each rank passes its K and V chunk, act·2·b·(s/c)·k·d_h/t, c − 1 times forward and, with
+    # their gradients, twice as much backward: 3·(c − 1) chunks
+    assert sp.simplify(ring - 3 * (c - 1) * act * 2 * b * s / c * k * d / t) == 0
     assert X.a2a_layer_bytes(s, b, a, k, d, t, c, 1, act) == 0
 
 

@@ -217,14 +217,6 @@ def pp_step_bytes(pp, n_micro, vpp, boundary_bytes):
     return 2 * n_micro * (vpp * pp - 1) / pp * boundary_bytes
 
 
-def cp_layer_bytes(seq_len, mbs, n_kv_heads, head_dim, tp, cp, act_bytes=2):
-    """Context parallelism (ring attention): per layer per micro-batch, each rank passes its K and
-    V chunk, act·2·b·(s/c)·k·d_h/t bytes, around the ring c − 1 times in the forward pass, and in
-    the backward pass K, V and their gradients (twice as much): 3·(c − 1) · that chunk."""
-    kv_chunk = act_bytes * 2 * mbs * seq_len / cp * n_kv_heads * head_dim / tp
-    return 3 * (cp - 1) * kv_chunk
-
-
 def collective_time_s(volume_bytes, bandwidth_bytes_per_s, n_steps, latency_s):
     """α–β cost: volume / bandwidth + steps · latency, with bandwidth the achievable NCCL bus
     bandwidth of the link the group crosses."""

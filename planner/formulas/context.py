@@ -25,7 +25,7 @@ from .choices import ContextKind
 
 def kv_chunk_bytes(seq_len, mbs, n_kv_heads, head_dim, tp, cp, act_bytes=2):
     """One rank's K and V for its s/c tokens and k/t KV heads: act·2·b·(s/c)·k·d_h/t. The ring
-    of planner.formulas.comm.cp_layer_bytes passes 3·(c − 1) of these per layer."""
+    (ring_layer_bytes) passes 3·(c − 1) of these per layer."""
     return act_bytes * 2 * mbs * seq_len / cp * n_kv_heads * head_dim / tp
 
 
