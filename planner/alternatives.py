@@ -132,11 +132,11 @@ def _context_kinds(framework, cols, fits, plan_at, fastest, band) -> list[Altern
     """Each context-parallel kind other than the framework's default, from the search's cp_a2a
     column (c_a = 1 the ring, cp the all-to-all, between them hierarchical), among cp > 1: its
     fastest plan that fits against the same layout with the framework's own kind."""
+    from .formulas.context import kind_of_group
     from .frameworks.base import CP_KIND_FLAGS
 
-    cp, c_a = cols["cp"], cols.get("cp_a2a", np.ones_like(cols["cp"]))
-    kind_of = {ContextKind.RING: c_a == 1, ContextKind.ALL_TO_ALL: c_a == cp,
-               ContextKind.HIERARCHICAL: (c_a > 1) & (c_a < cp)}
+    cp = cols["cp"]
+    kind_of = kind_of_group(cp, cols.get("cp_a2a", np.ones_like(cp)))
     out = []
     for kind, option in CONTEXT_OPTIONS:
         if kind is framework.cp_kinds[0]:
