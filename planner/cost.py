@@ -320,24 +320,14 @@ def context_links(x, parts: SimpleNamespace, g: SimpleNamespace, t, cp, p,
                            ring=_p2p_group(x, cp / parts.c_a, stride * parts.c_a, g.domain))
 
 
-def context_part_bytes(layers, parts: SimpleNamespace, links: SimpleNamespace) -> list[tuple]:
-    """(bytes per micro-batch, inside) of each part the kind runs: the all-to-all's, then the
-    ring's, each where its own group's ranks sit."""
+def context_part_traffic(layers, parts: SimpleNamespace, links: SimpleNamespace) -> list[tuple]:
+    """(bytes per micro-batch, link group) of each part the kind runs: the all-to-all's, then the
+    ring's, each on the link where its own group's ranks sit."""
     out = []
     if parts.kind is not ContextKind.RING:
-        out.append((layers * parts.a2a_layer, links.a2a.inside))
+        out.append((layers * parts.a2a_layer, links.a2a))
     if parts.kind is not ContextKind.ALL_TO_ALL:
-        out.append((layers * parts.ring_layer, links.ring.inside))
-    return out
-
-
-def context_busy(layers, parts: SimpleNamespace, links: SimpleNamespace) -> list[tuple]:
-    """(busy time per micro-batch, inside) of each part the kind runs, each on its own link."""
-    out = []
-    if parts.kind is not ContextKind.RING:
-        out.append((layers * parts.a2a_layer / links.a2a.bw, links.a2a.inside))
-    if parts.kind is not ContextKind.ALL_TO_ALL:
-        out.append((layers * parts.ring_layer / links.ring.bw, links.ring.inside))
+        out.append((layers * parts.ring_layer, links.ring))
     return out
 
 
@@ -664,10 +654,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     pp_mb_bytes = C.pp_step_bytes(p, 1, v_hops, boundary)
     # cp-kind: CP's traffic by part, each on its own link (one part for the ring or Ulysses,
     # the all-to-all and the ring for the hierarchical kind)
-    cp_parts_bytes = context_part_bytes(layers, cp_parts, cp_links)
+    cp_traffic = context_part_traffic(layers, cp_parts, cp_links)
 
     def cp_beside(inside):  # CP's bytes per micro-batch on the link a group crosses
-        return sum(C.same_link(inside, i) * v for v, i in cp_parts_bytes)
+        return sum(C.same_link(inside, link.inside) * v for v, link in cp_traffic)
 
     def cp_part_share(part_bytes, inside):  # a part that moves nothing (c_a = 1 or cp) gets 1
         return C.link_share(part_bytes, C.same_link(inside, tp_inside) * tp_mb_bytes
@@ -676,17 +666,18 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
 
     tp_share = note("tp_share", C.link_share(tp_mb_bytes, cp_beside(tp_inside),
                                              1 - _ops.le(t, 1)))
-    shares = [cp_part_share(*part) for part in cp_parts_bytes]
+    shares = [cp_part_share(v, link.inside) for v, link in cp_traffic]
     cp_shares = SimpleNamespace(a2a=shares[0], ring=shares[-1])
     # the share shown: the part that moves more (the only one for the ring or Ulysses)
     cp_share = note("cp_share", shares[0] if len(shares) == 1 else _ops.select(
-        _ops.le(cp_parts_bytes[0][0], cp_parts_bytes[1][0]), shares[1], shares[0]))
+        _ops.le(cp_traffic[0][0], cp_traffic[1][0]), shares[1], shares[0]))
     pp_share = note("pp_share", C.link_share(pp_mb_bytes, cp_beside(pp_inside),
                                              1 - _ops.le(p, 1)))
     # each link's busy time per micro-batch from TP, CP and PP, at their own bandwidths
-    cp_busy = context_busy(layers, cp_parts, cp_links)  # cp-kind: each part on its link
-    busy = [tp_mb_bytes / g.tp.bw, *(b_ for b_, _ in cp_busy), pp_mb_bytes / g.pp.bw]
-    inside = [tp_inside, *(i_ for _, i_ in cp_busy), pp_inside]
+    # cp-kind: each part on its own link
+    busy = [tp_mb_bytes / g.tp.bw, *(v / link.bw for v, link in cp_traffic),
+            pp_mb_bytes / g.pp.bw]
+    inside = [tp_inside, *(link.inside for _, link in cp_traffic), pp_inside]
     nvlink_busy_mb = sum(i * b for i, b in zip(inside, busy))
     network_busy_mb = sum((1 - i) * b for i, b in zip(inside, busy))
     # what runs beside the data-parallel collectives on their link, per micro-batch
