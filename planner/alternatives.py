@@ -132,7 +132,7 @@ def _context_kinds(framework, cols, fits, plan_at, fastest, band) -> list[Altern
     """Each context-parallel kind other than the framework's default, from the search's cp_a2a
     column (c_a = 1 the ring, cp the all-to-all, between them hierarchical), among cp > 1: its
     fastest plan that fits against the same layout with the framework's own kind."""
-    from .formulas.context import kind_of_group
+    from .frameworks import kind_of_group
     from .frameworks.base import CP_KIND_FLAGS
 
     cp = cols["cp"]

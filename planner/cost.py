@@ -650,7 +650,6 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     tp_inside, cp_inside, dp_inside, pp_inside = g.tp.inside, g.cp.inside, g.dp.inside, g.pp.inside
     # traffic of one micro-batch, for the groups that share a link in the same window
     tp_mb_bytes = layers * (fwd_passes + 1) * tp_layer
-    cp_mb_bytes = layers * cp_layer
     pp_mb_bytes = C.pp_step_bytes(p, 1, v_hops, boundary)
     # cp-kind: CP's traffic by part, each on its own link (one part for the ring or Ulysses,
     # the all-to-all and the ring for the hierarchical kind)

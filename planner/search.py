@@ -26,9 +26,8 @@ from .cost import (
 )
 from .errors import NoFeasiblePlan, PlanError
 from .estimate import estimate
-from .formulas import context as CX
 from .formulas.choices import ContextKind, Precision, Recompute, Schedule, ZeroStage
-from .frameworks import FRAMEWORKS
+from .frameworks import FRAMEWORKS, kind_of_group
 from .request import DEFAULT_MBS, PlanRequest, moe_settings
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec, PlanConfig
@@ -513,7 +512,7 @@ def cp_kind_at(req: PlanRequest, cp: int, c_a: int) -> dict:
     """cp-kind: the PlanConfig fields of a candidate's all-to-all group c_a: the kind it makes
     (1 ring, cp all-to-all, between them hierarchical over c_a), None where that is the
     framework's default (so a default plan's configuration is as it was)."""
-    kind = next(k for k, is_kind in CX.kind_of_group(cp, c_a).items() if is_kind)
+    kind = next(k for k, is_kind in kind_of_group(cp, c_a).items() if is_kind)
     default = FRAMEWORKS[req.framework].cp_kinds[0]
     return dict(cp_kind=None if cp == 1 or kind is default else kind,
                 cp_a2a=c_a if kind is ContextKind.HIERARCHICAL else None)

@@ -39,14 +39,6 @@ def a2a_group(kind: ContextKind, cp, cp_a2a=1):
     return cp_a2a
 
 
-def kind_of_group(cp, cp_a2a):
-    """The inverse of a2a_group, on ints or arrays: {kind: 1 where an all-to-all group of c_a
-    ranks makes that kind} — the ring at c_a = 1, the all-to-all at c_a = c, hierarchical
-    between (the search's c_a column holds all three)."""
-    return {ContextKind.RING: cp_a2a == 1, ContextKind.ALL_TO_ALL: cp_a2a == cp,
-            ContextKind.HIERARCHICAL: (cp_a2a > 1) & (cp_a2a < cp)}
-
-
 def a2a_layer_bytes(seq_len, mbs, n_heads, n_kv_heads, head_dim, tp, cp, cp_a2a, act_bytes=2):
     """The all-to-all part: 2·(c_a − 1)/c_a · act·b·(s/c)·d_h·(2a + 2k)/t.
 

@@ -7,6 +7,7 @@ writes it (nemo is Megatron-Core's, written as a Megatron-Bridge override)."""
 from __future__ import annotations
 
 from ..errors import PlanError
+from ..formulas.choices import ContextKind
 from .base import Framework
 from .deepspeed import FRAMEWORK as DEEPSPEED
 from .megatron import FRAMEWORK as MEGATRON
@@ -63,6 +64,14 @@ def a2a_ranks(config) -> int:
     from ..formulas.context import a2a_group
 
     return a2a_group(context_kind(config), config.cp, config.cp_a2a or 1)
+
+
+def kind_of_group(cp, cp_a2a):
+    """cp-kind: the inverse of formulas.context.a2a_group, on ints or arrays: {kind: 1 where an
+    all-to-all group of c_a ranks makes that kind} — the ring at c_a = 1, the all-to-all at
+    c_a = c, hierarchical between (the search's c_a column holds all three)."""
+    return {ContextKind.RING: cp_a2a == 1, ContextKind.ALL_TO_ALL: cp_a2a == cp,
+            ContextKind.HIERARCHICAL: (cp_a2a > 1) & (cp_a2a < cp)}
 
 
 __all__ = ["Framework", "FRAMEWORKS", "FORMATS", "NAMES", "DEFAULT", "get", "of_format"]
