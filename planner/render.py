@@ -183,7 +183,7 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
     spare = m.capacity_bytes - m.total_bytes
     if m.fits:
         lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
-                          f"({m.total_bytes / m.capacity_bytes:.0%}), {gib(spare)} GiB to spare "
+                          f"({share_of_capacity(m)}), {gib(spare)} GiB to spare "
                           f"on the most loaded ({m.stage}) pipeline stage.", style="green"))
     else:
         lines.append(Text(f"DOES NOT FIT: {gib(m.total_bytes)} GiB per GPU needed of "
