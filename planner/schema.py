@@ -242,12 +242,6 @@ class ModelSpec(_Strict):
                                   self.shared_expert_ffn)
 
     @property
-    def n_expert_params(self) -> int:
-        """Routed experts' parameters over the whole model (what expert parallelism shards)."""
-        return self.n_moe_layers * self.n_experts * P.expert_params(
-            self.hidden, self.expert_ffn, self.n_mlp_matrices, int(self.bias))
-
-    @property
     def n_active_params(self) -> float:
         """Parameters one token meets: dense layers whole, MoE layers with top-k routed experts
         (plus the shared ones and the router); embedding and LM head both counted."""
