@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from planner.alternatives import step_differences
 from planner.catalog import load_hardware, load_model
 from planner.cli import app
-from planner.render import share_of_capacity
-from planner.request import PlanRequest
+from planner.outputs.render import share_of_capacity
 from planner.results import Memory
-from planner.search import _why, search
+from planner.search.alternatives import step_differences
+from planner.search.core import _why, search
+from planner.search.request import PlanRequest
 
 H100 = load_hardware("h100-nvlink")
 runner = CliRunner()

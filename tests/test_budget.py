@@ -7,8 +7,8 @@ import sympy as sp
 
 from planner.catalog import load_hardware, load_model
 from planner.errors import PlanError
-from planner.estimate import estimate, with_budget
 from planner.formulas import budget as B
+from planner.model.estimate import estimate, with_budget
 from planner.schema import PlanConfig
 
 # Llama 3 405B (Dubey et al. 2024 §3.3.4): 466 interruptions in a 54-day snapshot

@@ -21,11 +21,11 @@ from planner.calibrate import (
     profile_with,
 )
 from planner.catalog import hardware_presets, load_hardware
-from planner.cost import Choices, numbers, plan_costs
 from planner.errors import PlanError
 from planner.formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.validation import case_config, case_model, measured_step_s, published_cases
 from planner.schema import HardwareProfile
-from planner.validation import case_config, case_model, measured_step_s, published_cases
 
 DATA = Path(__file__).parent / "data" / "calibrate"
 

@@ -14,13 +14,13 @@ import sympy as sp
 
 from planner.calibrate import profile_with
 from planner.catalog import load_hardware, load_model
-from planner.cost import Choices, numbers, plan_costs
-from planner.estimate import estimate
 from planner.formulas import comm as C
 from planner.formulas.choices import Recompute, Schedule, ZeroStage
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.estimate import estimate
+from planner.model.validation import validate
 from planner.placement import MEGATRON_RANK_ORDER, group_stride
 from planner.schema import PlanConfig
-from planner.validation import validate
 
 GB = 1e9
 
@@ -277,7 +277,7 @@ def test_h100_weak_scaling_error_does_not_trend():
     # NVIDIA DGX Cloud recipes (tests/data/h100_dgxc.json): each BF16 weak-scaling series (one
     # model, one layout, 8 → 2,304 GPUs), tokens/s error per doubling. Before the link model:
     # GPT-3 175B −0.001, 405B +0.010, 70B +0.002, 8B −0.007; after: +0.001, +0.009, +0.002, +0.004;
-    # with the recipes' own settings (planner.validation.H100_RECIPE: no recompute, 16-bit
+    # with the recipes' own settings (planner.model.validation.H100_RECIPE: no recompute, 16-bit
     # gradients): +0.002, +0.0102, +0.003, +0.004. Bound 0.011 per doubling (was 0.010, which the
     # 405B series, three runs over two doublings, now passes by 2 %): at most a 5.5-point drift
     # over a series' 5–8 doublings.

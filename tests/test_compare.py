@@ -13,9 +13,9 @@ from planner.catalog import load_hardware, load_model
 from planner.cli import app
 from planner.compare import CompareResult, chart_image, compare, per_profile
 from planner.errors import PlanError
-from planner.render import render_compare
-from planner.request import PlanRequest
-from planner.search import search
+from planner.outputs.render import render_compare
+from planner.search.core import search
+from planner.search.request import PlanRequest
 
 runner = CliRunner()
 MODEL = "8b"

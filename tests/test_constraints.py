@@ -1,4 +1,4 @@
-"""planner.constraints: one set of rules, on ints (estimate, explain) and on arrays (search)."""
+"""planner.model.constraints: one set of rules, on ints (estimate, explain) and on arrays (search)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from planner import constraints
 from planner.catalog import load_model
-from planner.constraints import MOE_RULES, RULES, SCHEDULE_RULES, admissible, broken
+from planner.model import constraints
+from planner.model.constraints import MOE_RULES, RULES, SCHEDULE_RULES, admissible, broken
 
 LLAMA70 = load_model("llama-3.1-70b")  # 80 layers, 64 heads, 8 KV heads, ffn 28672
 

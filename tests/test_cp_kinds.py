@@ -15,14 +15,14 @@ from typer.testing import CliRunner
 
 from planner.catalog import load_hardware, load_model
 from planner.cli import app
-from planner.cost import Choices, context_parts, numbers, plan_costs
 from planner.errors import PlanError
-from planner.estimate import estimate
 from planner.formulas.choices import ContextKind
 from planner.frameworks import FRAMEWORKS, a2a_ranks
-from planner.request import PlanRequest
+from planner.model.cost import Choices, context_parts, numbers, plan_costs
+from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search import config_at, evaluate_space, search
+from planner.search.core import config_at, evaluate_space, search
+from planner.search.request import PlanRequest
 
 MiB = 2**20
 RING, A2A, HIER = ContextKind.RING, ContextKind.ALL_TO_ALL, ContextKind.HIERARCHICAL

@@ -1,4 +1,4 @@
-"""planner.emit: every framework's output parses, and parsing it back gives the plan's degrees;
+"""planner.frameworks.emit: every framework's output parses, and parsing it back gives the plan's degrees;
 what a framework cannot express raises PlanError naming the framework and the reason."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import tomllib
 import pytest
 
 from planner.catalog import load_model
-from planner.emit import FRAMEWORKS, EmitResult, emit
 from planner.errors import PlanError
+from planner.frameworks.emit import FRAMEWORKS, EmitResult, emit
 from planner.schema import PlanConfig
 
 # --------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The checks are plain functions of the formula module they exercise (`check_*(module)`), so that
 test_mutation.py can run the very same checks against mutated copies of those modules and show
 that each mutant is caught. The `test_*` functions run them on the real modules, and add the
-plan-level cases that go through `planner.cost.plan_costs`.
+plan-level cases that go through `planner.model.cost.plan_costs`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from types import SimpleNamespace
 import pytest
 import sympy as sp
 
-from planner import cost
 from planner.catalog import load_hardware, load_model
-from planner.cost import Choices, numbers, plan_costs
 from planner.formulas import activations, comm, flops, memory, params, pipeline
 from planner.formulas.choices import MLP_MATRICES, Attention, MlpKind, Recompute, Schedule, ZeroStage
+from planner.model import cost
+from planner.model.cost import Choices, numbers, plan_costs
 from planner.schema import PlanConfig
 
 CASES = Path(__file__).parent / "cases"

@@ -22,7 +22,6 @@ import sympy as sp
 
 import planner.formulas
 from planner.catalog import load_hardware, load_model
-from planner.cost import Choices, hardware_numbers, model_numbers, numbers, plan_costs
 from planner.formulas import memory, params, pipeline
 from planner.formulas.choices import (
     MLP_MATRICES,
@@ -33,6 +32,7 @@ from planner.formulas.choices import (
     Schedule,
     ZeroStage,
 )
+from planner.model.cost import Choices, hardware_numbers, model_numbers, numbers, plan_costs
 from planner.schema import PlanConfig
 
 

@@ -8,17 +8,17 @@ from typer.testing import CliRunner
 
 from planner.catalog import load_hardware, load_model
 from planner.cli import app
-from planner.cost import Choices, numbers, plan_costs
-from planner.emit import emit
 from planner.errors import PlanError
-from planner.estimate import estimate
 from planner.formulas import memory as M
 from planner.formulas import params as P
 from planner.formulas.choices import ZeroStage
 from planner.frameworks import FRAMEWORKS, get
-from planner.request import PlanRequest
+from planner.frameworks.emit import emit
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search import search
+from planner.search.core import search
+from planner.search.request import PlanRequest
 
 H100 = load_hardware("h100-nvlink")
 GIB = 2**30

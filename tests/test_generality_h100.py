@@ -3,7 +3,7 @@
 efficiency comes from a pure-GEMM micro-benchmark scaled by the A100's in-layer ratio (see the
 profile). The READMEs leave recompute, ZeRO, SP and the gradient dtype unstated; they are read in
 the recipes' model configs (planner/reference/published_h100.json and
-planner.validation.H100_RECIPE say which: ZeRO-1, no recompute, 16-bit gradients).
+planner.model.validation.H100_RECIPE say which: ZeRO-1, no recompute, 16-bit gradients).
 
 Tolerance: when this test was written the 19 BF16 runs came out −9.3 … +0.9 % (median |error| 3.4 %),
 the 5 FP8 runs (GPT-3 175B) −2.4 … +8.9 %; with the link model of issue 12 (NICs per group, shared
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from planner.catalog import load_hardware, load_model
-from planner.estimate import estimate
-from planner.validation import h100_run_config
+from planner.model.estimate import estimate
+from planner.model.validation import h100_run_config
 
 DATA = json.loads((Path(__file__).parents[1] / "planner" / "reference" /
                    "published_h100.json").read_text())

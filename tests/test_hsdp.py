@@ -15,18 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner import constraints
 from planner.catalog import load_hardware, load_model
-from planner.cost import Choices, group_links, numbers, plan_costs
-from planner.emit import emit
 from planner.errors import PlanError
-from planner.estimate import estimate
 from planner.formulas import comm as C
 from planner.formulas.choices import Attention, Recompute, Schedule, ZeroStage
 from planner.frameworks import FRAMEWORKS
-from planner.request import PlanRequest
+from planner.frameworks.emit import emit
+from planner.model import constraints
+from planner.model.cost import Choices, group_links, numbers, plan_costs
+from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search import dp_shard_candidates, search
+from planner.search.core import dp_shard_candidates, search
+from planner.search.request import PlanRequest
 
 GIB = 2**30
 MODEL = load_model("70b")

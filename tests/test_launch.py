@@ -4,9 +4,9 @@ import pytest
 
 from planner import api
 from planner.catalog import load_hardware, load_model
-from planner.estimate import estimate, with_budget
 from planner.formulas import budget as B
 from planner.formulas.pipeline import bubble_fraction
+from planner.model.estimate import estimate, with_budget
 from planner.schema import PlanConfig
 
 
@@ -84,8 +84,8 @@ def test_split_schedule_picture_matches_the_step(schedule):
                         sequence_parallel=False, schedule=schedule)
     # a property of the cost model and the simulation, whichever framework runs the schedule
     # (Megatron runs none of these; torchtitan the V shapes): costed without the framework rules
-    from planner.cost import Choices, numbers, plan_costs
-    from planner.estimate import plan_from_costs
+    from planner.model.cost import Choices, numbers, plan_costs
+    from planner.model.estimate import plan_from_costs
 
     plan = plan_from_costs(model, hw, config,
                            plan_costs(numbers(model, hw, config), Choices.of(config)))

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from planner.catalog import load_hardware, load_model
-from planner.estimate import estimate
+from planner.model.estimate import estimate
+from planner.model.validation import h100_run_config, published_h100_runs
 from planner.schema import PlanConfig
-from planner.validation import h100_run_config, published_h100_runs
 
 DATA = Path(__file__).parent / "data"
 ROWS = json.loads((DATA / "measured_memory.json").read_text())["rows"]

@@ -7,10 +7,10 @@ from typer.testing import CliRunner
 
 from planner.catalog import load_hardware, load_model
 from planner.cli import app
-from planner.cost import Choices, numbers, plan_costs
-from planner.emit import emit
 from planner.formulas import comm as C
 from planner.formulas import timing as T
+from planner.frameworks.emit import emit
+from planner.model.cost import Choices, numbers, plan_costs
 from planner.schema import PlanConfig
 
 

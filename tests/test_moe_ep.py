@@ -13,15 +13,15 @@ from typer.testing import CliRunner
 
 from planner.catalog import load_hardware, load_model
 from planner.cli import app
-from planner.constraints import MOE_RULES, admissible, broken
-from planner.cost import Choices, numbers, plan_costs
-from planner.emit import emit
 from planner.errors import PlanError
-from planner.estimate import estimate
 from planner.formulas import moe as MO
-from planner.request import PlanRequest
+from planner.frameworks.emit import emit
+from planner.model.constraints import MOE_RULES, admissible, broken
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search import config_at, evaluate_space
+from planner.search.core import config_at, evaluate_space
+from planner.search.request import PlanRequest
 
 H100 = load_hardware("h100-nvlink")
 
@@ -249,7 +249,7 @@ def test_mixtral_throughput_near_megatron_core_published():
     length 4,096, in model TFLOPS per GPU (active experts, the convention of Megatron's
     throughput log). Tolerance 15 %: the layout, batch and kernels behind the figure are
     unknown, and the default load factor 1.25 is Switch Transformer's, not Mixtral's."""
-    from planner.search import search
+    from planner.search.core import search
 
     best = search(load_model("mixtral-8x7b"), H100, PlanRequest(gpus=64), top=1).plans[0]
     tflops = best.time.mfu * H100.peak_tflops.bf16

@@ -17,14 +17,14 @@ from typer.testing import CliRunner
 
 from planner.catalog import hardware_presets, load_hardware, load_model
 from planner.cli import app
-from planner.cost import Choices, numbers, plan_costs
-from planner.emit import emit
 from planner.errors import NoFeasiblePlan, PlanError
-from planner.estimate import estimate
 from planner.formulas import offload as OF
-from planner.request import PlanRequest
+from planner.frameworks.emit import emit
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search import search
+from planner.search.core import search
+from planner.search.request import PlanRequest
 
 PROFILES = Path(__file__).resolve().parent.parent / "hardware_profiles"
 GB = 1e9
@@ -124,7 +124,7 @@ def test_activation_offload_hand(llama70b, h100):
 
 
 def _explain(model, hw, config):
-    from planner.explain import explain
+    from planner.model.explain import explain
 
     return explain(model, hw, config)
 

@@ -17,8 +17,8 @@ import sympy as sp
 
 from planner.calibrate import profile_with
 from planner.catalog import load_hardware, load_model
-from planner.cost import Choices, numbers, plan_costs
 from planner.formulas.timing import KERNELS_PER_LAYER_FORWARD, exposed_time_s, kernel_overhead_s
+from planner.model.cost import Choices, numbers, plan_costs
 from planner.schema import PlanConfig
 
 MODEL = load_model("llama-3.1-8b")

@@ -1,7 +1,7 @@
 """Properties of the cost model over random valid plans (hypothesis).
 
 Plans are drawn for a few presets on the A100 profile and are valid by construction: the
-strategy builds what planner.estimate.check_config accepts (and filters on it as well).
+strategy builds what planner.model.estimate.check_config accepts (and filters on it as well).
 
 What holds, precisely (each is a test below; the exceptions were found by search and are pinned
 by examples so that they are documented, not assumed):
@@ -34,11 +34,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner import constraints
 from planner.catalog import load_hardware, load_model
-from planner.cost import Choices, numbers, plan_costs
 from planner.formulas import activations, memory, params, pipeline
 from planner.formulas.choices import Attention, Recompute, Schedule, ZeroStage
+from planner.model import constraints
+from planner.model.cost import Choices, numbers, plan_costs
 from planner.schema import PlanConfig
 
 HW = load_hardware("a100-nvlink")
@@ -49,7 +49,7 @@ REL = 1e-12
 
 
 def valid(model, config) -> bool:
-    """The layout obeys the rules every framework shares (planner.constraints). These properties
+    """The layout obeys the rules every framework shares (planner.model.constraints). These properties
     are of the cost model's formulas, so they are checked on every such layout, also those the
     plan's framework would not run (GPipe, ZeRO-3 with pipeline parallelism under Megatron)."""
     return constraints.broken(model, constraints.of(config)) is None

@@ -1,14 +1,14 @@
 """The published A100 runs reproduced by the time model (issue: step time, throughput and MFU).
 
 Tolerance: the issue's targets — median |error| of step time ≤ 10 %, none worse than 25 % —
-because the sources leave micro-batch size and virtual stages unstated (planner.validation says
+because the sources leave micro-batch size and virtual stages unstated (planner.model.validation says
 what is assumed) and the runs' own measurement noise is a few per cent. Nothing here is fitted to
 these runs: the A100 GEMM efficiency comes from the per-layer benchmark (Table 4)."""
 
 import pytest
 
 from planner.catalog import load_hardware
-from planner.validation import calibrate_layer_gemm, published_cases, validate
+from planner.model.validation import calibrate_layer_gemm, published_cases, validate
 
 
 @pytest.fixture(scope="module")

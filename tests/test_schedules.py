@@ -144,8 +144,8 @@ def test_splitting_never_loses_to_1f1b(pp, w, f_over_w, b_over_w):
 
 def _plan(schedule, pp=4, n_micro=16):
     from planner.catalog import load_hardware, load_model
-    from planner.cost import Choices, numbers, plan_costs
     from planner.formulas.choices import Attention, Recompute, ZeroStage
+    from planner.model.cost import Choices, numbers, plan_costs
     from planner.schema import PlanConfig
 
     model, hw = load_model("llama-3.1-70b"), load_hardware("h100-nvlink")
@@ -189,9 +189,9 @@ def test_cost_model_uses_the_schedule_bubble():
 def test_emit_refuses_split_schedules_it_cannot_write(framework):
     # launch settings that silently ran 1F1B would not be the plan: one clear line instead
     from planner.catalog import load_model
-    from planner.emit import emit
     from planner.errors import PlanError
     from planner.formulas.choices import ZeroStage
+    from planner.frameworks.emit import emit
     from planner.schema import PlanConfig
 
     config = PlanConfig(dp=8, tp=1, pp=4, vpp=1, mbs=1, n_micro=8, gbs=64, seq_len=8192,
@@ -210,8 +210,8 @@ def test_torchtitan_writes_its_v_schedules_with_two_stages_per_rank(schedule, na
     import tomllib
 
     from planner.catalog import load_model
-    from planner.emit import emit
     from planner.formulas.choices import ZeroStage
+    from planner.frameworks.emit import emit
     from planner.schema import PlanConfig
 
     config = PlanConfig(dp=8, tp=1, pp=4, vpp=1, mbs=1, n_micro=8, gbs=64, seq_len=8192,
@@ -233,7 +233,7 @@ def test_pipeline_hops():
 
 
 def test_simulated_routes_make_the_hops():
-    from planner.timeline import _route
+    from planner.outputs.timeline import _route
 
     for schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE, Schedule.ZB_H1):
         for micro in (0, 7):
@@ -243,7 +243,7 @@ def test_simulated_routes_make_the_hops():
 
 
 def test_ends_on_first_gpu_follows_the_simulated_routes():
-    from planner.timeline import _route
+    from planner.outputs.timeline import _route
 
     for schedule in Schedule:
         if schedule is Schedule.INTERLEAVED:  # its last chunk is on GPU p − 1

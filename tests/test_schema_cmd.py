@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.output_schema import COMMANDS
+from planner.outputs.schema import COMMANDS
 
 runner = CliRunner()
 RUNS = Path(__file__).parent / "data" / "calibrate" / "runs.csv"

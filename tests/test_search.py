@@ -5,9 +5,9 @@ import pytest
 
 from planner.catalog import load_hardware, load_model
 from planner.errors import NoFeasiblePlan, PlanError
-from planner.estimate import estimate
-from planner.request import PlanRequest
-from planner.search import config_at, evaluate_space, gpu_counts, search
+from planner.model.estimate import estimate
+from planner.search.core import config_at, evaluate_space, gpu_counts, search
+from planner.search.request import PlanRequest
 
 
 @pytest.mark.parametrize("model, gpus, hw", [("70b", 512, "h100-nvlink"),
@@ -43,7 +43,7 @@ def test_every_candidate_respects_the_constraints():
 
 def test_ranked_by_step_time_and_all_fit():
     r = search(load_model("70b"), load_hardware("h100-nvlink"), PlanRequest(gpus=512), top=10)
-    # in tie groups (planner.ranking): each group's fastest in step order, a group within the
+    # in tie groups (planner.search.ranking): each group's fastest in step order, a group within the
     # band of its fastest
     steps = [p.time.step_s for p in r.plans]
     groups: dict[str, list[float]] = {}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from planner.errors import PlanError
 from planner.formulas import pipeline as PL
 from planner.formulas.choices import Schedule
-from planner.timeline import (
+from planner.outputs.timeline import (
     IDLE_CHAR,
     Block,
     peak_in_flight,
@@ -284,7 +284,7 @@ SPLIT = [Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZBV, Schedule.DUALPIPE, Schedu
 
 
 def _min_micro(schedule, p):
-    """The smallest n_micro planner.constraints admits for the schedule."""
+    """The smallest n_micro planner.model.constraints admits for the schedule."""
     return {Schedule.ZB_H1: p, Schedule.ZB_H2: 2 * p - 1}.get(schedule, 2 * p)
 
 

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 
 from planner.catalog import load_hardware, load_model
 from planner.cli import app
-from planner.ranking import distinct_layouts, tie_order
-from planner.request import PlanRequest
-from planner.search import search
-from planner.timeline import simulate, to_svg, to_text_cells
-from planner.validation import MODEL_UNCERTAINTY, validate
+from planner.model.validation import MODEL_UNCERTAINTY, validate
+from planner.outputs.timeline import simulate, to_svg, to_text_cells
+from planner.search.core import search
+from planner.search.ranking import distinct_layouts, tie_order
+from planner.search.request import PlanRequest
 
 ROOT = Path(__file__).parents[1]
 runner = CliRunner()
@@ -290,7 +290,7 @@ def test_timeline_out_says_what_it_wrote(tmp_path):
 PROBE = """
 import sys
 from planner.catalog import load_hardware, load_model
-from planner.explain import explain
+from planner.model.explain import explain
 from planner.schema import PlanConfig
 c = PlanConfig(dp=16, tp=8, pp=4, mbs=1, n_micro=64, gbs=1024, seq_len=8192)
 plan = explain(load_model("70b"), load_hardware("h100-nvlink"), c)

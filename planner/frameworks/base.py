@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..constraints import Rule
 from ..errors import PlanError
 from ..formulas.choices import ContextKind, Precision, Schedule, ZeroStage
 from ..formulas.pipeline import SPLIT_BACKWARD
+from ..model.constraints import Rule
 from ..placement import MEGATRON_RANK_ORDER
 from ..schema import ModelSpec, PlanConfig
 
@@ -267,7 +267,7 @@ def check_plan(fw: str, c: PlanConfig, schedules: tuple[Schedule, ...] = ()) -> 
 def offload_refusal(fw: str, c: PlanConfig, m: ModelSpec, rules: tuple[Rule, ...]) -> None:
     """offload: refuse to write settings for a plan whose offload the framework does not run,
     with the reason of the first of `rules` (the framework's offload rules) it breaks."""
-    from ..constraints import of
+    from ..model.constraints import of
 
     layout = of(c)
     for rule in rules:

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .results import Plan
-from .units import GB, GIB, token_text
+from ..results import Plan
+from ..units import GB, GIB, token_text
 
 MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
                 "overhead_bytes")

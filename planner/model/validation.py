@@ -28,10 +28,10 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import PlanError
+from ..errors import PlanError
+from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from .estimate import estimate
-from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
-from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 TARGET_MEDIAN_ERROR = 0.10
 TARGET_MAX_ERROR = 0.25
@@ -241,7 +241,7 @@ def _a100_results(hw: HardwareProfile) -> list[CaseResult]:
 
 
 def _h100_results(hw: HardwareProfile) -> list[CaseResult]:
-    from .catalog import load_model
+    from ..catalog import load_model
 
     results = []
     for run in published_h100_runs():

@@ -9,9 +9,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from .errors import PlanError
-from .formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
-from .schema import HardwareProfile, ModelSpec, PlanConfig
+from ..errors import PlanError
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
 """Default global batch in tokens: 4 Mi tokens (Llama 2 trained at 4M tokens per step; Llama 3
@@ -150,7 +150,7 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     default_schedule = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
     schedule = _one(req.schedule, "schedule", default_schedule)
     sp = _one(req.sp, "sp", tp > 1)
-    from .frameworks import get as framework_named
+    from ..frameworks import get as framework_named
 
     supported = framework_named(req.framework).zero_stages
     zeros = req.zero if req.zero is not None else list(supported)
@@ -167,7 +167,7 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     if req.offload_fixed and len(configs) > 1:
         # offload: with --zero/--recompute auto, the settings the framework offloads under (all,
         # if none: the first then says why)
-        from . import constraints
+        from ..model import constraints
 
         framework = framework_named(req.framework)
         runs = [c for c in configs if framework.broken(model, constraints.of(c)) is None]
@@ -178,7 +178,7 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
 def cp_kind_settings(req: PlanRequest, cp: int) -> dict:
     """cp-kind: explain's cp_kind and cp_a2a: one value each (a --cp-a2a alone implies the
     hierarchical kind); a PlanError in the flags' names when they do not fit cp."""
-    from .schema import cp_kind_problem
+    from ..schema import cp_kind_problem
 
     if req.cp_kind == "auto":
         raise PlanError("--cp-kind auto is for search; explain takes one kind (ring, a2a or "

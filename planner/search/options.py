@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from .errors import PlanError, problem_text
-from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..errors import PlanError, problem_text
+from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .request import (
     MAX_DIM,
     MAX_GBS,
@@ -150,7 +150,7 @@ def cp_kind_list(text: str | None):
     """cp-kind: --cp-kind as kinds (ring, a2a, hierarchical or their other names, comma list),
     "auto" (search: every kind the framework runs), or None when not given (the framework's
     default kind)."""
-    from .schema import context_kind_named
+    from ..schema import context_kind_named
 
     items = _split(text, "cp-kind")
     if items is None:
@@ -173,7 +173,7 @@ def resolve_framework(framework: str | None, emit: str | None, schedule: str | N
     """--framework, or the framework whose settings --emit writes, or the one framework that runs
     the --schedule asked for when the default does not (schedule_framework), or the default
     (megatron); an error when --framework and --emit name different frameworks."""
-    from .frameworks import DEFAULT, get, of_format
+    from ..frameworks import DEFAULT, get, of_format
 
     chosen = get(framework).name if framework is not None else None
     if emit is not None:
@@ -189,7 +189,7 @@ def schedule_framework(schedule: str | None) -> str | None:
     """The framework `--schedule` implies when `--framework` is not given: the one that runs every
     schedule named, when the default framework does not run one of them (torchtitan for zbv and
     dualpipev); None otherwise (the default then says what it runs)."""
-    from .frameworks import DEFAULT, FRAMEWORKS
+    from ..frameworks import DEFAULT, FRAMEWORKS
 
     if not schedule:
         return None

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from .formulas import context as CX
-from .formulas.choices import Precision, Schedule
-from .schema import ModelSpec, PlanConfig
+from ..formulas import context as CX
+from ..formulas.choices import Precision, Schedule
+from ..schema import ModelSpec, PlanConfig
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ HSDP_RULES = (
 def _a2a_ranks(config: PlanConfig) -> int:
     """cp-kind: the plan's all-to-all group c_a (planner.frameworks.a2a_ranks: the framework's
     default kind when the plan names none)."""
-    from .frameworks import a2a_ranks
+    from ..frameworks import a2a_ranks
 
     return a2a_ranks(config)
 

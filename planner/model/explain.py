@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+from ..results import Plan, Term
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from .cost import Choices, numbers, plan_costs
 from .estimate import check_config, plan_from_costs
-from .results import Plan, Term
-from .schema import HardwareProfile, ModelSpec, PlanConfig
 from .terms import TERMS
 
 # The papers' symbols (Narayanan 2021, Korthikanti 2022, Rajbhandari 2020), and the profile's
@@ -174,7 +174,7 @@ def symbolic_terms(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
     """Each noted term's formula as text, and the named sub-terms of the folded ones."""
     import sympy
 
-    from .formulas._ops import resolving
+    from ..formulas._ops import resolving
 
     x = numbers(model, hw, config)
     xs, values = _symbolic_numbers(model, x)
@@ -218,9 +218,9 @@ def formula_cache_dir() -> Path | None:
 def _code_stamp() -> str:
     """plan3d's version and the size and modification time of each of its modules: a formula
     rendered by other code never matches."""
-    from . import __version__
+    from .._version import __version__
 
-    here = Path(__file__).parent
+    here = Path(__file__).resolve().parent.parent  # the planner package
     parts = [__version__]
     for path in sorted(here.rglob("*.py")):
         st = path.stat()

@@ -11,9 +11,9 @@ difference goes into `EmitResult.notes`; where it cannot express the plan at all
 
 from __future__ import annotations
 
-from .frameworks import FORMATS, of_format
-from .frameworks.base import EmitResult, check_plan
-from .schema import ModelSpec, PlanConfig
+from ..schema import ModelSpec, PlanConfig
+from . import FORMATS, of_format
+from .base import EmitResult, check_plan
 
 FRAMEWORKS = tuple(FORMATS)
 """The launch-settings formats `emit` writes, in the order the CLI lists them."""
@@ -27,7 +27,7 @@ def emit(fmt: str, config: PlanConfig, model: ModelSpec) -> EmitResult:
     plan, and when the name is unknown (the message lists the known ones)."""
     key, framework = of_format(fmt)
     check_plan(key, config, framework.schedules)
-    from .frameworks.moe_launch import check_expressible  # which emitters express EP
+    from .moe_launch import check_expressible  # which emitters express EP
 
     check_expressible(key, config, model)
     return framework.emitters[key](config, model)

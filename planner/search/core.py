@@ -14,9 +14,11 @@ from types import SimpleNamespace
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from . import constraints
-from .alternatives import Alternative, alternatives, step_differences
-from .cost import (
+from ..errors import NoFeasiblePlan, PlanError
+from ..formulas.choices import ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..frameworks import FRAMEWORKS, kind_of_group
+from ..model import constraints
+from ..model.cost import (
     Choices,
     dtype_numbers,
     hardware_numbers,
@@ -24,13 +26,11 @@ from .cost import (
     model_numbers,
     zero_costs,
 )
-from .errors import NoFeasiblePlan, PlanError
-from .estimate import estimate
-from .formulas.choices import ContextKind, Precision, Recompute, Schedule, ZeroStage
-from .frameworks import FRAMEWORKS, kind_of_group
+from ..model.estimate import estimate
+from ..results import Plan
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
+from .alternatives import Alternative, alternatives, step_differences
 from .request import DEFAULT_MBS, PlanRequest, moe_settings
-from .results import Plan
-from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 SORT_KEYS = ("time", "memory", "mfu", "gpus")
 MAX_OPEN_VPP = 8
@@ -112,7 +112,7 @@ def cp_kinds_searched(req: PlanRequest) -> list[ContextKind]:
     if req.cp_kind == "auto" or (req.cp_kind is None and not req.cp_a2a):
         return list(runs)
     if req.cp_kind and not set(req.cp_kind) & set(runs):
-        from .frameworks.base import CP_KIND_FLAGS, CP_KIND_REASONS
+        from ..frameworks.base import CP_KIND_FLAGS, CP_KIND_REASONS
 
         raise PlanError(f"{req.framework} runs context parallelism as "
                         f"{', '.join(CP_KIND_FLAGS[k] for k in runs)} only "
@@ -392,7 +392,7 @@ def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: 
 def _offload_worth_trying(hw: HardwareProfile, fastest_fit_s: float) -> float:
     """offload: the slowest step a candidate may have for offload to be tried on it: the fastest
     step that fits without offload, plus the model's uncertainty (no bound when nothing fits)."""
-    from .validation import model_uncertainty
+    from ..model.validation import model_uncertainty
 
     return fastest_fit_s * (1 + model_uncertainty(hw)[0]) * (1 + 1e-9)
 
@@ -437,7 +437,7 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
     offloads only all of them (formulas.offload.min_offload_fraction); the parameters with their
     gradients and optimizer (f = 1); the activations of N = ⌈excess/(A_layer·(1 + φ))⌉ layers
     (the allocator's slack φ goes with them; formulas.offload.activation_offload_saved_bytes)."""
-    from .formulas import offload as OF
+    from ..formulas import offload as OF
 
     excess = out["total_bytes"] - budget
     left = excess > 0
@@ -654,8 +654,8 @@ def _constraints(req: PlanRequest) -> list[str]:
 def _ranked(model, hw, req, cols, costs, fits, top, considered, budget) -> SearchResult:
     """The honest ranking (planner.ranking): one row per layout, ties within the model's
     uncertainty shown as ties and ordered by simplicity and the framework's defaults."""
+    from ..model.validation import model_uncertainty
     from .ranking import distinct_layouts, tie_order
-    from .validation import model_uncertainty
 
     band, source = model_uncertainty(hw)
     step = costs["step_s"]

@@ -37,8 +37,8 @@ import math
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from .errors import PlanError
-from .formulas.choices import Schedule
+from ..errors import PlanError
+from ..formulas.choices import Schedule
 
 __all__ = [
     "Block",

@@ -7,7 +7,7 @@ from functools import cache
 
 from pydantic import TypeAdapter
 
-from .errors import PlanError
+from ..errors import PlanError
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -29,14 +29,14 @@ COMMANDS = tuple(DESCRIPTIONS)
 
 def _output_types() -> dict:
     """Each command's output type, built on first use (they pull in most of the package)."""
-    from .api import ModelListing
-    from .calibrate import CalibrationResult
-    from .compare import CompareResult
-    from .emit import EmitResult
-    from .results import Plan
-    from .schema import HardwareProfile
-    from .search import SearchResult
-    from .validation import ValidationReport
+    from ..api import ModelListing
+    from ..calibrate import CalibrationResult
+    from ..compare import CompareResult
+    from ..frameworks.emit import EmitResult
+    from ..model.validation import ValidationReport
+    from ..results import Plan
+    from ..schema import HardwareProfile
+    from ..search.core import SearchResult
 
     class ExplainOutput(Plan):
         """One plan: its layout, memory, communication, time, warnings and terms."""

@@ -13,22 +13,22 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .formulas import _ops
-from .formulas import activations as A
-from .formulas import comm as C
-from .formulas import context as CX
-from .formulas import flops as F
-from .formulas import memory as M
-from .formulas import moe as MO
-from .formulas import offload as OF
-from .formulas import params as P
-from .formulas import pipeline as PL
-from .formulas import timing as T
-from .formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
-from .frameworks import FRAMEWORKS
-from .frameworks.base import ActivationStyle, Framework, LossKind
-from .placement import MEGATRON_RANK_ORDER, group_stride
-from .schema import HardwareProfile, ModelSpec, PlanConfig
+from ..formulas import _ops
+from ..formulas import activations as A
+from ..formulas import comm as C
+from ..formulas import context as CX
+from ..formulas import flops as F
+from ..formulas import memory as M
+from ..formulas import moe as MO
+from ..formulas import offload as OF
+from ..formulas import params as P
+from ..formulas import pipeline as PL
+from ..formulas import timing as T
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..frameworks import FRAMEWORKS
+from ..frameworks.base import ActivationStyle, Framework, LossKind
+from ..placement import MEGATRON_RANK_ORDER, group_stride
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)

@@ -22,8 +22,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import typer
 from typer.core import TyperGroup
 
-from . import __version__
-from .errors import (
+from .._version import __version__
+from ..errors import (
     EXIT_BUG,
     EXIT_NO_FIT,
     EXIT_OK,
@@ -32,7 +32,7 @@ from .errors import (
     PlanError,
     exit_code,
 )
-from .formulas.budget import DEFAULT_GOODPUT
+from ..formulas.budget import DEFAULT_GOODPUT
 
 __all__ = ["app", "main", "EXIT_OK", "EXIT_NO_FIT", "EXIT_USAGE", "EXIT_BUG"]
 
@@ -78,7 +78,7 @@ def _usage_message(exc) -> str:
     """typer/click's usage errors as one line: the flag, what was expected, what was given."""
     from pydantic import ValidationError
 
-    from .errors import problem_text
+    from ..errors import problem_text
 
     BadParameter = _click_errors()[2]
     try:
@@ -123,7 +123,7 @@ class _Group(TyperGroup):
 
     def _guarded(self, args, prog_name, complete_var, **extra) -> int:
         def error(message: str) -> None:  # rich, numpy and the models load only for an error
-            from .render import error as say
+            from ..outputs.render import error as say
 
             say(message)
 
@@ -280,14 +280,14 @@ def _mfu_convention(value: str) -> str:
 def _batch_note(model: str, req) -> str | None:
     """--tokens-per-step rounds to whole sequences: what it became, for stderr (printed only
     when the command succeeds: a failure is one line on stderr)."""
-    from . import api
+    from .. import api
 
     return api.batch_rounding(model, req)
 
 
 def _framework_note(framework: str | None, emit: str | None, schedule: str | None) -> str | None:
     """When --schedule chose the framework (options.schedule_framework), say so on stderr."""
-    from .options import schedule_framework
+    from ..search.options import schedule_framework
 
     implied = schedule_framework(schedule) if framework is None and emit is None else None
     return (f"--schedule {schedule}: costed for {implied}, the framework plan3d models that runs "
@@ -296,7 +296,7 @@ def _framework_note(framework: str | None, emit: str | None, schedule: str | Non
 
 def _notice(note: str | None) -> None:
     if note:
-        from .render import notice
+        from ..outputs.render import notice
 
         notice(note)
 
@@ -312,8 +312,8 @@ GoodputOpt = Annotated[float | None, typer.Option(
 
 def _extras(plan, model, hw, emit, train_tokens, price, power, goodput=None):
     """--train-tokens and --emit on one plan: (plan with budget, launch settings or None)."""
-    from . import api
-    from .options import MAX_POWER_W, MAX_PRICE, positive_number, token_count
+    from .. import api
+    from ..search.options import MAX_POWER_W, MAX_PRICE, positive_number, token_count
 
     price = positive_number(price, "gpu-hour-price", MAX_PRICE, allow_zero=True)
     power = positive_number(power, "gpu-power-w", MAX_POWER_W, unit=" W")
@@ -328,7 +328,7 @@ EMIT_SEARCH_DEPTH = 300  # how far down the ranking --emit looks for a plan a fr
 def _first_expressible(model: str, plans, framework: str):
     """--emit on search: the best plan the framework can express, saying which and why the
     better ones could not be."""
-    from . import api
+    from .. import api
 
     refusals = []
     for i, plan in enumerate(plans, 1):
@@ -351,8 +351,8 @@ def _first_expressible(model: str, plans, framework: str):
 
 def _deadline_sort(model, req, train_tokens, deadline_days, goodput, sort, target_step_s):
     """search --deadline-days: --sort gpus with the step time that trains the tokens in time."""
-    from . import api
-    from .options import token_count
+    from .. import api
+    from ..search.options import token_count
 
     if target_step_s is not None or sort not in ("time", "gpus"):
         raise PlanError("--deadline-days sizes the cluster itself (as --sort gpus with a step "
@@ -368,7 +368,7 @@ def _launch_json(launch):
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    from .render import error
+    from ..outputs.render import error
 
     error(str(exc))
     return typer.Exit(exit_code(exc))
@@ -377,7 +377,7 @@ def _fail(exc: Exception) -> typer.Exit:
 def _checked_json(data) -> dict:
     """The output, refused (exit 2) if any number in it is NaN or infinite: the inputs were out of
     the range where the model's numbers mean anything."""
-    from .render import non_finite
+    from ..outputs.render import non_finite
 
     where = non_finite(data)
     if where:
@@ -430,7 +430,7 @@ def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
              auto_default=False, framework=None, emit=None, **moe):
     from pydantic import ValidationError
 
-    from .options import parse_request, resolve_framework
+    from ..search.options import parse_request, resolve_framework
 
     try:
         return parse_request(
@@ -441,7 +441,7 @@ def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
             framework=resolve_framework(framework, emit, schedule),
             **moe)  # moe: ep, etp, moe_imbalance, moe_capacity_factor, moe_a2a_overlap
     except ValidationError as err:
-        from .options import validation_message
+        from ..search.options import validation_message
 
         raise PlanError(validation_message(err)) from None
 
@@ -495,7 +495,7 @@ def explain(
     offload_activations: OffloadActivationsOpt = None,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
-    from . import api
+    from .. import api
 
     try:
         if timeline_out is not None and not timeline_out.lower().endswith(".svg"):
@@ -504,8 +504,8 @@ def explain(
         convention = _mfu_convention(mfu_convention)
         sections = _sections(section)
         if zero is None:  # the framework's own default: ZeRO-1 for Megatron, FSDP for torchtitan
-            from .frameworks import FRAMEWORKS
-            from .options import resolve_framework
+            from ..frameworks import FRAMEWORKS
+            from ..search.options import resolve_framework
 
             zero = str(FRAMEWORKS[resolve_framework(framework, emit, schedule)]
                        .defaults["zero"])
@@ -538,14 +538,14 @@ def explain(
                                 "schedule's pattern is the same)")
             picture = api.plan_timeline(model, hw, plan)
         if timeline_out is not None:
-            from .render import config_line
-            from .timeline import to_svg
+            from ..outputs.render import config_line
+            from ..outputs.timeline import to_svg
 
             svg = to_svg(picture, title=f"{plan.model.name}: {config_line(plan)}")
         constants = None if json_ or brief else api.explain_constants(model, hw, plan)
     except PlanError as exc:
         raise _fail(exc) from None
-    from . import render
+    from ..outputs import render
 
     fits = plan.memory.fits
     if fits and not json_:  # with --json, stderr stays empty on success (gbs is in the JSON)
@@ -611,7 +611,8 @@ def search(
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
-    from . import api, render
+    from .. import api
+    from ..outputs import render
 
     try:
         convention = _mfu_convention(mfu_convention)
@@ -671,7 +672,8 @@ def search(
 @app.command()
 def models(json_: JsonOpt = False) -> None:
     """List the built-in model presets and size aliases."""
-    from . import api, render
+    from .. import api
+    from ..outputs import render
 
     listing = api.list_models()
     if json_:
@@ -683,7 +685,8 @@ def models(json_: JsonOpt = False) -> None:
 @app.command()
 def hardware(json_: JsonOpt = False) -> None:
     """List the built-in hardware profiles."""
-    from . import api, render
+    from .. import api
+    from ..outputs import render
 
     listing = api.list_hardware()
     if json_:
@@ -697,10 +700,10 @@ def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False,
              framework: FrameworkOpt = None) -> None:
     """The published runs measured on the profile's GPU (A100, H100) through the model:
     predicted vs measured step time."""
-    from . import render
-    from .catalog import load_hardware
-    from .options import resolve_framework
-    from .validation import validate as run
+    from ..catalog import load_hardware
+    from ..model.validation import validate as run
+    from ..outputs import render
+    from ..search.options import resolve_framework
 
     try:
         report = run(load_hardware(hw), framework=resolve_framework(framework, None))
@@ -730,13 +733,13 @@ def calibrate(
     """Fit a profile's efficiency factors to your cluster's measured step times."""
     from pathlib import Path
 
-    from . import calibrate as cal
-    from . import render
-    from .catalog import load_hardware
+    from .. import calibrate as cal
+    from ..catalog import load_hardware
+    from ..outputs import render
 
     try:
         profile = load_hardware(hw)
-        from .options import resolve_framework
+        from ..search.options import resolve_framework
 
         runs = cal.load_measurements(Path(measurements), profile,
                                      framework=resolve_framework(framework, None))
@@ -796,9 +799,10 @@ def compare(
 ) -> None:
     """The same job on several profiles and GPU counts: the best plan of each, with days,
     GPU-hours, cost and energy; the cheapest and the fastest first."""
-    from . import api, render
-    from .options import int_list, token_count
-    from .request import MAX_GPUS
+    from .. import api
+    from ..outputs import render
+    from ..search.options import int_list, token_count
+    from ..search.request import MAX_GPUS
 
     try:
         fmt = None
@@ -816,7 +820,7 @@ def compare(
                                      price, gpu_power_w, goodput, deadline_days, headroom)
         data = _checked_json(result.model_dump(mode="json"))
         if chart is not None:
-            from .compare import chart_image
+            from ..compare import chart_image
 
             _write_file(chart, chart_image(result, fmt))
     except PlanError as exc:
@@ -843,8 +847,8 @@ def schema(
              "them, keyed by command.")] = None,
 ) -> None:
     """Print the JSON Schema of a command's --json output (the stable interface for scripts)."""
-    from . import render
-    from .output_schema import all_schemas, output_schema
+    from ..outputs import render
+    from ..outputs.schema import all_schemas, output_schema
 
     try:
         data = output_schema(command.strip().lower()) if command is not None else all_schemas()

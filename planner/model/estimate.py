@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from ..errors import PlanError
+from ..results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from . import constraints
 from .cost import Choices, numbers, plan_costs
-from .errors import PlanError
-from .results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
-from .schema import HardwareProfile, ModelSpec, PlanConfig
 
 BUBBLE_WARN = 0.25  # a bubble above a quarter of the step is worth a look
 BUBBLE_PITFALL = 0.5  # the study card's pitfall: the bubble eats half the step
@@ -17,7 +17,7 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
     """The divisibility and support rules every framework enforces (planner.constraints), what the
     plan's framework runs (planner.frameworks), and the profile's support of the precision; one
     clear error for the first broken."""
-    from .frameworks import get as framework_named
+    from ..frameworks import get as framework_named
 
     c = config
     layout = constraints.of(c)
@@ -42,7 +42,7 @@ def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
             message=f"tp={c.tp} spans more than one {hw.gpus_per_domain}-GPU NVLink domain: its "
                     "per-layer all-reduces cross the network; keep TP inside the node"))
     elif c.tp * c.cp > hw.gpus_per_domain and c.cp > 1:
-        from .frameworks import a2a_ranks
+        from ..frameworks import a2a_ranks
 
         c_a = a2a_ranks(c)  # the all-to-all group: 1 for the ring, cp for Ulysses
         what = ("the context-parallel ring crosses" if c_a == 1 else
@@ -166,7 +166,7 @@ def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
 
 def check_goodput(goodput: float) -> float:
     """A goodput, refused unless in (0, 1] (NaN too)."""
-    from .formulas.budget import DEFAULT_GOODPUT
+    from ..formulas.budget import DEFAULT_GOODPUT
 
     if not 0 < goodput <= 1:
         raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
@@ -178,8 +178,8 @@ def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | 
                 gpu_power_w: float | None = None, goodput: float = 1.0) -> Plan:
     """The plan with what training on train_tokens costs (days, GPU-hours, money, energy), over
     the wall-clock time when only a share `goodput` of it trains (formulas.budget)."""
-    from .formulas import budget as B
-    from .results import Budget
+    from ..formulas import budget as B
+    from ..results import Budget
 
     if train_tokens is None:
         return plan

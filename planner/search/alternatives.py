@@ -16,10 +16,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .errors import PlanError
-from .formulas.choices import ContextKind, Schedule
-from .frameworks import FRAMEWORKS
-from .results import Plan, Time
+from ..errors import PlanError
+from ..formulas.choices import ContextKind, Schedule
+from ..frameworks import FRAMEWORKS
+from ..results import Plan, Time
 
 Verdict = Literal["wins", "ties", "loses", "not run", "not searched", "none fits"]
 
@@ -78,8 +78,8 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
     the search ranks; `band` is the model's relative step-time uncertainty, within which two
     plans tie; `budget` the bytes a plan must fit in (offloaded candidates that fit but are not
     ranked, under `--offload fit`, are weighed here)."""
-    from .estimate import estimate
-    from .search import config_at
+    from ..model.estimate import estimate
+    from .core import config_at
 
     framework = FRAMEWORKS[req.framework]
     step = costs["step_s"]
@@ -132,8 +132,8 @@ def _context_kinds(framework, cols, fits, plan_at, fastest, band) -> list[Altern
     """Each context-parallel kind other than the framework's default, from the search's cp_a2a
     column (c_a = 1 the ring, cp the all-to-all, between them hierarchical), among cp > 1: its
     fastest plan that fits against the same layout with the framework's own kind."""
-    from .frameworks import kind_of_group
-    from .frameworks.base import CP_KIND_FLAGS
+    from ..frameworks import kind_of_group
+    from ..frameworks.base import CP_KIND_FLAGS
 
     cp = cols["cp"]
     kind_of = kind_of_group(cp, cols.get("cp_a2a", np.ones_like(cp)))
@@ -253,8 +253,8 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
     """HSDP: read off the search when --dp-shard put it in the space; otherwise tried, with up to
     PROBED_SHARDS of the shard groups `--dp-shard auto` would try, on the PROBED_LAYOUTS fastest
     fitting layouts."""
-    from .estimate import check_config, estimate
-    from .search import config_at, dp_shard_candidates
+    from ..model.estimate import check_config, estimate
+    from .core import config_at, dp_shard_candidates
 
     option = "hybrid sharding (HSDP)"
     if "dp_shard" in cols:
