@@ -21,7 +21,7 @@ import json
 
 from ..errors import PlanError
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
-from ..model.constraints import Rule
+from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from .base import (
     ActivationStyle,

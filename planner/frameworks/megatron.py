@@ -26,7 +26,7 @@ from __future__ import annotations
 from ..errors import PlanError
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..formulas.memory import ZERO_SHARDS
-from ..model.constraints import Rule
+from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from .base import (
     ActivationStyle,

@@ -26,7 +26,7 @@ import math
 
 from ..errors import PlanError
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
-from ..model.constraints import Rule
+from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from ..tomltext import toml_tables
 from .base import (

@@ -15,46 +15,21 @@ module, planner/frameworks/, as rules of the same form.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ..formulas import context as CX
-from ..formulas.choices import Precision, Schedule
+from ..formulas.choices import Schedule
+from ..frameworks import a2a_ranks
+from ..rules import Rule, choices, layout
 from ..schema import ModelSpec, PlanConfig
 
-
-@dataclass(frozen=True)
-class Rule:
-    """One rule: what it says (the search lists it), when it holds, and what to tell a user whose
-    plan breaks it."""
-
-    text: str
-    holds: Callable  # (model, layout) -> bool, or a bool array over the layouts
-    message: Callable  # (model, layout) -> str, for one layout that breaks it
+__all__ = ["Rule", "RULES", "admissible", "broken", "choices", "of", "one_layout", "removed_by"]
 
 
 def of(config: PlanConfig) -> SimpleNamespace:
-    """A PlanConfig as the integers the rules read."""
-    return SimpleNamespace(
-        dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
-        n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
-        interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
-        schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
-        dp_shard=config.dp_shard or config.dp,  # hybrid sharding
-        cp_a2a=_a2a_ranks(config),  # cp-kind: the all-to-all group c_a (1 for the ring)
-        # offload: fraction of the optimizer, parameters (0/1), activation layers; recompute none
-        off_opt=config.offload_optimizer, off_params=int(config.offload_params),
-        off_act=config.offload_activations,
-        recompute_none=int(config.recompute.value == "none"),
-        **choices(config.zero_stage, config.schedule, config.precision))
-
-
-def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
-    """The discrete choices the framework rules read, as numbers: zero (the ZeRO stage), gpipe,
-    fp16 and fp8 (1 when the plan uses them)."""
-    return dict(zero=int(zero_stage), gpipe=int(schedule is Schedule.GPIPE),
-                fp16=int(precision is Precision.FP16), fp8=int(precision is Precision.FP8))
+    """A PlanConfig as the integers the rules read, its all-to-all group c_a from the plan's
+    context-parallel kind (its framework's default when it names none)."""
+    return layout(config, a2a_ranks(config))
 
 
 def _runs(layout, schedule: Schedule) -> bool:
@@ -176,14 +151,6 @@ HSDP_RULES = (
                        "expert states shard over the expert data-parallel group); leave "
                        "--dp-shard out")),
 )
-
-
-def _a2a_ranks(config: PlanConfig) -> int:
-    """cp-kind: the plan's all-to-all group c_a (planner.frameworks.a2a_ranks: the framework's
-    default kind when the plan names none)."""
-    from ..frameworks import a2a_ranks
-
-    return a2a_ranks(config)
 
 
 def _cp_a2a(layout):
