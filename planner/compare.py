@@ -18,8 +18,9 @@ from .formulas.budget import DEFAULT_GOODPUT
 from .model.estimate import check_goodput, with_budget
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec
-from .search.core import gpu_counts, search
+from .search.core import search
 from .search.request import PlanRequest
+from .search.space import gpu_counts
 from .units import token_text
 
 MAX_CELLS = 256  # profiles × GPU counts: each cell is a whole search

@@ -21,8 +21,10 @@ from planner.frameworks import FRAMEWORKS, a2a_ranks
 from planner.model.cost import Choices, context_parts, numbers, plan_costs
 from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search.core import config_at, evaluate_space, search
+from planner.search.core import search
+from planner.search.evaluate import evaluate_space
 from planner.search.request import PlanRequest
+from planner.search.space import config_at
 
 MiB = 2**20
 RING, A2A, HIER = ContextKind.RING, ContextKind.ALL_TO_ALL, ContextKind.HIERARCHICAL

@@ -25,8 +25,9 @@ from planner.model import constraints
 from planner.model.cost import Choices, group_links, numbers, plan_costs
 from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search.core import dp_shard_candidates, search
+from planner.search.core import search
 from planner.search.request import PlanRequest
+from planner.search.space import dp_shard_candidates
 
 GIB = 2**30
 MODEL = load_model("70b")

@@ -20,8 +20,9 @@ from planner.model.constraints import MOE_RULES, admissible, broken
 from planner.model.cost import Choices, numbers, plan_costs
 from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.search.core import config_at, evaluate_space
+from planner.search.evaluate import evaluate_space
 from planner.search.request import PlanRequest
+from planner.search.space import config_at
 
 H100 = load_hardware("h100-nvlink")
 

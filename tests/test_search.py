@@ -6,8 +6,10 @@ import pytest
 from planner.catalog import load_hardware, load_model
 from planner.errors import NoFeasiblePlan, PlanError
 from planner.model.estimate import estimate
-from planner.search.core import config_at, evaluate_space, gpu_counts, search
+from planner.search.core import search
+from planner.search.evaluate import evaluate_space
 from planner.search.request import PlanRequest
+from planner.search.space import config_at, gpu_counts
 
 
 @pytest.mark.parametrize("model, gpus, hw", [("70b", 512, "h100-nvlink"),

@@ -79,7 +79,7 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
     plans tie; `budget` the bytes a plan must fit in (offloaded candidates that fit but are not
     ranked, under `--offload fit`, are weighed here)."""
     from ..model.estimate import estimate
-    from .core import config_at
+    from .space import config_at
 
     framework = FRAMEWORKS[req.framework]
     step = costs["step_s"]
@@ -254,7 +254,7 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
     PROBED_SHARDS of the shard groups `--dp-shard auto` would try, on the PROBED_LAYOUTS fastest
     fitting layouts."""
     from ..model.estimate import check_config, estimate
-    from .core import config_at, dp_shard_candidates
+    from .space import config_at, dp_shard_candidates
 
     option = "hybrid sharding (HSDP)"
     if "dp_shard" in cols:
