@@ -26,7 +26,7 @@ from planner.catalog import load_hardware, load_model
 from planner.model.estimate import estimate
 from planner.model.validation import h100_run_config
 
-DATA = json.loads((Path(__file__).parents[1] / "planner" / "reference" /
+DATA = json.loads((Path(__file__).parents[2] / "planner" / "reference" /
                    "published_h100.json").read_text())
 H100 = load_hardware("h100-nvlink")
 

@@ -233,5 +233,5 @@ def test_the_readme_shows_two_compare_examples():
     # their output is checked with every other README example by tests/test_ux.py
     from pathlib import Path
 
-    text = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     assert text.count("<!-- plan3d-output columns=160: plan3d compare ") == 2

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from planner.cli import app
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 # ---------------------------------------------------------------------------------------------

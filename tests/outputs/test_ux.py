@@ -23,7 +23,7 @@ from planner.search.core import search
 from planner.search.ranking import distinct_layouts, tie_order
 from planner.search.request import PlanRequest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 runner = CliRunner()
 EXPLAIN = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
            "--pp", "4", "--gbs", "1024"]

@@ -26,7 +26,7 @@ from planner.schema import PlanConfig
 from planner.search.core import search
 from planner.search.request import PlanRequest
 
-PROFILES = Path(__file__).resolve().parent.parent / "hardware_profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "hardware_profiles"
 GB = 1e9
 
 

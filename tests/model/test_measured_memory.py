@@ -26,7 +26,7 @@ from planner.model.estimate import estimate
 from planner.model.validation import h100_run_config, published_h100_runs
 from planner.schema import PlanConfig
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 ROWS = json.loads((DATA / "measured_memory.json").read_text())["rows"]
 # the benchmark's GPUs are H100 with 96 GB HBM2e; reserved bytes do not depend on capacity
 H100 = load_hardware("h100-nvlink")

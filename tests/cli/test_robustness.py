@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from planner.cli import app
 
 runner = CliRunner()
-BAD = Path(__file__).parent / "data" / "bad"
-RUNS = Path(__file__).parent / "data" / "calibrate" / "runs.csv"
+BAD = Path(__file__).parents[1] / "data" / "bad"
+RUNS = Path(__file__).parents[1] / "data" / "calibrate" / "runs.csv"
 SEARCH_70B = ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"]
 EXPLAIN_70B = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
                "--pp", "4", "--gbs", "1024"]

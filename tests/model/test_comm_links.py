@@ -292,7 +292,7 @@ def test_h100_weak_scaling_error_does_not_trend():
 
 
 def test_every_profile_has_a_sourced_topology_section():
-    folder = Path(__file__).parent.parent / "hardware_profiles"
+    folder = Path(__file__).parents[2] / "hardware_profiles"
     for path in sorted(folder.glob("*.toml")):
         text = path.read_text()
         assert "[topology]" in text, path.name
@@ -345,7 +345,7 @@ def test_bad_topology_is_one_clear_line(tmp_path, edit, message):
 
     from planner.cli import app
 
-    text = (Path(__file__).parent.parent / "hardware_profiles" / "h100-nvlink.toml").read_text()
+    text = (Path(__file__).parents[2] / "hardware_profiles" / "h100-nvlink.toml").read_text()
     path = tmp_path / "bad.toml"
     path.write_text(text.replace(*edit))
     r = CliRunner().invoke(app, ["explain", "--model", "8b", "--gpus", "16", "--hw", str(path),

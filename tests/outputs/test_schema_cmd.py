@@ -14,7 +14,7 @@ from planner.cli import app
 from planner.outputs.schema import COMMANDS
 
 runner = CliRunner()
-RUNS = Path(__file__).parent / "data" / "calibrate" / "runs.csv"
+RUNS = Path(__file__).parents[1] / "data" / "calibrate" / "runs.csv"
 
 OUTPUTS = {
     "explain": [

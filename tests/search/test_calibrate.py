@@ -27,7 +27,7 @@ from planner.model.cost import Choices, numbers, plan_costs
 from planner.model.validation import case_config, case_model, measured_step_s, published_cases
 from planner.schema import HardwareProfile
 
-DATA = Path(__file__).parent / "data" / "calibrate"
+DATA = Path(__file__).parents[1] / "data" / "calibrate"
 
 TRUTH = {"gemm.bf16": 0.45, "hbm": 0.70, "fast_busbw": 300.0, "net_busbw": 35.0}
 PATHS = {"gemm.bf16": "efficiency.gemm.bf16", "hbm": "efficiency.hbm",

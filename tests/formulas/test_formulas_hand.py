@@ -24,7 +24,7 @@ from planner.model import cost
 from planner.model.cost import Choices, numbers, plan_costs
 from planner.schema import PlanConfig
 
-CASES = Path(__file__).parent / "cases"
+CASES = Path(__file__).parents[1] / "cases"
 
 
 def load_case(name: str) -> dict:

@@ -18,7 +18,7 @@ from planner.formulas import params as P
 from planner.formulas.choices import Attention, Recompute
 from planner.schema import ModelSpec
 
-HF = Path(__file__).parent / "data" / "hf"
+HF = Path(__file__).parents[1] / "data" / "hf"
 
 
 # ---- hand-derived parameter counts ----------------------------------------------------------
