@@ -69,6 +69,29 @@ class Coll(Enum):
     ALL_GATHER = "all-gather"
 
 
+class Gen(Enum):
+    """The GPU generation, which picks the LL protocol's one-node ceiling (llMaxBws)."""
+
+    VOLTA = "volta"
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+
+
+class Cpu(Enum):
+    """The host CPU's vendor, which picks the multi-node LL ceiling and the network overhead."""
+
+    INTEL = "intel"
+    AMD = "amd"
+
+
+class Intra(Enum):
+    """The link between the GPUs of a node: NVLink (through NVSwitch) or PCIe."""
+
+    NVLINK = "nvlink"
+    PCI = "pci"
+
+
 BASE_LATENCY_US = {
     Algo.TREE: (6.8, 14.0, 8.4), Algo.RING: (6.6, 14.0, 8.4),
     Algo.COLLNET_DIRECT: (0, 0, 0), Algo.COLLNET_CHAIN: (0, 0, 0),
@@ -154,26 +177,28 @@ def one_rank_per_node(n_ranks, n_nodes):
 
 # ---- latency (seconds) ---------------------------------------------------------------------
 
-def ring_latency_s(coll: Coll, proto: Proto, n_ranks, n_nodes, cpu="intel", intra="nvlink"):
+def ring_latency_s(coll: Coll, proto: Proto, n_ranks, n_nodes, net_overhead_us=1.0,
+                   intra: Intra = Intra.NVLINK):
     """base + (nsteps − nInter)·intraLat + nInter·interLat, with intraLat raised to the network
-    overhead (1 µs Intel, 2 µs AMD; ×3 for Simple) once the ring leaves the node, and interLat the
-    network's ring latency (the tree's where ppn = 1: every step then crosses the network)."""
+    overhead (NET_OVERHEAD_US: 1 µs Intel, 2 µs AMD; ×3 for Simple) once the ring leaves the
+    node, and interLat the network's ring latency (the tree's where ppn = 1: every step then
+    crosses the network)."""
     p = proto.value
-    overhead = NET_OVERHEAD_US[cpu] * (3 if proto is Proto.SIMPLE else 1)
+    overhead = net_overhead_us * (3 if proto is Proto.SIMPLE else 1)
     multi = 1 - one_node(n_nodes)
-    intra_us = _ops.maximum(HW_LATENCY_US[intra][Algo.RING][p], multi * overhead)
+    intra_us = _ops.maximum(HW_LATENCY_US[intra.value][Algo.RING][p], multi * overhead)
     inter_us = _ops.select(one_rank_per_node(n_ranks, n_nodes), HW_LATENCY_US["net"][Algo.TREE][p],
                            HW_LATENCY_US["net"][Algo.RING][p])
     steps, inter = ring_steps(coll, n_ranks), ring_inter_steps(coll, n_nodes)
     return (BASE_LATENCY_US[Algo.RING][p] + (steps - inter) * intra_us + inter * inter_us) * US
 
 
-def tree_latency_s(proto: Proto, n_ranks, n_nodes, intra="nvlink"):
+def tree_latency_s(proto: Proto, n_ranks, n_nodes, intra: Intra = Intra.NVLINK):
     """All-reduce only: base + 2·((n/k − 1)·intraLat + ⌊log₂k⌋·interLat) — a chain inside each
     node, a double binary tree across the nodes, up then down."""
     p = proto.value
     return (BASE_LATENCY_US[Algo.TREE][p]
-            + 2 * ((n_ranks / n_nodes - 1) * HW_LATENCY_US[intra][Algo.TREE][p]
+            + 2 * ((n_ranks / n_nodes - 1) * HW_LATENCY_US[intra.value][Algo.TREE][p]
                    + floor_log2(n_nodes) * HW_LATENCY_US["net"][Algo.TREE][p])) * US
 
 
@@ -217,11 +242,11 @@ def pat_latency_s(n_ranks, n_nodes):
 
 # ---- bus bandwidth per algorithm and protocol (bytes/s), from the ring/Simple figure W -------
 
-def ll_max_busbw(generation, n_nodes, cpu="intel"):
+def ll_max_busbw(generation: Gen, n_nodes, cpu: Cpu = Cpu.INTEL):
     """llMaxBw: the generation's figure on one node, the CPU vendor's on 2 or more nodes."""
-    two, more = LL_MAX_BUSBW_MULTINODE_GB[cpu]
+    two, more = LL_MAX_BUSBW_MULTINODE_GB[cpu.value]
     multi = _ops.select(_ops.le(n_nodes, 2), two, more)
-    return _ops.select(one_node(n_nodes), LL_MAX_BUSBW_GB[generation], multi) * GB
+    return _ops.select(one_node(n_nodes), LL_MAX_BUSBW_GB[generation.value], multi) * GB
 
 
 def ring_busbw(proto: Proto, busbw, ll_max):
@@ -243,12 +268,15 @@ def tree_busbw(proto: Proto, busbw, ll_max, n_nodes):
 
 
 def tree_correction(proto: Proto, buffer_bytes):
-    """treeCorrectionFactor at i = ⌊log₂(B/64)⌋ for 0 ≤ i < 23, else 1: Σ_i (c_i − 1)·1[band i]."""
-    factor = 1
-    for i, c in enumerate(TREE_CORRECTION[proto.value]):
-        if c != 1.0:
-            lo, hi = 64 * 2 ** i, 64 * 2 ** (i + 1)
-            factor = factor + (c - 1) * _ops.le(lo, buffer_bytes) * (1 - _ops.le(hi, buffer_bytes))
+    """treeCorrectionFactor at i = ⌊log₂(B/64)⌋ for 0 ≤ i < 23, else 1, as steps at the sizes
+    where the table's value changes: 1 + Σ_k (c_k − c_(k−1))·1[B ≥ 64·2^(i_k)], with 1 below
+    64 B and from 2^23·64 B on."""
+    table = (*TREE_CORRECTION[proto.value], 1.0)
+    factor, previous = 1, 1.0
+    for i, c in enumerate(table):
+        if c != previous:
+            factor = factor + (c - previous) * _ops.le(64 * 2 ** i, buffer_bytes)
+            previous = c
     return factor
 
 
@@ -268,7 +296,7 @@ def nvls_tree_busbw(nvls_allreduce_busbw, net_busbw, n_nodes):
                         net_busbw * _ops.select(_ops.le(n_nodes, 2), 2, 1))
 
 
-def collnet_direct_busbw(busbw, n_ranks_per_node, nics_per_node, hopper_or_later=True):
+def collnet_direct_busbw(busbw, n_ranks_per_node, nics_per_node, hopper_or_later: bool = True):
     """CollNet-direct all-reduce: W / f with f = r − (r − 1)/2, r = GPUs per NIC ("requires all
     GPUs to have a local NIC to work at full speed"), × 0.85 on sm90+."""
     ratio = n_ranks_per_node / nics_per_node
@@ -299,10 +327,10 @@ large enough never to be the minimum, finite so that it multiplies by 0 on every
 
 
 def ring_time_s(coll: Coll, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
-                cpu="intel", n_channels=32):
+                net_overhead_us=1.0, n_channels=32):
     """Ring: ring latency (×1.4 for a multi-node Simple all-reduce once B ≥ 64·nChannels·n) +
     B / (ring busbw · n/nsteps)."""
-    latency = ring_latency_s(coll, proto, n_ranks, n_nodes, cpu)
+    latency = ring_latency_s(coll, proto, n_ranks, n_nodes, net_overhead_us)
     if coll is Coll.ALL_REDUCE and proto is Proto.SIMPLE:
         plateau = (1 - one_node(n_nodes)) * _ops.le(64 * n_channels * n_ranks, buffer_bytes)
         latency = latency * (1 + (RING_PLATEAU_FACTOR - 1) * plateau)
@@ -317,70 +345,78 @@ def tree_time_s(proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max):
             + buffer_bytes / algbw(Coll.ALL_REDUCE, Algo.TREE, bw, n_ranks))
 
 
-def candidate_times_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, *, generation="hopper",
-                      cpu="intel", nvls_bw=None, net_busbw=None, sharp=False,
-                      nics_per_node=8, ll128=True, n_channels=32) -> dict:
-    """Every (algorithm, protocol) the tuner weighs for this collective, with its time (s):
+def _available(coll: Coll, algo: Algo, proto: Proto, nvls: bool = False, sharp: bool = False,
+              ll128: bool = True) -> bool:
+    """Whether the tuner weighs (algo, proto) for this collective on this cluster at all:
+    all-reduce: ring and tree × (LL, LL128, Simple), NVLS and NVLS-tree (Simple) where the switch
+    has NVLS, CollNet direct and chain (Simple) where SHARP is enabled; reduce-scatter and
+    all-gather: ring × 3 protocols, PAT (Simple), NVLS (Simple) where present. LL128 is on by
+    default on Hopper and later (ll128 = False where the path rules it out)."""
+    if proto is Proto.LL128 and not ll128:
+        return False
+    if algo is Algo.RING:
+        return True
+    if proto is not Proto.SIMPLE and algo is not Algo.TREE:
+        return False
+    if coll is Coll.ALL_REDUCE:
+        return (algo is Algo.TREE or (nvls and algo in (Algo.NVLS, Algo.NVLS_TREE))
+                or (sharp and algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)))
+    return algo is Algo.PAT or (nvls and algo is Algo.NVLS)
 
-      all-reduce: ring and tree × (LL, LL128, Simple); NVLS on one node and NVLS-tree across
-        nodes where the switch has NVLS (nvls_bw, its measured all-reduce bus
-        bandwidth, given); CollNet direct and chain across
-        nodes where SHARP is enabled;
-      reduce-scatter, all-gather: ring × 3 protocols; PAT (Simple) where every node holds one
-        rank; NVLS on one node.
 
-    LL128 is on by default on Hopper and later (ll128 = False where the path rules it out).
-    A candidate that does not apply at these values takes DISABLED_S."""
-    ll_max = ll_max_busbw(generation, n_nodes, cpu)
-    protos = [p for p in Proto if ll128 or p is not Proto.LL128]
+def candidate_time_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw,
+                     ll_max, net_busbw, nvls_bw, nics_per_node, net_overhead_us=1.0,
+                     collnet_efficiency=0.85, n_channels=32):
+    """The time the tuner predicts for one (algorithm, protocol) — DISABLED_S where it does not
+    apply at these values (PAT needs one rank per node, NVLS one node, NVLS-tree and CollNet more
+    than one) or at all (a pair `_available` leaves out). ll_max = ll_max_busbw(…); net_busbw the
+    network's ring bus bandwidth (NVLS-tree), nvls_bw the measured NVLS all-reduce bus bandwidth,
+    collnet_efficiency CollNet-direct's 0.85 on sm90+ (1 before)."""
     multi = 1 - one_node(n_nodes)
     ppn = n_ranks / n_nodes
-    out = {(Algo.RING, p): ring_time_s(coll, p, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
-                                       cpu, n_channels) for p in protos}
-    simple = Proto.SIMPLE
-    if coll is Coll.ALL_REDUCE:
-        for p in protos:
-            out[(Algo.TREE, p)] = tree_time_s(p, buffer_bytes, n_ranks, n_nodes, busbw, ll_max)
-        if sharp:
-            direct = (collnet_direct_latency_s(n_ranks, n_nodes) + buffer_bytes / algbw(
-                coll, Algo.COLLNET_DIRECT,
-                collnet_direct_busbw(busbw, ppn, nics_per_node, generation != "ampere"), n_ranks))
-            chain = (collnet_chain_latency_s(n_ranks, n_nodes)
-                     + buffer_bytes / algbw(coll, Algo.COLLNET_CHAIN, busbw, n_ranks))
-            out[(Algo.COLLNET_DIRECT, simple)] = _ops.select(multi, direct, DISABLED_S)
-            out[(Algo.COLLNET_CHAIN, simple)] = _ops.select(multi, chain, DISABLED_S)
-        if nvls_bw is not None and net_busbw is not None:
-            tree = (nvls_tree_latency_s(n_nodes) + buffer_bytes / algbw(
-                coll, Algo.NVLS_TREE, nvls_tree_busbw(nvls_bw, net_busbw, n_nodes), n_ranks))
-            out[(Algo.NVLS_TREE, simple)] = _ops.select(multi, tree, DISABLED_S)
-    else:
+    if algo is Algo.RING:
+        return ring_time_s(coll, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                           net_overhead_us, n_channels)
+    if algo is Algo.TREE and coll is Coll.ALL_REDUCE:
+        return tree_time_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max)
+    if proto is not Proto.SIMPLE:
+        return DISABLED_S
+    if algo is Algo.PAT and coll is not Coll.ALL_REDUCE:
         pat = pat_latency_s(n_ranks, n_nodes) + buffer_bytes / pat_busbw(busbw)
-        out[(Algo.PAT, simple)] = _ops.select(one_rank_per_node(n_ranks, n_nodes) * multi, pat,
-                                              DISABLED_S)
-    if nvls_bw is not None:
+        return _ops.select(one_rank_per_node(n_ranks, n_nodes) * multi, pat, DISABLED_S)
+    if algo is Algo.NVLS:
         nvls = nvls_latency_s(n_nodes) + buffer_bytes / algbw(
             coll, Algo.NVLS, nvls_busbw(coll, nvls_bw, ppn), n_ranks)
-        out[(Algo.NVLS, simple)] = _ops.select(one_node(n_nodes), nvls, DISABLED_S)
-    return out
+        return _ops.select(one_node(n_nodes), nvls, DISABLED_S)
+    if coll is not Coll.ALL_REDUCE:
+        return DISABLED_S
+    if algo is Algo.NVLS_TREE:
+        bw = nvls_tree_busbw(nvls_bw, net_busbw, n_nodes)
+        t = nvls_tree_latency_s(n_nodes) + buffer_bytes / algbw(coll, algo, bw, n_ranks)
+    elif algo is Algo.COLLNET_DIRECT:
+        bw = collnet_direct_busbw(busbw, ppn, nics_per_node) / 0.85 * collnet_efficiency
+        t = collnet_direct_latency_s(n_ranks, n_nodes) + buffer_bytes / algbw(coll, algo, bw,
+                                                                              n_ranks)
+    else:  # CollNet chain
+        t = collnet_chain_latency_s(n_ranks, n_nodes) + buffer_bytes / algbw(coll, algo, busbw,
+                                                                             n_ranks)
+    return _ops.select(multi, t, DISABLED_S)
 
 
-def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, **cluster):
-    """The tuner's pick: the smallest candidate time (topoGetAlgoInfo takes the minimum of the
-    cost table). One rank (n = 1) sends nothing and costs 0."""
-    times = list(candidate_times_s(coll, buffer_bytes, n_ranks, n_nodes, busbw,
-                                   **cluster).values())
-    best = times[0]
-    for t in times[1:]:
-        best = _ops.minimum(best, t)
+def _candidates(coll: Coll, nvls: bool = False, sharp: bool = False, ll128: bool = True) -> list:
+    """The (algorithm, protocol) pairs the tuner weighs for coll on this cluster (`_available`)."""
+    return [(a, p) for a in Algo for p in Proto if _available(coll, a, p, nvls, sharp, ll128)]
+
+
+def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_busbw, nvls_bw,
+                nics_per_node, net_overhead_us=1.0, nvls: bool = False, sharp: bool = False):
+    """The tuner's pick: the smallest time over the available pairs (topoGetAlgoInfo takes the
+    minimum of its cost table). One rank (n = 1) sends nothing and costs 0."""
+    best = _ops.smallest(
+        candidate_time_s(coll, algo, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                         net_busbw, nvls_bw, nics_per_node, net_overhead_us)
+        for algo, proto in _candidates(coll, nvls, sharp))
     return (1 - _ops.le(n_ranks, 1)) * best
-
-
-def nccl_choice(coll: Coll, buffer_bytes: float, n_ranks: float, n_nodes: float, busbw: float,
-                **cluster) -> tuple:
-    """For one plan (floats): the (algorithm, protocol) the tuner picks, and its time (s)."""
-    times = candidate_times_s(coll, buffer_bytes, n_ranks, n_nodes, busbw, **cluster)
-    key = min(times, key=lambda k: float(times[k]))
-    return key, float(times[key])
 
 
 # ---- point to point ---------------------------------------------------------------------------

@@ -12,21 +12,31 @@ import pytest
 import sympy as sp
 
 from planner.formulas import collectives as K
+from planner.model.collectives import Cluster, nccl_pick
 
 CASES = tomllib.loads((Path(__file__).parents[1] / "cases" / "collectives.toml").read_text())
 GB, US = 1e9, 1e-6
-CLUSTER = dict(generation="hopper", cpu="intel", nvls_bw=480 * GB, sharp=True, nics_per_node=8)
+# the cases' cluster: Hopper, Intel hosts, NVLS at 480 GB/s, SHARP, 8 NICs per node
+NVLS_BW, NICS = 480 * GB, 8
 
 
 def _coll(name):
     return next(c for c in K.Coll if c.value == name)
 
 
-def _times(case):
-    return K.candidate_times_s(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
-                               case["busbw_gb"] * GB,
-                               net_busbw=case.get("net_busbw_gb", case["busbw_gb"]) * GB,
-                               **CLUSTER)
+def _times(case, sharp=True):
+    """Every available (algorithm, protocol) of the case's collective, with its time."""
+    coll, n, k, bw = _coll(case["coll"]), case["n"], case["k"], case["busbw_gb"] * GB
+    ll_max = K.ll_max_busbw(K.Gen.HOPPER, k)
+    net = case.get("net_busbw_gb", case["busbw_gb"]) * GB
+    return {(a, p): K.candidate_time_s(coll, a, p, case["bytes"], n, k, bw, ll_max, net, NVLS_BW,
+                                       NICS)
+            for a, p in K._candidates(coll, nvls=True, sharp=sharp)}
+
+
+def _cluster(case, sharp):
+    return Cluster(K.Gen.HOPPER, K.Cpu.INTEL, NVLS_BW, sharp, NICS,
+                   case.get("net_busbw_gb", case["busbw_gb"]) * GB)
 
 
 @pytest.mark.parametrize("case", CASES["case"], ids=lambda c: f"{c['algo']}-{c['proto']}-{c['n']}")
@@ -37,14 +47,15 @@ def test_each_algorithm_and_protocol_by_hand(case):
 
 @pytest.mark.parametrize("case", CASES["pick"], ids=lambda c: f"{c['algo']}-{c['n']}")
 def test_the_tuner_picks_the_fastest_enabled(case):
-    cluster = {**CLUSTER, "sharp": case.get("sharp", False)}
-    (algo, proto), t = K.nccl_choice(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
-                                     case["busbw_gb"] * GB, net_busbw=case["busbw_gb"] * GB,
-                                     **cluster)
+    sharp = case.get("sharp", False)
+    algo, proto, t = nccl_pick(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
+                               case["busbw_gb"] * GB, _cluster(case, sharp))
     assert (algo.value, proto.name) == (case["algo"], case["proto"])
-    assert t <= min(_times(case).values()) if cluster["sharp"] else t == min(
-        v for (a, _), v in _times(case).items()
-        if a not in (K.Algo.COLLNET_DIRECT, K.Algo.COLLNET_CHAIN))
+    assert t == min(_times(case, sharp).values())
+    # the vectorised minimum is the same number
+    assert K.nccl_time_s(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
+                         case["busbw_gb"] * GB, K.ll_max_busbw(K.Gen.HOPPER, case["k"]),
+                         case["busbw_gb"] * GB, NVLS_BW, NICS, nvls=True, sharp=sharp) == t
 
 
 def test_send_recv_and_all_to_all_by_hand():
@@ -58,24 +69,24 @@ def test_send_recv_and_all_to_all_by_hand():
 
 def test_what_cannot_run_is_never_picked():
     # PAT needs one rank per node; NVLS-tree and CollNet need more than one node; NVLS one node
-    one_node = K.candidate_times_s(K.Coll.ALL_REDUCE, 1e6, 8, 1, 370 * GB, net_busbw=46 * GB,
-                                   **CLUSTER)
+    one_node = _times(dict(coll="all-reduce", bytes=1e6, n=8, k=1, busbw_gb=370.0))
     for algo in (K.Algo.NVLS_TREE, K.Algo.COLLNET_DIRECT, K.Algo.COLLNET_CHAIN):
         assert one_node[(algo, K.Proto.SIMPLE)] == K.DISABLED_S
-    gather = K.candidate_times_s(K.Coll.ALL_GATHER, 1e3, 16, 2, 368 * GB, **CLUSTER)
+    gather = _times(dict(coll="all-gather", bytes=1e3, n=16, k=2, busbw_gb=368.0))
     assert gather[(K.Algo.PAT, K.Proto.SIMPLE)] == K.DISABLED_S  # 8 ranks per node
     assert (K.Algo.TREE, K.Proto.LL) not in gather  # the tree is all-reduce only
-    plain = K.candidate_times_s(K.Coll.ALL_REDUCE, 1e6, 8, 1, 370 * GB)
-    assert {a for a, _ in plain} == {K.Algo.RING, K.Algo.TREE}  # no NVLS, no SHARP given
-    assert K.nccl_time_s(K.Coll.ALL_REDUCE, 1e6, 1, 1, 370 * GB) == 0  # one rank sends nothing
+    plain = K._candidates(K.Coll.ALL_REDUCE)
+    assert {a for a, _ in plain} == {K.Algo.RING, K.Algo.TREE}  # no NVLS, no SHARP
+    assert K.nccl_time_s(K.Coll.ALL_REDUCE, 1e6, 1, 1, 370 * GB, 141 * GB, 46 * GB, 0, 8) == 0
 
 
 def test_a_thousand_small_collectives_cost_a_thousand_latencies():
     # 1 GB reduced in 1,000 buckets of 1 MB over 512 ranks on 64 nodes costs more than in one go
     # by about 999 latencies: ring LL's 6.6 + 448·1.0 + 63·2.7 (reduce-scatter, 624.7 µs) each
-    one = K.nccl_time_s(K.Coll.REDUCE_SCATTER, 1e9, 512, 64, 368 * GB, **CLUSTER)
-    many = K.many_collectives_s(1000, K.nccl_time_s(K.Coll.REDUCE_SCATTER, 1e6, 512, 64,
-                                                    368 * GB, **CLUSTER))
+    args = (512, 64, 368 * GB, K.ll_max_busbw(K.Gen.HOPPER, 64), 368 * GB, NVLS_BW, NICS)
+    one = K.nccl_time_s(K.Coll.REDUCE_SCATTER, 1e9, *args, nvls=True)
+    many = K.many_collectives_s(1000, K.nccl_time_s(K.Coll.REDUCE_SCATTER, 1e6, *args,
+                                                    nvls=True))
     assert many - one > 999 * 624.7 * US * 0.7
     # and the latency grows with the ranks: linear for the ring, ~log for the tree
     ring = [K.ring_latency_s(K.Coll.ALL_REDUCE, K.Proto.SIMPLE, 8 * k, k) for k in (2, 4, 8, 16)]
@@ -88,9 +99,12 @@ def test_arrays_agree_with_floats_row_by_row():
     ranks = np.array([8.0, 64, 512, 64, 1024, 16])
     nodes = np.array([1.0, 8, 64, 64, 128, 2])
     for coll in K.Coll:
-        vec = K.nccl_time_s(coll, sizes, ranks, nodes, 368 * GB, net_busbw=368 * GB, **CLUSTER)
-        one = [K.nccl_time_s(coll, float(b), float(n), float(k), 368 * GB, net_busbw=368 * GB,
-                             **CLUSTER) for b, n, k in zip(sizes, ranks, nodes)]
+        vec = K.nccl_time_s(coll, sizes, ranks, nodes, 368 * GB,
+                            K.ll_max_busbw(K.Gen.HOPPER, nodes), 368 * GB, NVLS_BW, NICS,
+                            nvls=True, sharp=True)
+        one = [K.nccl_time_s(coll, float(b), float(n), float(k), 368 * GB,
+                             K.ll_max_busbw(K.Gen.HOPPER, float(k)), 368 * GB, NVLS_BW, NICS,
+                             nvls=True, sharp=True) for b, n, k in zip(sizes, ranks, nodes)]
         assert np.allclose(vec, one, rtol=1e-12)
 
 
