@@ -8,7 +8,6 @@ three can never disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,7 +15,6 @@ import numpy as np
 from ..formulas import _ops
 from ..formulas import activations as A
 from ..formulas import comm as C
-from ..formulas import context as CX
 from ..formulas import flops as F
 from ..formulas import memory as M
 from ..formulas import moe as MO
@@ -24,345 +22,17 @@ from ..formulas import offload as OF
 from ..formulas import params as P
 from ..formulas import pipeline as PL
 from ..formulas import timing as T
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
-from ..frameworks import FRAMEWORKS
-from ..frameworks.base import ActivationStyle, Framework, LossKind
-from ..placement import MEGATRON_RANK_ORDER, group_stride
-from ..schema import HardwareProfile, ModelSpec, PlanConfig
+from ..formulas.choices import Attention, Recompute
+from ..frameworks.base import ActivationStyle, LossKind
+from .context import context_links, context_part_traffic, context_parts, context_time
+from .links import collective_group, dp_replicate_of, group_links, shard_group_ranks
+from .numbers import Choices, any_row, numbers, same
+from .offload import offload_states, offload_times
 
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
-WEIGHT_BYTES = 2  # 16-bit weights; under fp8, Transformer Engine keeps them in 16-bit and casts
-
-
-@dataclass(frozen=True)
-class Choices:
-    """The discrete half of a plan: each picks which expressions are built."""
-
-    zero_stage: ZeroStage
-    recompute: Recompute
-    schedule: Schedule
-    sequence_parallel: bool
-    attention: Attention
-    framework: Framework = FRAMEWORKS["megatron"]
-    cp_kind: ContextKind | None = None  # cp-kind: None is the framework's default kind
-    # offload: whether the plan offloads anything to host memory (then the offload expressions
-    # are built; otherwise none), and whether the parameters live there
-    offload: bool = False
-    offload_params: bool = False
-
-    @classmethod
-    def of(cls, config: PlanConfig) -> Choices:
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name != "framework"},
-                   framework=FRAMEWORKS[config.framework])
+__all__ = ["Choices", "numbers", "plan_costs", "layout_costs", "zero_costs"]
 
 
-def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
-    """A model's numbers under the names plan_costs reads. A learned position table holds
-    max(positions, seq_len) rows: the job runs sequences of seq_len (Megatron's emitted
-    --max-position-embeddings is that maximum)."""
-    positions = model.positions if seq_len is None else max(model.positions, seq_len)
-    return dict(
-        n_layers=model.n_layers, hidden=model.hidden, n_heads=model.n_heads,
-        n_kv_heads=model.kv_heads, head_dim=model.dim_head, ffn=model.ffn, vocab=model.vocab,
-        n_mlp=model.n_mlp_matrices, bias=int(model.bias), norm_width=model.norm_width,
-        learned_positions=model.learned_positions, positions=positions,
-        tied=int(model.tied_embeddings), dropout=int(model.dropout),
-        rotary=1 - model.learned_positions, n_experts=model.n_experts, top_k=model.top_k,
-        router_experts=model.router_experts,
-        **moe_numbers(model),  # moe: MoE/MLA numbers, neutral for a dense model
-    )
-
-
-def moe_numbers(model: ModelSpec) -> dict:
-    """A MoE or MLA model's numbers (moe helper). `moe_mla` = 1 sends plan_costs down the MoE/MLA
-    expressions; for a dense multi-head model every term built from these is multiplied by 0 or
-    selected away, so its numbers do not change."""
-    attn_sharded, attn_replicated = model.attention_params_split
-    h, n, bias, nw = model.hidden, model.n_mlp_matrices, int(model.bias), model.norm_width
-    shared = P.shared_expert_params(h, model.shared_expert_ffn, n, model.n_shared_experts)
-    mla = model.is_mla
-    attn_matmul = (F.mla_matmul_weights(h, model.n_heads, model.q_lora_rank or 0,
-                                        model.kv_lora_rank, model.qk_nope_head_dim,
-                                        model.qk_rope_head_dim, model.v_head_dim,
-                                        int(model.q_lora_rank is not None))
-                   if mla else P.attention_weight_params(h, model.n_heads, model.kv_heads,
-                                                         model.dim_head))
-    return dict(
-        moe_mla=int(model.is_moe or mla), moe=int(model.is_moe), mla=int(mla),
-        total_params=model.n_params, n_moe_layers=model.n_moe_layers,
-        first_k_dense=model.first_k_dense, moe_freq=model.moe_layer_freq,
-        # per layer, what TP splits and what it replicates (norms, row biases, MLA down-projections,
-        # the router); a MoE layer's routed experts apart, split ep·etp ways
-        dense_sharded=attn_sharded + n * h * model.ffn + bias * (n - 1) * model.ffn,
-        dense_replicated=attn_replicated + bias * h + P.norm_params(h, nw),
-        moe_sharded=attn_sharded + shared,
-        moe_replicated=attn_replicated + P.router_params(h, model.router_experts)
-        + P.norm_params(h, nw),
-        expert_layer=model.n_experts * P.expert_params(h, model.expert_ffn, n, bias),
-        expert_ffn=model.expert_ffn, n_shared=model.n_shared_experts,
-        shared_ffn=model.shared_expert_ffn,
-        # weights a token meets (FLOPs): attention, the dense MLP, one expert, the shared experts
-        attn_matmul=attn_matmul, dense_matmul=n * h * model.ffn,
-        expert_matmul=n * h * model.expert_ffn, shared_matmul=shared,
-        # the MLP GEMMs beside the experts that the non-expert wave quantisation weighs
-        ne_ffn=model.n_shared_experts * model.shared_expert_ffn if model.n_shared_experts
-        else model.ffn,
-        q_rank=model.q_lora_rank or 0, kv_rank=model.kv_lora_rank or 0,
-        rope_dim=model.qk_rope_head_dim or 0, v_dim=model.value_head_dim,
-    )
-
-
-def attention_precision(precision: Precision) -> Precision:
-    """The precision attention and the LM head run in: 16-bit even in an fp8 plan (Transformer
-    Engine casts only the linear layers to fp8)."""
-    return Precision.BF16 if precision is Precision.FP8 else precision
-
-
-def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
-    """A profile's numbers in base units, for one precision (attention and the LM head at
-    attention_precision's)."""
-    sixteen = attention_precision(precision)
-    return dict(
-        peak_flops=hw.peak_flops_per_s(precision), gemm_eff=hw.gemm_efficiency(precision),
-        peak_flops_16=hw.peak_flops_per_s(sixteen), gemm_eff_16=hw.gemm_efficiency(sixteen),
-        hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm,
-        fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
-        net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
-        kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
-        n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
-        reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
-        capacity=hw.capacity_bytes,
-        **topology_numbers(hw),
-        **host_numbers(hw),  # offload
-    )
-
-
-def host_numbers(hw: HardwareProfile) -> dict:
-    """offload: the host's memory per GPU, its host link and DRAM bandwidth (schema.Host), in base
-    units; zeros for a profile without a [host] section (no plan offloads there:
-    estimate.check_config refuses it)."""
-    host = hw.host
-    if host is None:
-        return dict(host_capacity=0.0, host_bw=0.0, dram_bw=0.0, nic_on_host_link=0.0)
-    return dict(host_capacity=host.memory_bytes, host_bw=host.link_bytes_per_s,
-                dram_bw=host.dram_bytes_per_s, nic_on_host_link=float(host.nic_shares_link))
-
-
-NO_POD = 2.0**40
-"""A pod size no job reaches: full bisection bandwidth everywhere."""
-
-
-def topology_numbers(hw: HardwareProfile) -> dict:
-    """The profile's network topology in base units (schema.Topology): the GPUs a job uses per
-    NVLink domain, NICs per GPU, the full-bisection pod and the oversubscription above it, SHARP,
-    NVLS (its all-reduce bandwidth; the ring figure where the switch has none), and the slowdown
-    of compute that runs beside a collective."""
-    nvls = hw.fast.nvls_busbw_bytes_per_s
-    return dict(
-        domain=hw.domain_gpus_used, nics_per_gpu=hw.nics_per_gpu,
-        pod=hw.topology.pod_gpus or NO_POD, oversub=hw.topology.oversubscription,
-        sharp=int(hw.topology.sharp), nvls_bw=hw.fast.busbw_bytes_per_s if nvls is None else nvls,
-        overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN,
-    )
-
-
-def config_numbers(config: PlanConfig) -> dict:
-    """A plan's numeric degrees and sizes."""
-    return dict(
-        dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
-        n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
-        dp_replicate=config.dp_replicate,  # hybrid sharding: 1 unless dp_shard < dp
-        **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
-        overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
-        # moe: expert parallelism (1, 1 and no a2a for a dense model)
-        ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
-        a2a_overlap=int(config.moe_a2a_overlap),
-        cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group
-        # offload: the optimizer fraction and the activation layers on the host
-        offload_optimizer=config.offload_optimizer,
-        offload_activations=config.offload_activations,
-    )
-
-
-def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
-    """Bytes per element the plan's tensors take: 16-bit weights as gathered and computed with,
-    gradients as the framework reduces them (torchtitan always in fp32), 16-bit activations."""
-    return dict(w_bytes=WEIGHT_BYTES, g_bytes=framework.grad_bytes(BYTES[grad_dtype]),
-                act_bytes=ACT_BYTES)
-
-
-def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> SimpleNamespace:
-    """Everything plan_costs needs for one plan, as plain floats."""
-    return SimpleNamespace(**model_numbers(model, config.seq_len),
-                           **hardware_numbers(hw, config.precision), **config_numbers(config))
-
-
-def _same(name, value):
-    return value
-
-
-def _flag(value) -> bool:
-    """A model indicator (moe, mla) as a Python truth: any row's, where tests stack models into
-    arrays (a dense row then takes the MoE expressions, which give it exactly 0)."""
-    return bool(np.any(np.asarray(value)))
-
-
-def _collective_group(x, size, stride, domain):
-    """One group of `size` ranks `stride` apart: whether it lies inside an NVLink domain, its
-    ranks per domain r, the domains k it spans, and the bus bandwidth of its ring collectives
-    (bw) and all-reduces (bw_allreduce: NVLS inside the domain where the profile has it)."""
-    inside = C.inside_domain(stride * size, domain)
-    r = C.ranks_per_domain(size, stride, domain, inside)
-    oversub = C.oversubscription_factor(stride * size, x.pod, x.oversub)
-    crossing = C.cross_domain_busbw(r, x.nics_per_gpu, x.net_bw, x.fast_bw, oversub)
-    return SimpleNamespace(inside=inside, r=r, k=C.domains_spanned(size, r),
-                           bw=C.group_busbw(inside, x.fast_bw, crossing),
-                           bw_allreduce=C.group_busbw(inside, x.nvls_bw, crossing))
-
-
-def dp_replicate_of(x):
-    """Hybrid sharding (HSDP): the replicas r = dp/dp_shard of the plan(s) in x (1 where x does
-    not say), and whether any plan replicates (then the shard group and the cross-replica
-    all-reduce are built; otherwise the expressions are today's, unchanged)."""
-    r = getattr(x, "dp_replicate", 1)
-    if isinstance(r, (int, float, np.ndarray)):
-        return r, bool(np.any(np.asarray(r, dtype=float) > 1))
-    return r, True  # a symbol: the general expressions
-
-
-def shard_group_ranks(x, cp):
-    """The ranks ZeRO shards over: the shard group dp_shard·cp = dp·cp/r under hybrid
-    sharding, all dp·cp data-parallel ranks otherwise."""
-    r, hybrid = dp_replicate_of(x)
-    return x.dp / r * cp if hybrid else x.dp * cp
-
-
-def group_links(x, t, cp, p, order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
-    """Each parallel group's placement and link, from the rank order (Megatron's tp-cp-dp-pp
-    unless a framework passes its own): TP, CP, the data-parallel (dp·cp) gradient group, and the
-    pipeline neighbours (a point-to-point send; inside when two adjacent stages share a domain).
-    Under hybrid sharding `dp` is the shard group (dp_shard·cp consecutive data-parallel ranks:
-    torchtitan's mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"], Megatron's intra-instance
-    slice of the dp-cp ranks) and `replica` the r ranks holding the same shard, one shard group
-    apart."""
-    degrees = dict(tp=t, cp=cp, dp=x.dp, pp=p)
-    domain = C.job_domain_gpus(x.domain, x.dp * t * cp * p)
-    pp_stride = group_stride(degrees, ("pp",), order)
-    pp_inside = C.inside_domain(2 * pp_stride, domain)
-    pp_bw = C.group_busbw(pp_inside, x.fast_bw, C.p2p_busbw(
-        x.nics_per_gpu, x.net_bw, x.fast_bw,
-        C.oversubscription_factor(2 * pp_stride, x.pod, x.oversub)))
-    # ring attention sends point to point: a hop that leaves the domain runs at one rank's NICs
-    cp_group = _p2p_group(x, cp, group_stride(degrees, ("cp",), order), domain)
-    dp_stride, shard = group_stride(degrees, ("cp", "dp"), order), shard_group_ranks(x, cp)
-    replicas, hybrid = dp_replicate_of(x)
-    return SimpleNamespace(
-        domain=domain,
-        tp=_collective_group(x, t, group_stride(degrees, ("tp",), order), domain),
-        cp=cp_group,
-        dp=_collective_group(x, shard, dp_stride, domain),
-        pp=SimpleNamespace(inside=pp_inside, r=1, k=1, bw=pp_bw, bw_allreduce=pp_bw),
-        replica=(_collective_group(x, replicas, dp_stride * shard, domain) if hybrid else None))
-
-
-# ---- cp-kind: context parallelism by kind ------------------------------------------------------
-
-def _p2p_group(x, size, stride, domain):
-    """A group of `size` ranks `stride` apart whose traffic goes point to point (ring attention's
-    K/V passes, an all-to-all's pairwise exchanges): placed as _collective_group places it, but a
-    hop that leaves the domain runs at one rank's own NICs (C.p2p_busbw)."""
-    group = _collective_group(x, size, stride, domain)
-    group.bw = C.group_busbw(group.inside, x.fast_bw, C.p2p_busbw(
-        x.nics_per_gpu, x.net_bw, x.fast_bw,
-        C.oversubscription_factor(stride * size, x.pod, x.oversub)))
-    return group
-
-
-def context_kind_of(c: Choices) -> ContextKind:
-    """The plan's context-parallel kind: its own, or its framework's default."""
-    return c.cp_kind or c.framework.cp_kinds[0]
-
-
-def context_parts(x, c: Choices, s, b, t, cp, note=_same) -> SimpleNamespace:
-    """Context parallelism's two parts per layer and micro-batch (formulas/context.py): an
-    all-to-all over c_a ranks (a2a_layer) and a ring over the cp/c_a groups (ring_layer); the kind
-    picks which are built — the ring alone (c_a = 1), the all-to-all alone (c_a = cp, Ulysses),
-    or both (hierarchical, c_a = cp_a2a; the search's general form, whose c_a column also holds 1
-    and cp). The parts the kind leaves out are 0."""
-    kind = context_kind_of(c)
-    c_a = CX.a2a_group(kind, cp, x.cp_a2a)
-    shown = _same if kind is ContextKind.RING else note  # new terms only where an a2a runs
-    a2a = ring = 0
-    if kind is not ContextKind.RING:
-        a2a = shown("cp_a2a_layer_bytes", CX.a2a_layer_bytes(
-            s, b, x.n_heads, x.n_kv_heads, x.head_dim, t, cp, c_a, x.act_bytes))
-    if kind is not ContextKind.ALL_TO_ALL:
-        ring = CX.ring_layer_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, c_a, x.act_bytes)
-        if kind is ContextKind.HIERARCHICAL:
-            ring = note("cp_ring_layer_bytes", ring)
-    layer = (a2a + ring if kind is ContextKind.HIERARCHICAL
-             else a2a if kind is ContextKind.ALL_TO_ALL else ring)
-    return SimpleNamespace(kind=kind, c_a=c_a, a2a_layer=a2a, ring_layer=ring, layer=layer)
-
-
-def context_links(x, parts: SimpleNamespace, g: SimpleNamespace, t, cp, p,
-                  order=MEGATRON_RANK_ORDER) -> SimpleNamespace:
-    """Where each part's ranks sit. The all-to-all group is c_a consecutive ranks of the cp group
-    (stride t in the tp-cp-dp-pp order: inside the NVLink domain when t·c_a fits it, as
-    Megatron's create_hierarchical_groups makes its first level, core/parallel_state.py @
-    d98e8a64dd l.378-433); the ring joins the cp/c_a ranks holding the same place in each group
-    (stride t·c_a). The plain kinds use the whole cp group (group_links)."""
-    if parts.kind is not ContextKind.HIERARCHICAL:
-        return SimpleNamespace(a2a=g.cp, ring=g.cp)
-    stride = group_stride(dict(tp=t, cp=cp, dp=x.dp, pp=p), ("cp",), order)
-    return SimpleNamespace(a2a=_p2p_group(x, parts.c_a, stride, g.domain),
-                           ring=_p2p_group(x, cp / parts.c_a, stride * parts.c_a, g.domain))
-
-
-def context_part_traffic(layers, parts: SimpleNamespace, links: SimpleNamespace) -> list[tuple]:
-    """(bytes per micro-batch, link group) of each part the kind runs: the all-to-all's, then the
-    ring's, each on the link where its own group's ranks sit."""
-    out = []
-    if parts.kind is not ContextKind.RING:
-        out.append((layers * parts.a2a_layer, links.a2a))
-    if parts.kind is not ContextKind.ALL_TO_ALL:
-        out.append((layers * parts.ring_layer, links.ring))
-    return out
-
-
-def context_time(x, parts: SimpleNamespace, links: SimpleNamespace, share, window,
-                 note=_same) -> tuple:
-    """(time, exposed time) of one layer's context-parallel traffic, forward and backward.
-
-    The all-to-all part is exposed: its all-to-alls sit between the QKV projection and the
-    attention core, and between the core and the output projection, with nothing to hide under
-    (Jacobs et al. 2023 §3.2; Transformer Engine runs them on its cp stream, but the attention
-    waits for Q, K and V: context_parallel.py @ d0067d0, AttnFuncWithCPAndQKVOA2A); α–β with
-    8·(c_a − 1) exchanges. The ring part overlaps the attention blocks step by step, forward and
-    backward (`window`), and its NCCL kernels slow the attention they hide under
-    (C.overlap_slowdown_s). Each at its part's share of its own link (`share.a2a`,
-    `share.ring`: the same for the plain kinds)."""
-    shown = _same if parts.kind is ContextKind.RING else note
-    total, exposed = [], []
-    if parts.kind is not ContextKind.RING:
-        a2a_s = shown("cp_a2a_layer_s", C.collective_time_s(
-            parts.a2a_layer, links.a2a.bw * share.a2a, CX.a2a_messages(parts.c_a),
-            _ops.select(links.a2a.inside, x.fast_lat, x.net_lat)))
-        total.append(a2a_s)
-        exposed.append(a2a_s)
-    if parts.kind is not ContextKind.ALL_TO_ALL:
-        ring_s = C.ring_time_s(parts.ring_layer, links.ring.bw * share.ring, x.cp / parts.c_a,
-                               links.ring.k, 3, x.fast_lat, x.net_lat)
-        if parts.kind is ContextKind.HIERARCHICAL:
-            ring_s = note("cp_ring_layer_s", ring_s)
-        total.append(ring_s)
-        exposed.append(T.exposed_time_s(ring_s, window)
-                       + C.overlap_slowdown_s(ring_s, window, x.overlap_slow))
-    return sum(total[1:], total[0]), sum(exposed[1:], exposed[0])
-
-
-def plan_costs(x, c: Choices, note=_same) -> dict:
+def plan_costs(x, c: Choices, note=same) -> dict:
     """Every reported quantity of a plan. `x` holds numbers (any backend), `c` the choices.
 
     `note(name, value)` is called on each named intermediate (see TERMS) and its return value is
@@ -374,7 +44,7 @@ def plan_costs(x, c: Choices, note=_same) -> dict:
     return zero_costs(x, c, layout_costs(x, c, note), note)
 
 
-def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
+def layout_costs(x, c: Choices, note=same) -> SimpleNamespace:
     """The half of plan_costs that the ZeRO stage does not change (c.zero_stage is not read):
     parameters, activations, FLOPs, the layer times, TP/CP/PP traffic and the links. Returns every
     intermediate, by its name, for zero_costs."""
@@ -393,7 +63,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # moe: a MoE/MLA model (any row's, when models are stacked) builds its own expressions, and
     # pick() selects them row by row: a dense row gets exactly the dense value. A dense model
     # builds nothing more than before.
-    moe_model = _flag(x.moe_mla)
+    moe_model = any_row(x.moe_mla)
 
     def pick(moe_value, dense_value):
         return _ops.select(x.moe_mla, moe_value(), dense_value) if moe_model else dense_value
@@ -418,7 +88,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # ---- moe: MoE/MLA parameters. The stage's MoE layers (first stage: layers [0, L_s), last:
     # [L − L_s, L)) hold their non-expert part over t and their routed experts over ep·etp,
     # apart (expert_first/last), for their own ZeRO group; a dense model selects stage() as is
-    note_moe = note if moe_model else _same  # expert terms shown for MoE/MLA models only
+    note_moe = note if moe_model else same  # expert terms shown for MoE/MLA models only
     moe_first = (MO.moe_layers_in_span(0, layers, x.first_k_dense, x.moe_freq, x.moe)
                  if moe_model else 0)
     moe_last = (MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe)
@@ -750,7 +420,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
                               if name not in ("x", "c", "note")})
 
 
-def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
+def zero_costs(x, c: Choices, k: SimpleNamespace, note=same) -> dict:
     """The half of plan_costs that depends on the ZeRO stage, on layout_costs' intermediates `k`:
     the memory of the most loaded stage, data-parallel traffic and its exposed time, the optimizer
     step, and the step time, throughput and MFU they lead to."""
@@ -768,7 +438,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
 
     # moe: expert states are sharded over the expert-data-parallel group edp = d·c·t/(ep·etp)
     edp = MO.expert_data_parallel(x.dp, cp, t, x.ep, x.etp)
-    moe = _flag(x.moe)
+    moe = any_row(x.moe)
 
     def buffers(psi, ends):
         """What the framework holds beside the model states and activations, for a stage of psi
@@ -905,7 +575,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         # moe: the same collectives for the expert shards over their edp group, whose ranks sit
         # ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp filling a node, each
         # node holds one edp rank and the group leaves it on one rank's NICs
-        edp_group = _collective_group(x, edp, x.ep * x.etp, k.links.domain)
+        edp_group = collective_group(x, edp, x.ep * x.etp, k.links.domain)
         with np.errstate(invalid="ignore", divide="ignore"):
             expert = [_ops.select(x.moe, dp_time(when, held_experts, edp, edp_group,
                                                  edp_group.inside)[1], 0)
@@ -1019,78 +689,3 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         offload_s=(note("offload_s", offload.step_s + m * offload.mb_s) if c.offload else 0),
         offload_d2h_bytes=offload.d2h_bytes, offload_h2d_bytes=offload.h2d_bytes,
     )
-
-
-def offload_states(x, c: Choices, states, conv, w, g, o):
-    """offload: the device's weights, gradients and optimizer bytes after offload, and the host
-    bytes they take. The optimizer: a fraction f of its states, with the host gradient buffer the
-    CPU step reads (formulas.offload); the parameters (FSDP2 CPUOffloadPolicy, ZeRO-3
-    offload_param): all three sharded states, f = 1."""
-    f = x.offload_optimizer
-    host = OF.host_optimizer_bytes(o, f, states.optimizer_bytes, conv.host_grad_bytes)
-    if c.offload_params:
-        return 0, 0, OF.device_optimizer_bytes(o, f), host + w + g
-    if offloads_grads(c, conv):  # DeepSpeed ZeRO-2/3: the gradient partition goes along
-        return w, OF.device_optimizer_bytes(g, f), OF.device_optimizer_bytes(o, f), host + f * g
-    return w, g, OF.device_optimizer_bytes(o, f), host
-
-
-def offloads_grads(c: Choices, conv) -> bool:
-    """offload: the framework moves the offloaded parameters' gradient partition to the host with
-    their optimizer states (MemoryConventions.offload_grads_from_zero)."""
-    return int(c.zero_stage) >= conv.offload_grads_from_zero
-
-
-def offload_times(x, c: Choices, k: SimpleNamespace, states, psi_o, held_params, zero_rounds,
-                  note=_same) -> SimpleNamespace:
-    """offload: what offload adds to the step (step_s: the offloaded optimizer step, after the
-    backward; mb_s: per micro-batch, the copies compute does not hide) and the bytes per step
-    each way over the host link. psi_o: the parameters whose optimizer state this GPU holds;
-    held_params: the stage's parameters it computes with."""
-    f, z, m = x.offload_optimizer, int(c.zero_stage), k.m
-    # the optimizer step: f·Ψ_o gradients down, the CPU's Adam, f·Ψ_o weights up (with the
-    # parameters on the host the weights stay there: the next forward's gathers fetch them)
-    step_d2h = OF.optimizer_d2h_bytes(psi_o * states.optimizer_bytes, f, states.optimizer_bytes,
-                                      x.g_bytes)
-    step_h2d = 0 if c.offload_params else OF.optimizer_h2d_bytes(
-        psi_o * states.optimizer_bytes, f, states.optimizer_bytes, x.w_bytes)
-    cpu_s = note("cpu_optimizer_s", OF.cpu_step_s(f * psi_o, x.dram_bw))
-    backward_window = k.layers * (k.bwd_s + k.recompute_s)  # the last micro-batch's backward
-    mb_d2h = mb_h2d = mb_s = 0
-    if c.offload_params:
-        # the weight shard up for each gather, the gradient shard down, each ZeRO round
-        w = M.state_bytes(held_params, states.weight_bytes, k.d_shard,
-                          states.weight_sharded)
-        g = M.state_bytes(held_params, states.grad_bytes, k.d_shard, states.grad_sharded)
-        mb_h2d, mb_d2h = OF.param_offload_h2d_bytes(w, 2 if z == 3 else 1), g
-        step_d2h = 0  # the gradients went down with each round
-        mb_s = OF.param_offload_exposed_s(OF.link_time_s(mb_h2d, x.host_bw, x.dram_bw),
-                                          OF.link_time_s(mb_d2h, x.host_bw, x.dram_bw),
-                                          k.compute_mb_s) * zero_rounds / m
-        mb_h2d, mb_d2h = mb_h2d * zero_rounds / m, mb_d2h * zero_rounds / m
-    elif offloads_grads(c, c.framework.memory):
-        # the offloaded gradient partition goes down each ZeRO round, under its backward; from
-        # the second round on, what the host accumulated comes up first to be added on the GPU
-        # (DeepSpeed stage_1_and_2.py `async_accumulate_grad_in_cpu_via_gpu` @ edaa72212)
-        g = f * M.state_bytes(held_params, states.grad_bytes, k.d_shard, states.grad_sharded)
-        up = g * (zero_rounds - 1) / zero_rounds  # per round, averaged over the step's rounds
-        mb_d2h, mb_h2d, step_d2h = g * zero_rounds / m, up * zero_rounds / m, 0
-        mb_s = OF.param_offload_exposed_s(OF.link_time_s(up, x.host_bw, x.dram_bw),
-                                          OF.link_time_s(g, x.host_bw, x.dram_bw),
-                                          k.compute_mb_s) * zero_rounds / m
-    # the pipelined step's copies and CPU Adam share the host's DRAM
-    dram_s = OF.host_dram_step_s(f * psi_o, step_d2h + step_h2d,
-                                 c.framework.offload_conversion_bytes, x.dram_bw)
-    step_s = note("offload_step_s", OF.optimizer_step_offload_s(
-        OF.link_time_s(step_d2h, x.host_bw, x.dram_bw), cpu_s,
-        OF.link_time_s(step_h2d, x.host_bw, x.dram_bw), backward_window,
-        int(c.framework.offload_pipelined), dram_s))
-    # activations: N layers out in the forward and back in the backward, per micro-batch
-    act = OF.activation_offload_bytes(x.offload_activations, k.layer_act)
-    n = x.offload_activations
-    mb_s = note("offload_microbatch_s", mb_s + OF.activation_offload_exposed_s(
-        OF.link_time_s(act, x.host_bw, x.dram_bw), n * k.fwd_s, n * (k.bwd_s + k.recompute_s)))
-    return SimpleNamespace(
-        step_s=step_s, mb_s=mb_s,
-        d2h_bytes=note("offload_d2h_bytes", step_d2h + m * (mb_d2h + act)),
-        h2d_bytes=note("offload_h2d_bytes", step_h2d + m * (mb_h2d + act)))

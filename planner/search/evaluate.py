@@ -12,12 +12,7 @@ from ..errors import PlanError
 from ..formulas.choices import Precision, Recompute, Schedule
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
-from ..model.cost import (
-    Choices,
-    dtype_numbers,
-    hardware_numbers,
-    model_numbers,
-)
+from ..model.numbers import Choices, dtype_numbers, hardware_numbers, model_numbers
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_in_chunks
 from .offload import (
