@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..formulas import _ops
 from ..formulas import comm as C
 from ..formulas import flops as F
 from ..formulas import params as P
@@ -193,3 +194,18 @@ def any_row(value) -> bool:
     """A model indicator (moe, mla) as a Python truth: any row's, where tests stack models into
     arrays (a dense row then takes the MoE expressions, which give it exactly 0)."""
     return bool(np.any(np.asarray(value)))
+
+
+def moe_picker(x, moe_model: bool):
+    """pick(moe_value, dense_value): a MoE/MLA model (any row's, when models are stacked) builds
+    its own expression, moe_value(), and pick() selects it row by row, so that a dense row gets
+    exactly the dense value; a dense model builds nothing more than dense_value."""
+    def pick(moe_value, dense_value):
+        return _ops.select(x.moe_mla, moe_value(), dense_value) if moe_model else dense_value
+
+    return pick
+
+
+def merged(k: SimpleNamespace, more: SimpleNamespace) -> SimpleNamespace:
+    """The intermediates so far with those of the next concern (a later value of a name wins)."""
+    return SimpleNamespace(**{**vars(k), **vars(more)})
