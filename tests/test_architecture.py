@@ -28,8 +28,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "planner.calibrate.calibrate": "ux",
     "planner.compare.compare": "ux",
     # arch (issue 24): being split by concern on the arch branch
-    "planner.model.cost.layout_costs": "arch",
-    "planner.model.cost.zero_costs": "arch",
     "planner.cli.explain": "arch",
     "planner.cli.search": "arch",
     "planner.outputs.timeline.to_svg": "arch",
