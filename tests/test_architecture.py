@@ -27,11 +27,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     # calibrate and compare (ux, issue 19)
     "planner.calibrate.calibrate": "ux",
     "planner.compare.compare": "ux",
-    # arch (issue 24): being split by concern on the arch branch
-    "planner.cli.explain": "arch",
-    "planner.cli.search": "arch",
-    "planner.outputs.timeline.to_svg": "arch",
-    "planner.search.evaluate.evaluate_space": "arch",
 }
 
 
