@@ -12,7 +12,7 @@ import pytest
 import sympy as sp
 
 from planner.formulas import collectives as K
-from planner.model.collectives import Cluster, nccl_pick
+from planner.model.nccl import Cluster, nccl_pick
 
 CASES = tomllib.loads((Path(__file__).parents[1] / "cases" / "collectives.toml").read_text())
 GB, US = 1e9, 1e-6
