@@ -109,7 +109,7 @@ def test_formulas_name_their_constants():
     assert "F_peak" in terms["head_s"]["formula"] and "η" in terms["head_s"]["formula"]
     # T_step in named sub-terms, the DP tail once
     assert terms["step_s"]["formula"] == ("max(T_net,busy, T_nvl,busy, "
-                                          "T_dp,tail + T_opt + T_stage·(m + (p - 1)/v))")
+                                          "T_dp,tail + T_opt + T_stage·(m + (p - 1)/v) + T_strag)")
     # the wave efficiency folded: its ceilings are sub-terms w₁, w₂, … each shown once
     wave = terms["wave_efficiency"]["formula"]
     assert "ceil" not in wave and len(wave) < 110
