@@ -302,10 +302,10 @@ def _hf_rope(data: dict, where: str) -> dict:
     for key, value in scaling.items():
         if key in ("rope_type", "type"):
             continue
-        if key not in names:
-            raise PlanError(f"{where}: rope_scaling.{key} is not a field plan3d knows "
-                            f"({', '.join(sorted(names))}); write a plan3d model file instead")
-        out[names[key]] = value
+        if key in names:
+            out[names[key]] = value
+        elif value not in (None, False, 0, ""):  # passed through by name, never dropped
+            out.setdefault("unmodelled", []).append(f"rope_scaling.{key}={json.dumps(value)}")
     return out
 
 
@@ -331,7 +331,7 @@ def hf_architecture_fields(data: dict, where: str, arch: str, model_type: str | 
     out["router_expert_bias"] = data.get("topk_method") == "noaux_tc"
     out["mtp_layers"] = int(data.get("num_nextn_predict_layers") or 0)
     act = data.get("hidden_act") or data.get("activation_function")
-    unmodelled = []
+    unmodelled = out.pop("unmodelled", [])
     gated = "n_embd" not in data
     if act is not None and gated and act not in HF_GATED_ACTIVATIONS:
         unmodelled.append(f"hidden_act={act}")
@@ -342,7 +342,8 @@ def hf_architecture_fields(data: dict, where: str, arch: str, model_type: str | 
         unmodelled += ["attention sinks (learned, per head)", "router bias"]
     for key in sorted(set(data) - HF_READ - HF_NOT_ARCHITECTURE):
         value = data[key]
-        if value in (None, False, 0, "", [], {}):
+        if value in (None, False, 0, "", [], {}) or (
+                key == "sliding_window" and data.get("use_sliding_window") is False):
             continue
         text = json.dumps(value) if not isinstance(value, str) else value
         unmodelled.append(f"{key}={text if len(text) <= 40 else text[:37] + '...'}")
