@@ -232,15 +232,23 @@ CpKindOpt = _opt("Context-parallel kind: ring (p2p), a2a (all-to-all, Ulysses), 
                  "or auto for every kind the framework runs.")
 CpA2aOpt = _opt("Hierarchical CP: the all-to-all group, a divisor of cp (explain: one; search: "
                 "a list; default: those whose tp·group fits the NVLink domain).")
-MoeImbalanceOpt = Annotated[float, typer.Option(
-    help="Busiest expert-parallel rank's routed tokens over the mean (Switch Transformer's "
-    "capacity factor 1.25).", min=1.0, max=64.0)]
+MoeImbalanceOpt = Annotated[float | None, typer.Option(
+    help="Busiest expert-parallel rank's routed tokens over the mean; default: derived from "
+    "the model's balancing and the batch (formulas.moe_layer.rank_load).", min=1.0, max=64.0)]
+MoeForcedOpt = Annotated[bool, typer.Option(
+    "--moe-forced-balance/--no-moe-forced-balance",
+    help="Routing forced to balance (Megatron --moe-router-force-load-balancing, for "
+    "benchmarks): the busiest rank gets the mean.")]
+MoeDispatcherOpt = Annotated[str | None, typer.Option(
+    help="Token dispatcher: alltoall (NCCL), allgather, or deepep (DeepEP's node-limited, "
+    "de-duplicated kernels; also HybridEP); default alltoall.")]
 MoeCapacityOpt = Annotated[float | None, typer.Option(
     help="Drop tokens beyond this capacity factor (caps the imbalance); default dropless.",
     min=0.01, max=64.0)]
 MoeOverlapOpt = Annotated[bool, typer.Option(
     "--moe-a2a-overlap/--no-moe-a2a-overlap",
-    help="Overlap the all-to-all with another micro-batch's compute (DualPipe-style).")]
+    help="Overlap the all-to-all with another micro-batch's compute (Megatron "
+    "--overlap-moe-expert-parallel-comm; DualPipe with the dualpipev schedule).")]
 # offload: to host memory
 OffloadOptimizerOpt = Annotated[float | None, typer.Option(
     help="Fraction (0-1) of the optimizer states kept in host memory and stepped by the CPU "
@@ -487,8 +495,9 @@ def explain(
         help="The sections to print after the answer, comma list of model, memory, pipeline, "
         "comm, time, constants (default: all).")] = None,
     mfu_convention: MfuOpt = "causal",
-    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
@@ -514,6 +523,7 @@ def explain(
                        overlap_grad_reduce, framework=framework, emit=emit,
                        ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+                       moe_forced_balance=moe_forced_balance, moe_dispatcher=moe_dispatcher,
                        dp_shard=dp_shard, dp_replicate=dp_replicate, cp_kind=cp_kind,
                        cp_a2a=cp_a2a,
                        offload_optimizer=offload_optimizer,
@@ -602,8 +612,9 @@ def search(
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
-    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
@@ -621,6 +632,7 @@ def search(
                        overlap_grad_reduce, allow_tp_across_nodes, framework=framework,
                        emit=emit, ep=ep, etp=etp, moe_imbalance=moe_imbalance,
                        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+                       moe_forced_balance=moe_forced_balance, moe_dispatcher=moe_dispatcher,
                        dp_shard=dp_shard, dp_replicate=dp_replicate, cp_kind=cp_kind,
                        cp_a2a=cp_a2a,
                        offload_optimizer=offload_optimizer,

@@ -204,8 +204,9 @@ def rank_skew(max_violation, ep, n_experts):
     value, as in sampling_excess); a rank sums E/ep experts (spread σ/√(E/ep)) and is the busiest
     of ep:
         v_rank = MaxVio · √(ep/E) · √(ln ep / ln E)
-    ep = E gives MaxVio (one expert a rank), ep = 1 gives 0 (one rank holds every expert)."""
-    return max_violation * _sqrt(ep / n_experts * _ln(ep) / _ln(n_experts))
+    ep = E gives MaxVio (one expert a rank), ep = 1 gives 0 (one rank holds every expert); ln E
+    is taken at E ≥ 2 (a dense row, E = 1, has ep = 1 and no skew)."""
+    return max_violation * _sqrt(ep / n_experts * _ln(ep) / _ln(_ops.maximum(n_experts, 2)))
 
 
 def rank_load(max_violation, ep, n_experts, group_tokens, top_k):

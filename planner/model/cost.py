@@ -25,10 +25,12 @@ from ..formulas import params as P
 from ..formulas import pipeline as PL
 from ..formulas import timing as T
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.moe_layer import Dispatcher
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import ActivationStyle, Framework, LossKind
 from ..placement import MEGATRON_RANK_ORDER, group_stride
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
+from . import moe as MOE
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
@@ -50,11 +52,14 @@ class Choices:
     # are built; otherwise none), and whether the parameters live there
     offload: bool = False
     offload_params: bool = False
+    moe_dispatcher: Dispatcher = MOE.DEFAULT_DISPATCHER  # moe: how tokens reach their experts
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name != "framework"},
-                   framework=FRAMEWORKS[config.framework])
+        own = ("framework", "moe_dispatcher")
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name not in own},
+                   framework=FRAMEWORKS[config.framework],
+                   moe_dispatcher=MOE.dispatcher_of(config.moe_dispatcher))
 
 
 def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
@@ -110,6 +115,7 @@ def moe_numbers(model: ModelSpec) -> dict:
         else model.ffn,
         q_rank=model.q_lora_rank or 0, kv_rank=model.kv_lora_rank or 0,
         rope_dim=model.qk_rope_head_dim or 0, v_dim=model.value_head_dim,
+        **MOE.model_numbers(model),  # the balancing's skew, group-limited routing
     )
 
 
@@ -176,8 +182,7 @@ def config_numbers(config: PlanConfig) -> dict:
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
         overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
-        ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
-        a2a_overlap=int(config.moe_a2a_overlap),
+        ep=config.ep, etp=config.etp, **MOE.config_numbers(config),
         cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group
         # offload: the optimizer fraction and the activation layers on the host
         offload_optimizer=config.offload_optimizer,
@@ -419,6 +424,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # [L − L_s, L)) hold their non-expert part over t and their routed experts over ep·etp,
     # apart (expert_first/last), for their own ZeRO group; a dense model selects stage() as is
     note_moe = note if moe_model else _same  # expert terms shown for MoE/MLA models only
+    # the tokens a GPU feeds a MoE layer per micro-batch, T = b·s/(c·t), and λ, the busiest
+    # expert-parallel rank's share of their routed copies over the mean (model/moe.py)
+    moe_tokens = b * s / (cp * t)
+    lam = note_moe("moe_load", MOE.load(x, moe_tokens)) if moe_model else 1
     moe_first = (MO.moe_layers_in_span(0, layers, x.first_k_dense, x.moe_freq, x.moe)
                  if moe_model else 0)
     moe_last = (MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe)
@@ -453,7 +462,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # moe: a MoE layer stores k routed expert widths (× the busiest rank's load) and the shared
     # experts'; an MLA layer its own tensors (formulas/moe.py); the dispatcher keeps the k − 1
     # extra token copies and the router's scores
-    moe_width = MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, x.moe_load)
+    moe_width = MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, lam)
     routed_ffn = pick(lambda: _ops.select(x.moe, moe_width, x.ffn), routed_ffn)
     conv = c.framework.memory
 
@@ -478,7 +487,7 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
             s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
             x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
         dispatch = 0 if recompute is Recompute.FULL else x.moe * MO.moe_dispatch_activation_bytes(
-            s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, x.moe_load,
+            s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, lam,
             x.act_bytes)
         return x.mla * mla + dispatch
 
@@ -524,10 +533,9 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     act_last = inflight_last * layers * layer_act + loss_act + bwd_phase
     # moe: the dispatcher's send and receive buffers of the all-to-all in flight,
     # 2·T·k·load·h·act with T = b·s/(c·t) tokens per GPU (0 for a dense model)
-    moe_tokens = b * s / (cp * t)
     if moe_model:
         dispatch_buffers = note_moe("moe_dispatch_buffer_bytes", x.moe * 2 * moe_tokens
-                                    * x.top_k * x.moe_load * h * x.act_bytes)
+                                    * x.top_k * lam * h * x.act_bytes)
         act_first = act_first + dispatch_buffers
         act_last = act_last + dispatch_buffers
 
@@ -613,14 +621,14 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
             tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ne_ffn, x.n_mlp, t,
             _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
         rows_per_expert = MO.expert_tokens(moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
-                                           x.moe_load)
+                                           lam)
         expert_wave = note_moe("expert_wave_efficiency", _ops.select(
             has_sm * x.moe, MO.expert_layer_wave_efficiency(
                 rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp,
                 MO.local_experts(x.n_experts, x.ep), _ops.maximum(x.n_sm, 1), x.tile_rows,
                 x.tile_cols), 1))
         expert_s = note_moe("expert_matmul_s", x.moe * T.compute_time_s(
-            F.layer_matmul_flops(moe_tokens * x.top_k * x.moe_load, 1, x.expert_matmul),
+            F.layer_matmul_flops(moe_tokens * x.top_k * lam, 1, x.expert_matmul),
             x.peak_flops, x.gemm_eff * expert_wave))
         return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
                                  x.gemm_eff * ne_wave) + expert_s)
@@ -638,7 +646,10 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     core_s = note("attention_core_s", T.memory_bound_time_s(T.attention_core_bytes(
         s, b, x.n_heads, t, cp, x.dropout, materialised, x.act_bytes), x.hbm_bw, x.hbm_eff))
     launch_s = T.kernel_overhead_s(T.KERNELS_PER_LAYER_FORWARD, x.kernel_s)
-    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s)
+    # moe: the router's and the permutation's HBM traffic and kernels (model/moe.py)
+    moe_extra_s = (note_moe("moe_router_permute_s", x.moe * MOE.forward_extra_s(
+        x, c.moe_dispatcher, moe_tokens, lam, t)) if moe_model else 0)
+    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s)
     att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
     bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
@@ -705,26 +716,24 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     cp_layer_s, cp_layer_exposed = context_time(x, cp_parts, cp_links, cp_shares, cp_window,
                                                 note)
 
-    # ---- moe: expert-parallel all-to-all, per MoE layer and micro-batch: dispatch and combine
-    # forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens
-    # over the etp ranks and its reduce-scatter (4 × (etp − 1)·T·k·load·h·act on NVLink: etp
-    # sits inside the domain). Exposed unless overlapped with another micro-batch's compute
+    # ---- moe: the expert-parallel exchange, per MoE layer and micro-batch: dispatch and combine
+    # forward, their transposes backward (4), by the plan's dispatcher (model/moe.py), plus with
+    # etp > 1 the all-gather of the tokens over the etp ranks on NVLink. Exposed unless the
+    # plan overlaps it with another micro-batch's compute (Megatron's 1F1B merge, DualPipe)
     ep_mb_s = ep_bytes = ep_span_inside = 0
     if moe_model:
-        a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, x.moe_load)
-        etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * x.moe_load * h * x.act_bytes
+        a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, lam)
+        etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * lam * h * x.act_bytes
         ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
-        a2a_s = note_moe("all_to_all_s", MO.all_to_all_time_s(
-            a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, g.domain), x.fast_bw, x.net_bw,
-            _ops.select(ep_span_inside, x.fast_lat, x.net_lat)))
-        etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
-        ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), fwd_s + bwd_s,
-                                                              x.a2a_overlap)
+        a2a_s = note_moe("all_to_all_s", MOE.exchange_s(x, c.moe_dispatcher, g.domain,
+                                                        moe_tokens, lam, t))
+        ep_layer_exposed = x.moe * MOE.exposed_exchange_s(
+            x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, a2a_s, fwd_s + bwd_s)
         ep_mb_s = moe_last * ep_layer_exposed
         ep_bytes = note_moe("ep_bytes", x.moe * m * moe_last * 4 * (a2a_bytes + etp_bytes))
         # the all-to-all keeps its link busy too (on NVLink when the ep·etp group fits a
         # domain, else counted on the network, whose NICs it leaves on)
-        ep_busy_mb = x.moe * moe_last * 4 * (a2a_s + etp_s)
+        ep_busy_mb = x.moe * moe_last * 4 * a2a_s
         nvlink_busy_mb = nvlink_busy_mb + ep_span_inside * ep_busy_mb
         network_busy_mb = network_busy_mb + (1 - ep_span_inside) * ep_busy_mb
 
@@ -1004,7 +1013,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         # which link each kind of traffic crosses: 1 = inside the NVLink domain, 0 = network
         tp_inside=k.tp_inside, cp_inside=k.cp_inside, dp_inside=k.dp_inside, pp_inside=k.pp_inside,
         # moe: expert parallelism's traffic, exposed time and link; expert parameters per GPU
-        ep_bytes=k.ep_bytes, ep_exposed_s=ep_exposed, ep_inside=k.ep_inside,
+        ep_bytes=k.ep_bytes, ep_exposed_s=ep_exposed, ep_inside=k.ep_inside, moe_load=k.lam,
         expert_stage_params=stage_experts,
         # the bus bandwidth each group's collectives get, its share of the link, and how busy
         # each link is (C.link_share, C.link_utilisation)

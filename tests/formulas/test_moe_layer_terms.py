@@ -195,7 +195,8 @@ def test_arrays_agree_with_floats():
 
 def test_symbols():
     v, n, ep, m = sp.symbols("v E ep m", positive=True)
-    assert sp.simplify(L.rank_skew(v, n, n) - v) == 0
+    assert sp.simplify(L.rank_skew(v, 256, 256) - v) == 0  # one expert a rank: MaxVio itself
+    assert sp.simplify(L.rank_skew(v, ep, 256) ** 2 - v ** 2 * ep * sp.log(ep) / (256 * sp.log(256))) == 0
     assert sp.simplify(D.exposed_a2a_s(m, m, 1)) == 0
     copies = sp.Symbol("c", positive=True)
     assert sp.simplify(L.sampling_excess(copies, ep) ** 2
