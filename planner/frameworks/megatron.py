@@ -211,36 +211,17 @@ def _needs_layout(c: PlanConfig, m: ModelSpec) -> bool:
                          or c.pp * c.vpp > m.n_layers)
 
 
-def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec) -> None:
-    """The model's shape in Megatron-LM's argument names."""
-    a.add("--num-layers", m.n_layers)
-    a.add("--hidden-size", m.hidden)
-    a.add("--ffn-hidden-size", m.ffn)
-    a.add("--num-attention-heads", m.n_heads)
-    if m.kv_heads != m.n_heads:
-        a.add("--group-query-attention")
-        a.add("--num-query-groups", m.kv_heads)
-    if m.dim_head * m.n_heads != m.hidden and not m.is_mla:  # MLA gives its head widths itself
-        a.add("--kv-channels", m.dim_head)
-    a.add("--seq-length", c.seq_len)
-    a.add("--max-position-embeddings", max(m.positions, c.seq_len))
-    if m.mlp.value == "swiglu":
-        a.add("--swiglu")
-    if m.norm == "rmsnorm":
-        a.add("--normalization", "RMSNorm")
-    if m.position_embedding == "rotary":
-        a.add("--position-embedding-type", "rope")
-    if not m.tied_embeddings:
-        a.add("--untie-embeddings-and-output-weights")
-    if not m.bias:
-        a.add("--disable-bias-linear")
-    if not m.dropout:
-        a.add("--attention-dropout", "0.0")
-        a.add("--hidden-dropout", "0.0")
-    from .moe_launch import megatron_moe_args  # MoE and MLA arguments
+def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """The whole model in Megatron-LM's argument names: shape, architecture, MoE and MLA."""
+    from .model_settings import megatron_model_args, unmodelled_note, vocab_note
+    from .moe_launch import megatron_moe_args
 
-    for flag, value in megatron_moe_args(c, m):
+    for flag, value in megatron_model_args(c, m) + megatron_moe_args(c, m):
         a.add(flag, value)
+    notes.append(vocab_note(c, m))
+    extra = unmodelled_note(m)
+    if extra:
+        notes.insert(0, extra)
 
 
 def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
@@ -286,10 +267,7 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
 
     a.add("--micro-batch-size", c.mbs)
     a.add("--global-batch-size", c.gbs)
-    _megatron_model_args(a, c, m)
-    notes.append(
-        f"The vocabulary ({m.vocab}) comes from the tokenizer (--tokenizer-type/--tokenizer-model) "
-        "and is padded to a multiple of 128·tp; --vocab-size applies only to NullTokenizer.")
+    _megatron_model_args(a, c, m, notes)
 
     # Precision and gradient dtype.
     if c.precision is Precision.FP16:
