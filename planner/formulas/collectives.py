@@ -456,3 +456,37 @@ def many_collectives_s(n_calls, one_call_s):
     """A step's worth of the same collective issued n times (per-layer gathers, buckets,
     per-micro-batch sends): n × the time of one — every call pays its own latency."""
     return n_calls * one_call_s
+
+
+def ll_max_of(n_nodes, one_node_bw, two_nodes_bw, more_nodes_bw):
+    """llMaxBw from a cluster's three figures (ll_max_busbw at 1, 2 and more nodes), picked by
+    the nodes a group spans."""
+    return _ops.select(one_node(n_nodes), one_node_bw,
+                       _ops.select(_ops.le(n_nodes, 2), two_nodes_bw, more_nodes_bw))
+
+
+# ---- how many collectives a framework issues ---------------------------------------------------
+
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_RANK = 1_000_000
+"""Megatron-Core DDP's default bucket: max(40,000,000, 1,000,000 · dp·cp) parameters, "larger DP
+sizes need larger buckets to ensure collectives do not become latency-bound"; one bucket (the
+whole buffer) when the reduction does not overlap (megatron/core/distributed/
+distributed_data_parallel.py and megatron/training/training.py: bucket_size None without
+overlap_grad_reduce)."""
+
+DEEPSPEED_REDUCE_BUCKET_PARAMS = 500_000_000
+"""DeepSpeed's reduce_bucket_size (and ZeRO-1/2 allgather_bucket_size) default, 5e8 elements
+(DeepSpeed config docs, zero_optimization)."""
+
+
+def bucketed_calls(params, bucket_params):
+    """Collectives a bucketed reduction issues: ⌈Ψ / bucket⌉ (at least one)."""
+    return _ops.maximum(1, _ops.ceil(params / bucket_params))
+
+
+def megatron_buckets(params, dp_ranks, overlap):
+    """Megatron-Core's gradient buckets (and the param-gather buckets that mirror them):
+    ⌈Ψ / max(4·10⁷, 10⁶·d)⌉ with overlap, one without."""
+    bucket = _ops.maximum(MEGATRON_MIN_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK * dp_ranks)
+    return _ops.select(overlap, bucketed_calls(params, bucket), 1)

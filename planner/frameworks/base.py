@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..errors import PlanError
+from ..formulas import collectives as K
 from ..formulas.choices import ContextKind, Precision, Schedule, ZeroStage
 from ..formulas.pipeline import SPLIT_BACKWARD
 from ..placement import MEGATRON_RANK_ORDER
@@ -101,6 +102,12 @@ class MemoryConventions:
     beyond its optimizer state (Megatron: an fp32 copy; DeepSpeed counts it in the state)."""
 
 
+def megatron_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules):
+    """Megatron-Core: every data-parallel collective runs bucket by bucket,
+    ⌈Ψ / max(4·10⁷, 10⁶·d)⌉ buckets with overlap, one without (K.megatron_buckets)."""
+    return K.megatron_buckets(params, dp_ranks, overlap)
+
+
 @dataclass(frozen=True)
 class Framework:
     """One training framework, as plan3d knows it.
@@ -137,6 +144,11 @@ class Framework:
     """Whether the data-parallel reduction and gather overlap compute (when the plan asks)."""
     cp_kinds: tuple[ContextKind, ...] = (ContextKind.RING,)
     """cp-kind: the context-parallel kinds it runs, its default (a plan's cp_kind None) first."""
+    dp_calls: Callable = field(default=megatron_dp_calls, hash=False, compare=False)
+    """How many collectives the framework issues for one data-parallel reduction or gather —
+    (1 for ZeRO-3's per-micro-batch collectives, "grad"/"weight", stage layers, parameters, d
+    ranks, overlap, linear modules per layer) → calls — so that each pays its own latency at its
+    own message size (issue 22)."""
     fsdp_once_per_step_under_pp: bool = False
     """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
     micro-batch (the stage stays gathered and gradient sync is off until the last one)."""

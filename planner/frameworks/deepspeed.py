@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 
 from ..errors import PlanError
+from ..formulas import _ops
+from ..formulas import collectives as K
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
@@ -283,6 +285,17 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
     return EmitResult("deepspeed", "json", json.dumps(cfg, indent=2) + "\n", RELEASE, notes)
 
 
+def deepspeed_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules):
+    """DeepSpeed: ZeRO-3 gathers each submodule's parameters as its forward (and backward) hook
+    fires — one all-gather per linear module of every layer (norms, under
+    stage3_param_persistence_threshold = 1e5 elements, stay resident); gradients are reduced,
+    and ZeRO-1/2 weights gathered, in buckets of reduce_bucket_size / allgather_bucket_size =
+    5e8 elements (DeepSpeed config docs, zero_optimization defaults)."""
+    per_module = layers * linear_modules
+    bucketed = K.bucketed_calls(params, K.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+    return _ops.select(per_layer * (buf == "weight"), per_module, bucketed)
+
+
 FRAMEWORK = Framework(
     name="deepspeed",
     title="DeepSpeed (ZeRO, pipeline engine; Megatron-DeepSpeed for TP)",
@@ -290,6 +303,7 @@ FRAMEWORK = Framework(
     zero_stages=tuple(ZeroStage),
     schedules=(Schedule.ONE_F_ONE_B,),
     rules=RULES + OFFLOAD_RULES,
+    dp_calls=deepspeed_dp_calls,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
         gathered_layers=0, bucket_bytes=bucket_bytes,

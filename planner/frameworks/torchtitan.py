@@ -488,6 +488,13 @@ def _torchtitan(c: PlanConfig, m: ModelSpec, version: str | None = None) -> Emit
     return EmitResult("torchtitan", "args", _titan_03(c, m, notes), RELEASE, notes)
 
 
+def fsdp_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules):
+    """FSDP2 shards each transformer block as one unit (torchtitan's apply_fsdp:
+    fully_shard per block): one all-gather per block in the forward, again in the backward
+    (reshard_after_forward), one reduce-scatter per block — `layers` calls each."""
+    return layers
+
+
 FRAMEWORK = Framework(
     name="torchtitan",
     title="torchtitan (FSDP2, DTensor TP, torch.distributed.pipelining)",
@@ -512,6 +519,7 @@ FRAMEWORK = Framework(
     # FSDP2 under PP: reshard_after_forward off and gradient sync only on the last micro-batch
     # (torch.distributed.pipelining stage.py backward_maybe_with_nosync)
     fsdp_once_per_step_under_pp=True,
+    dp_calls=fsdp_dp_calls,
     # FSDP2 (ZeRO-3), per-op selective AC (llama3_8b; the 70B/405B configs use full), and TP
     # always sequence-parallel (config_registry.py, parallelize.py @ b5bcd76)
     defaults={"zero": 3, "recompute": 1, "sp": True},

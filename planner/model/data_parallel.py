@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..formulas import _ops
+from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import timing as T
@@ -47,9 +48,28 @@ def dp_traffic(x, c: Choices, k: SimpleNamespace, mem: SimpleNamespace,
                            replica_bytes=replica_bytes, dp_bytes=note("dp_bytes", dp_bytes))
 
 
-def zero_collective_s(x, z: int, when, params, ranks, group, inside, concurrent, experts=False):
+NCCL_COLL = {C.Collective.ALL_REDUCE: K.Coll.ALL_REDUCE,
+             C.Collective.REDUCE_SCATTER: K.Coll.REDUCE_SCATTER,
+             C.Collective.ALL_GATHER: K.Coll.ALL_GATHER}
+
+
+def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share):
+    """`calls` collectives of buffer/calls bytes each over the group, each as NCCL's tuner
+    picks and prices it (formulas/collectives.py) at the group's share of its link: every call
+    pays its own latency, and a small one may run LL or the tree."""
+    ll_max = K.ll_max_of(group.k, x.ll_max_one, x.ll_max_two, x.ll_max_many)
+    one = K.nccl_time_s(NCCL_COLL[coll], buffer_bytes / calls, ranks, group.k, group.bw * share,
+                        ll_max, x.net_node_bw, x.nvls_bw * share, x.nics_per_node,
+                        x.net_overhead_us, nvls=any_row(x.nvls), sharp=any_row(x.sharp))
+    return K.many_collectives_s(calls, one)
+
+
+def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, group, concurrent,
+                      experts=False):
     """(share of the link, seconds) of the ZeRO collectives that run at `when` (ZERO_COLLECTIVES)
-    over `ranks` ranks of `group`, for `params` parameters, beside `concurrent` bytes."""
+    over `ranks` ranks of `group`, for `params` parameters, beside `concurrent` bytes: each as
+    many calls as the framework issues (ZeRO-3's per-layer or per-module gathers, buckets)."""
+    z = int(c.zero_stage)
     if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
         return 1, 0
     volume = C.zero_bytes(params, x.g_bytes, x.w_bytes, ranks, z, when)
@@ -57,12 +77,17 @@ def zero_collective_s(x, z: int, when, params, ranks, group, inside, concurrent,
     # nothing, so its share is 1, not 0/0
     sends = (1 - _ops.le(ranks, 1)) * (1 - _ops.le(params, 0) if experts else 1)
     share = C.link_share(volume, concurrent, sends)
-    if C.zero_allreduce(z, when):
-        return share, C.allreduce_time_s(
-            volume * C.sharp_volume_factor(ranks, x.sharp * (1 - inside)),
-            group.bw_allreduce * share, ranks, group.k, x.fast_lat, x.net_lat)
-    return share, C.ring_time_s(volume, group.bw * share, ranks, group.k,
-                                C.zero_ring_passes(z, when), x.fast_lat, x.net_lat)
+    per_param = {"grad": x.g_bytes, "weight": x.w_bytes}
+    per_layer = int(z == 3 and when is C.When.MICRO_BATCH)
+    total = 0
+    for coll, buf, w in C.ZERO_COLLECTIVES[z]:
+        if w is when:
+            # linear modules per layer: attention's q, k, v, o and the MLP's matrices
+            calls = c.framework.dp_calls(per_layer, buf, k.layers, params, ranks, x.overlap,
+                                         4 + x.n_mlp)
+            total = total + nccl_collectives_s(x, coll, per_param[buf] * params, calls, ranks,
+                                               group, share)
+    return share, total
 
 
 def replica_allreduce_s(x, z: int, when, k: SimpleNamespace, dp: SimpleNamespace):
@@ -85,8 +110,7 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
     z, group, concurrent = int(c.zero_stage), k.links.dp, k.dp_concurrent_bytes
 
     def dp_time(when):
-        return zero_collective_s(x, z, when, dp.held_params, k.d_shard, group, k.dp_inside,
-                                 concurrent)
+        return zero_collective_s(x, c, k, when, dp.held_params, k.d_shard, group, concurrent)
 
     mb_share, zero_mb_s = dp_time(C.When.MICRO_BATCH)
     tail_share, reduce_s = dp_time(C.When.STEP_REDUCE)
@@ -101,7 +125,7 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         edp_group = collective_group(x, dp.edp, x.ep * x.etp, k.links.domain)
         with np.errstate(invalid="ignore", divide="ignore"):
             expert = [_ops.select(x.moe, zero_collective_s(
-                x, z, when, dp.held_experts, dp.edp, edp_group, edp_group.inside, concurrent,
+                x, c, k, when, dp.held_experts, dp.edp, edp_group, concurrent,
                 experts=True)[1], 0)
                 for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER)]
         zero_mb_s, reduce_s, gather_s = (zero_mb_s + expert[0], reduce_s + expert[1],

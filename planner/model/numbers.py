@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..formulas import _ops
+from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import flops as F
 from ..formulas import params as P
@@ -19,6 +20,7 @@ from ..frameworks import FRAMEWORKS
 from ..frameworks.base import Framework
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from . import moe as MOE
+from .nccl import Cluster
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
@@ -158,7 +160,21 @@ def topology_numbers(hw: HardwareProfile) -> dict:
         pod=hw.topology.pod_gpus or NO_POD, oversub=hw.topology.oversubscription,
         sharp=int(hw.topology.sharp), nvls_bw=hw.fast.busbw_bytes_per_s if nvls is None else nvls,
         overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN, speed_cv=R.GPU_SPEED_CV,
+        **nccl_numbers(hw),
     )
+
+
+def nccl_numbers(hw: HardwareProfile) -> dict:
+    """What NCCL's tuner needs of the cluster (formulas/collectives.py, model/nccl.py): the LL
+    protocol's ceiling on 1, 2 and more nodes, the network overhead per step, NICs per node, the
+    network's bus bandwidth per node (NVLS-tree) and whether the switch has NVLS."""
+    cluster = Cluster.of(hw)
+    return dict(
+        ll_max_one=float(K.ll_max_busbw(cluster.generation, 1, cluster.cpu)),
+        ll_max_two=float(K.ll_max_busbw(cluster.generation, 2, cluster.cpu)),
+        ll_max_many=float(K.ll_max_busbw(cluster.generation, 3, cluster.cpu)),
+        net_overhead_us=K.NET_OVERHEAD_US[cluster.cpu.value], nics_per_node=cluster.nics_per_node,
+        net_node_bw=cluster.net_busbw, nvls=int(cluster.nvls_bw is not None))
 
 
 def config_numbers(config: PlanConfig) -> dict:
