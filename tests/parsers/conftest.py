@@ -90,3 +90,11 @@ def model_of(args: str) -> str:
     """The --model value of a matrix row."""
     words = shlex.split(args)
     return words[words.index("--model") + 1]
+
+
+@cache
+def launch_json(args: str, fmt: str) -> dict:
+    """The `launch` object of `plan3d explain ARGS --emit FMT --json` (text, notes, ...)."""
+    out = _run(["explain", *shlex.split(args), "--emit", fmt, "--json"])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["launch"]
