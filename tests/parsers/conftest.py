@@ -23,6 +23,25 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.parsers)
 
 
+@pytest.fixture
+def fake_world():
+    """torch's fake process-group backend at a given world size, rank 0."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def init(world: int, rank: int = 0):
+        if dist.is_initialized():
+            ps.destroy_model_parallel()
+            dist.destroy_process_group()
+        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+
+    yield init
+    if dist.is_initialized():
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True,
                           text=True, cwd=ROOT, env=_env())
