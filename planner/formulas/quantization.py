@@ -206,3 +206,24 @@ def layer_quantized_elements(seq_len, mbs, hidden, n_heads, n_kv_heads, head_dim
     sp = tp if sequence_parallel else 1
     return s * mbs * (4 * hidden / sp + (n_heads * head_dim + head_dim * (n_heads + 2 * n_kv_heads)
                                          + n_mlp * ffn) / tp)
+
+
+def saved_linear_inputs_delta_bytes(seq_len, mbs, hidden, n_heads, head_dim, ffn, tp, cp,
+                                    sequence_parallel: bool, per_element, act_bytes=2):
+    """How a fused (Transformer Engine) layer's saved bytes change under a recipe that saves
+    linear inputs at `e` bytes per element (saved_input_bytes_per_element):
+
+        sb·[(e − act)·(2h/t_sp + f/t) + e·a·d_h/t]          (s over c)
+
+    The QKV and fc1 inputs (the norms' outputs, h/t_sp each: LayerNormLinear keeps the 16-bit
+    norm input and the quantised norm output) and fc2's input (f/t: the activation function keeps
+    its own input) are saved at e instead of act bytes.  The projection's input is the attention
+    output, which flash attention keeps in 16-bit for its own backward, so the projection's
+    quantised copy comes on top (+e·a·d_h/t).  Llama 3 8B (h = 4096, a·d_h = 4096, f = 14336),
+    t = 1, per-tensor FP8 (e = 1), per token: −(2·4096 + 14336) + 4096 = −18,432 bytes.
+    Source: TE module/linear.py l.599-617, layernorm_linear.py l.526-536 @ d0067d0; measured by
+    tests/oracle/test_recompute_levels.py on Functions that save what those kernels save."""
+    s = seq_len / cp
+    sp = tp if sequence_parallel else 1
+    return s * mbs * ((per_element - act_bytes) * (2 * hidden / sp + ffn / tp)
+                      + per_element * n_heads * head_dim / tp)

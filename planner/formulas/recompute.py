@@ -82,11 +82,17 @@ def checkpoint_input_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool
     return act_bytes * seq_len / cp * mbs * hidden / sp / spread * (1 - on_host)
 
 
-def core_attention_saving_bytes(score_bytes, tp):
+def core_attention_saving_bytes(score_bytes, tp, output_bytes=0):
     """`core_attn`: the attention core's own saved tensors, dropped and recomputed
-    (Korthikanti's selective recompute): score_bytes/t, with score_bytes from
-    formulas.activations.score_activation_bytes (5as²b classic, 4asb fused flash)."""
-    return score_bytes / tp
+    (Korthikanti's selective recompute): (scores + out)/t, with score_bytes from
+    formulas.activations.score_activation_bytes (5as²b classic, 4asb fused flash).
+
+    out: the core's 16-bit output, act·sb·a·d_h.  Without a low-precision recipe the projection
+    saves that same tensor as its input, so checkpointing the core frees nothing of it (pass 0);
+    under a recipe the projection keeps its own quantised copy and only the kernel kept the
+    16-bit output, which the checkpoint then frees (measured by
+    tests/oracle/test_recompute_levels.py)."""
+    return (score_bytes + output_bytes) / tp
 
 
 def mlp_saving_bytes(seq_len, mbs, hidden, ffn, n_mlp, tp, cp, sequence_parallel: bool,
