@@ -35,6 +35,8 @@ drops.
 
 from __future__ import annotations
 
+from . import _ops
+
 
 def partial_saved_bytes(n_layers, n_recomputed, input_bytes, kept_bytes):
     """Activation bytes a stage keeps per micro-batch when r of its L layers are fully recomputed
@@ -123,3 +125,18 @@ def activation_fn_saving_bytes(seq_len, mbs, width, tp, cp, input_bytes):
     input, is discarded and recomputed from the kept fc1 output: input·sb·width/t, with width the
     f (or for routed experts k·f_e, times the load factor) the layer's fc2 reads."""
     return input_bytes * seq_len / cp * mbs * width / tp
+
+
+def fewest_layers_to_recompute(n_layers, full_bytes, capacity_bytes, per_layer_gain_bytes):
+    """The fewest of a stage's L layers to recompute fully (block method) for the GPU to fit,
+    given the plan's total with all L recomputed (full_bytes) and what each layer *not*
+    recomputed adds (per_layer_gain_bytes = in-flight micro-batches × (kept − input)):
+
+        r = clamp(⌈L − (C − M_full)/g⌉, 1, L)
+
+    Memory with r layers recomputed is M_full + (L − r)·g for r ≥ 1 (one recomputed layer's
+    working set is alive at its backward either way), so r is the least that keeps it within C.
+    A plan that does not fit even with all L recomputed gets L (and still does not fit).
+    Example: L = 20, M_full = 60 GiB, C = 80 GiB, g = 3 GiB: ⌈20 − 20/3⌉ = ⌈13.33⌉ = 14."""
+    r = _ops.ceil(n_layers - (capacity_bytes - full_bytes) / per_layer_gain_bytes)
+    return _ops.minimum(_ops.maximum(r, 1), n_layers)

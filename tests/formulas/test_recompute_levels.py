@@ -87,3 +87,14 @@ def test_layernorm_and_activation_savings_hand():
 def test_recompute_layer_fraction():
     assert RC.recompute_layer_fraction(20, 5) == 0.25
     assert RC.recompute_layer_fraction(20, 20) == 1.0
+
+
+def test_fewest_layers_to_recompute():
+    import numpy as np
+
+    # L = 20, 60 GiB with all recomputed, 80 GiB capacity, 3 GiB per layer kept:
+    # ⌈20 − 20/3⌉ = ⌈13.33⌉ = 14; check: 60 + (20 − 14)·3 = 78 ≤ 80, and 13 would be 81 > 80
+    assert RC.fewest_layers_to_recompute(20, 60.0, 80.0, 3.0) == 14
+    # plenty of room: at least 1 (partial recompute means some); no room: all 20
+    got = RC.fewest_layers_to_recompute(np.array([20.0, 20.0]), np.array([10.0, 90.0]), 80.0, 3.0)
+    assert got.tolist() == [1.0, 20.0]
