@@ -11,8 +11,11 @@ Frameworks offer finer levels than Korthikanti et al. (2022)'s three:
   (torchtitan/distributed/activation_checkpoint.py @ 1f029641b, `_apply_layer_sac`: a layer counter
   `% ac_freq == 0`; the per-layer option was removed at 114151ad4, which keeps per-op only).
   Both are `partial_saved_bytes` with r recomputed layers.
-- **Grouped** — Megatron `--recompute-method uniform --recompute-num-layers N` and DeepSpeed's
-  `number_checkpoints` n: the stage's layers in groups of g (g = N, or L/n) are checkpointed as one
+- **Grouped** — Megatron `--recompute-method uniform --recompute-num-layers N` and
+  Megatron-DeepSpeed's `--checkpoint-num-layers N` (DeepSpeed's own `number_checkpoints` only
+  sizes the contiguous buffers of `contiguous_memory_optimization`: deepspeed
+  runtime/activation_checkpointing/checkpointing.py): the stage's layers in groups of g = N are
+  checkpointed as one
   unit, which keeps the group's input only (L/g inputs per micro-batch), and in the backward one
   whole group is rerun at once, so g layers' full sets are alive (`grouped_saved_bytes`,
   `grouped_working_bytes`).
@@ -51,8 +54,8 @@ def partial_saved_bytes(n_layers, n_recomputed, input_bytes, kept_bytes):
 
 
 def grouped_saved_bytes(n_layers, group_layers, input_bytes):
-    """A stage of L layers checkpointed in groups of g (Megatron uniform method, DeepSpeed
-    number_checkpoints = L/g): one input per group, (L/g)·input.  g = 1 is full recompute."""
+    """A stage of L layers checkpointed in groups of g (Megatron uniform method, Megatron-DeepSpeed
+    --checkpoint-num-layers g): one input per group, (L/g)·input.  g = 1 is full recompute."""
     return n_layers / group_layers * input_bytes
 
 
