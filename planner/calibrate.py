@@ -35,10 +35,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .catalog import load_model
-from .cost import Choices, attention_precision, numbers, plan_costs
 from .errors import PlanError
-from .estimate import check_config
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .model.cost import Choices, attention_precision, numbers, plan_costs
+from .model.estimate import check_config
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 from .tomltext import toml_value
 from .units import GB, GIB
