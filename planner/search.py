@@ -22,13 +22,20 @@ from .cost import (
     hardware_numbers,
     layout_costs,
     model_numbers,
+    precision_numbers,
     zero_costs,
 )
 from .errors import NoFeasiblePlan, PlanError
 from .estimate import estimate
 from .formulas.choices import ContextKind, Precision, Recompute, Schedule, ZeroStage
 from .frameworks import FRAMEWORKS, kind_of_group
-from .request import DEFAULT_MBS, PlanRequest, moe_settings
+from .request import (
+    DEFAULT_MBS,
+    PlanRequest,
+    moe_settings,
+    precision_settings,
+    recompute_settings,
+)
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 
@@ -295,7 +302,10 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     framework = FRAMEWORKS[req.framework]
     base = {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
             **dtype_numbers(framework, req.grad_dtype),
-            "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
+            "overlap": int(req.overlap_grad_reduce),
+            **precision_numbers(framework, hw, req.precision, req.fp8_recipe,
+                                req.fp8_param_gather),  # fit
+            "recompute_layers": req.recompute_layers,
             "gbs": gbs, "seq_len": seq,
             # moe: the load the expert terms use, and the all-to-all overlap switch
             "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
@@ -499,6 +509,9 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         sequence_parallel=bool(cols["sp"][i]), schedule=list(Schedule)[int(cols["schedule"][i])],
         precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
         overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
+        **precision_settings(req),  # fit
+        **recompute_settings(req, list(Recompute)[int(cols["recompute"][i])],
+                             int(cols["rc_layers"][i]) if "rc_layers" in cols else None),
         dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
         **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i])),  # moe
         **cp_kind_at(req, int(cols["cp"][i]), int(cols["cp_a2a"][i])),  # cp-kind
