@@ -54,27 +54,13 @@ fp8 saved activations; with `enable_fsdp_float8_all_gather` FSDP2 gathers weight
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+
+from .choices import QuantRecipe
 
 FP32_BYTES = 4
 AMAX_HISTORY_LEN = 1024  # TE DelayedScaling.amax_history_len default (common/recipe/__init__.py l.255)
 DELAYED_TENSORS_PER_LINEAR = 5  # forward: input, weight, output; backward: grad_output, grad_input
-
-
-class QuantRecipe(str, Enum):
-    """The low-precision training recipe a plan runs (Megatron `--fp8-recipe`, TE recipes)."""
-
-    DELAYED = "delayed"
-    """Per-tensor FP8, scale from an amax history (TE DelayedScaling; Megatron's default)."""
-    CURRENT = "current"
-    """Per-tensor FP8, scale from the tensor's own amax (TE Float8CurrentScaling; Megatron
-    `--fp8-recipe tensorwise`; torchao Float8 tensorwise)."""
-    MXFP8 = "mxfp8"
-    """FP8 with an E8M0 scale per 32 elements, rowwise and columnwise (Blackwell)."""
-    BLOCKWISE = "blockwise"
-    """FP8 with fp32 scales per 128×128 weight block and 1×128 activation block (DeepSeek-V3)."""
-    NVFP4 = "nvfp4"
-    """4-bit E2M1 with an E4M3 scale per 16 elements and an fp32 scale per tensor (Blackwell)."""
+LINEARS_PER_LAYER = 4  # QKV, projection, fc1, fc2 (a Transformer Engine layer's quantised GEMMs)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,15 @@ layers' saved inputs in fp8 and caches an fp8 copy of each linear weight and of 
 from __future__ import annotations
 
 from ..errors import PlanError
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    Schedule,
+    ZeroStage,
+)
 from ..formulas.memory import ZERO_SHARDS
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
@@ -555,10 +563,12 @@ FRAMEWORK = Framework(
         host_grad_bytes=4.0,
         gathered_layers=2,
         # Transformer Engine under fp8 caches each linear weight quantized, rowwise and
-        # columnwise (its transpose), across micro-batches (is_first_microbatch):
-        # TransformerEngine module/linear.py @ d0067d0 l.467-475, 1958-1960, 2068-2071;
-        # Megatron-Core extensions/transformer_engine.py @ d98e8a6 l.1338-1345
-        fp8_weight_bytes=2.0, fp8_saves_linear_inputs=1),
+        # columnwise (its transpose) as the recipe and GPU need, across micro-batches
+        # (is_first_microbatch): TransformerEngine module/linear.py @ d0067d0 l.467-475,
+        # 1958-1960, 2068-2071; Megatron-Core extensions/transformer_engine.py @ d98e8a6
+        # l.1338-1345; --fp8-recipe defaults to delayed (transformer_config.py fp8_recipe)
+        quantized_weight_cache=1, fp8_saves_linear_inputs=1,
+        default_fp8_recipe=QuantRecipe.DELAYED),
     stage_split="flexible",
     extra_stage_units=2,
     emitters={"megatron": _megatron, "nemo": _nemo},

@@ -23,8 +23,19 @@ from ..formulas import moe as MO
 from ..formulas import offload as OF
 from ..formulas import params as P
 from ..formulas import pipeline as PL
+from ..formulas import quantization as Q
+from ..formulas import recompute as RC
 from ..formulas import timing as T
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import ActivationStyle, Framework, LossKind
 from ..placement import MEGATRON_RANK_ORDER, group_stride
@@ -50,6 +61,8 @@ class Choices:
     # are built; otherwise none), and whether the parameters live there
     offload: bool = False
     offload_params: bool = False
+    # selective recompute's checkpointed submodules (None: the attention core alone)
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
@@ -114,9 +127,38 @@ def moe_numbers(model: ModelSpec) -> dict:
 
 
 def attention_precision(precision: Precision) -> Precision:
-    """The precision attention and the LM head run in: 16-bit even in an fp8 plan (Transformer
-    Engine casts only the linear layers to fp8)."""
-    return Precision.BF16 if precision is Precision.FP8 else precision
+    """The precision attention and the LM head run in: 16-bit even in an fp8 or nvfp4 plan
+    (Transformer Engine casts only the linear layers)."""
+    return Precision.BF16 if precision in (Precision.FP8, Precision.NVFP4) else precision
+
+
+def effective_recipe(framework: Framework, precision: Precision,
+                     fp8_recipe: QuantRecipe | None) -> QuantRecipe | None:
+    """The recipe a plan runs: nvfp4 for an nvfp4 plan, the asked one or the framework's default
+    for an fp8 plan, none otherwise."""
+    if precision is Precision.NVFP4:
+        return QuantRecipe.NVFP4
+    if precision is Precision.FP8:
+        return fp8_recipe or framework.memory.default_fp8_recipe
+    return None
+
+
+def precision_numbers(framework: Framework, hw: HardwareProfile, precision: Precision,
+                      fp8_recipe: QuantRecipe | None = None, param_gather: bool = False) -> dict:
+    """What the plan's low-precision recipe keeps, as numbers (formulas.quantization): fp8 = 1
+    for an fp8/nvfp4 plan; w_copy, bytes per linear parameter of the quantised weight copies
+    (2 on Hopper, 1 on Blackwell for per-tensor FP8, whose GEMMs there take non-TN layouts —
+    the GPUs with FP4 tensor cores); e_saved, bytes per element of a saved linear input; amax =
+    1 for delayed scaling's history; quant_passes, the extra reads a cast needs."""
+    recipe = effective_recipe(framework, precision, fp8_recipe)
+    if recipe is None:
+        return dict(fp8=0, w_copy=0.0, e_saved=float(ACT_BYTES), amax=0, quant_passes=0,
+                    param_gather=0)
+    non_tn = hw.peak_tflops.fp4 is not None
+    return dict(fp8=1, w_copy=Q.weight_copy_bytes_per_param(recipe, non_tn),
+                e_saved=Q.saved_input_bytes_per_element(recipe),
+                amax=int(recipe is QuantRecipe.DELAYED), quant_passes=Q.amax_passes(recipe),
+                param_gather=int(param_gather))
 
 
 def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
@@ -174,7 +216,8 @@ def config_numbers(config: PlanConfig) -> dict:
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
         dp_replicate=config.dp_replicate,  # hybrid sharding: 1 unless dp_shard < dp
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
-        overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
+        overlap=int(config.overlap_grad_reduce),
+        recompute_layers=config.recompute_layers,  # 0: every layer at the plan's level
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
         ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
         a2a_overlap=int(config.moe_a2a_overlap),
@@ -195,7 +238,9 @@ def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
 def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> SimpleNamespace:
     """Everything plan_costs needs for one plan, as plain floats."""
     return SimpleNamespace(**model_numbers(model, config.seq_len),
-                           **hardware_numbers(hw, config.precision), **config_numbers(config))
+                           **hardware_numbers(hw, config.precision), **config_numbers(config),
+                           **precision_numbers(FRAMEWORKS[config.framework], hw, config.precision,
+                                               config.fp8_recipe, config.fp8_param_gather))
 
 
 def _same(name, value):
@@ -362,6 +407,44 @@ def context_time(x, parts: SimpleNamespace, links: SimpleNamespace, share, windo
     return sum(total[1:], total[0]), sum(exposed[1:], exposed[0])
 
 
+def _nonzero(value) -> bool:
+    """Whether a plan number may be non-zero (an array or symbol is taken as may-be)."""
+    return not (isinstance(value, (int, float)) and value == 0)
+
+
+def recompute_levels(x, c: Choices, conv, s, b, h, t, cp, ffn, saved) -> dict:
+    """One dense layer's saved bytes at each recompute level, as the plan's framework and recipe
+    keep them: {Recompute: bytes}.
+
+    none: the framework's set, plus the recipe's change where Transformer Engine saves linear
+    inputs quantised (formulas.quantization.saved_linear_inputs_delta_bytes);  full: the
+    layer's input;  selective: eager frameworks' per-op set, or for fused layers the none set
+    less what each checkpointed module drops (formulas.recompute: core_attn by default, which
+    is Korthikanti's selective; under a recipe it frees the 16-bit attention output too)."""
+    fused = bool(conv.fp8_saves_linear_inputs) and _nonzero(x.fp8)  # TE: inputs kept quantised
+    e = x.fp8 * x.e_saved + (1 - x.fp8) * x.act_bytes if fused else x.act_bytes
+    sp = c.sequence_parallel
+    delta = (x.fp8 * Q.saved_linear_inputs_delta_bytes(s, b, h, x.n_heads, x.head_dim, ffn, t, cp,
+                                                       sp, e, x.act_bytes) if fused else 0)
+    none = saved(Recompute.NONE) + delta
+    levels = {Recompute.NONE: none, Recompute.FULL: saved(Recompute.FULL)}
+    if conv.activations is ActivationStyle.EAGER or (c.recompute_modules is None and not fused):
+        levels[Recompute.SELECTIVE] = saved(Recompute.SELECTIVE) + delta
+        return levels
+    sq = s / cp
+    drop = 0
+    for module in c.recompute_modules or (RecomputeModule.CORE_ATTN,):
+        if module is RecomputeModule.CORE_ATTN:
+            scores = A.score_activation_bytes(sq, b, x.n_heads, x.dropout, c.attention,
+                                              x.act_bytes)
+            out = x.fp8 * x.act_bytes * sq * b * x.n_heads * x.head_dim if fused else 0
+            drop = drop + RC.core_attention_saving_bytes(scores, t, out)
+        elif module is RecomputeModule.MLP:
+            drop = drop + RC.mlp_saving_bytes(s, b, h, ffn, x.n_mlp, t, cp, sp, e, x.act_bytes)
+    levels[Recompute.SELECTIVE] = none - drop
+    return levels
+
+
 def plan_costs(x, c: Choices, note=_same) -> dict:
     """Every reported quantity of a plan. `x` holds numbers (any backend), `c` the choices.
 
@@ -483,19 +566,27 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
         return x.mla * mla + dispatch
 
     not_mla = 1 - x.mla if moe_model else 1  # moe: an MLA layer's activations replace these
-    # under an fp8 recipe Transformer Engine keeps linear layers' inputs in 1 byte, not 2
-    fp8_saving = (x.fp8 * conv.fp8_saves_linear_inputs * (x.act_bytes - 1)
-                  * A.fp8_linear_input_bytes(s, b, h, x.n_heads, x.head_dim, routed_ffn, t, cp,
-                                             c.sequence_parallel)
-                  if c.recompute is not Recompute.FULL else 0)
-    layer_act = note("layer_activation_bytes", not_mla * (saved(c.recompute) - fp8_saving)
-                     + moe_mla_act(c.recompute))
+    levels = recompute_levels(x, c, conv, s, b, h, t, cp, routed_ffn, saved)
+
+    def layer_set(recompute):  # one layer's saved bytes at a level, MoE/MLA parts included
+        return not_mla * levels[recompute] + moe_mla_act(recompute)
+
+    # partial recompute: r of the stage's layers recomputed fully, the rest keep everything;
+    # the stage's bytes are layers × this mean layer (formulas.recompute.partial_saved_bytes)
+    partial = c.recompute is Recompute.FULL and _nonzero(x.recompute_layers)
+    if partial:
+        # 0 (the default) is every layer of the stage
+        recomputed = note("recomputed_layers", _ops.select(
+            _ops.le(x.recompute_layers, 0), layers, _ops.minimum(x.recompute_layers, layers)))
+        layer_act = note("layer_activation_bytes", RC.partial_saved_bytes(
+            layers, recomputed, layer_set(Recompute.FULL), layer_set(Recompute.NONE)) / layers)
+    else:
+        recomputed = layers
+        layer_act = note("layer_activation_bytes", layer_set(c.recompute))
     # the layer under backward recomputes what it did not save: under full recompute all of its
     # activations are alive for a moment, under selective the rest of them
-    working_act = (not_mla * saved(Recompute.NONE) + moe_mla_act(Recompute.NONE)
-                   if c.recompute is Recompute.FULL else
-                   not_mla * (saved(Recompute.NONE) - saved(c.recompute))
-                   + moe_mla_act(Recompute.NONE) - moe_mla_act(c.recompute)
+    working_act = (layer_set(Recompute.NONE) if c.recompute is Recompute.FULL else
+                   layer_set(Recompute.NONE) - layer_set(c.recompute)
                    if c.recompute is Recompute.SELECTIVE else 0)
     # and its activation gradients: the residual stream's and the MLP intermediates'
     grad_act = note("backward_gradient_bytes", A.backward_gradient_bytes(
@@ -533,7 +624,9 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
 
     # ---- communication volume per GPU per step, and the bubble --------------------------------
     tp_layer = note("tp_layer_bytes", C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes))
-    fwd_passes = 2 if c.recompute is Recompute.FULL else 1
+    # full recompute reruns each recomputed layer's forward, with its TP collectives
+    rerun = recomputed / layers if partial else 1
+    fwd_passes = 1 + rerun if c.recompute is Recompute.FULL else 1
     tp_bytes = note("tp_bytes", C.tp_step_bytes(layers, m, tp_layer, fwd_passes))
     boundary = note("pp_boundary_bytes", C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes))
     # chunk boundaries a micro-batch crosses between GPUs: v·p − 1, or 2(p − 1) down and back up
@@ -581,7 +674,12 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
     # and recomputation runs (part of) the forward again
     att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
-    shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
+    modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
+    mlp_share = (P.mlp_weight_params(h, x.ffn, x.n_mlp) / active
+                 if RecomputeModule.MLP in modules else 0)  # the MLP's share of the matmuls
+    shares = {Recompute.NONE: (0, 0),
+              Recompute.SELECTIVE: (mlp_share, int(RecomputeModule.CORE_ATTN in modules)),
+              Recompute.FULL: (rerun, rerun)}
     att_run_moe = att_flops(causal_skip)  # moe
     hardware_flops = note("hardware_flops", pick(
         lambda: F.mixed_model_flops(x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq,
@@ -641,8 +739,16 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s)
     att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
     bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))
-    recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
-                                             Recompute.FULL: fwd_s}[c.recompute])
+    selective_s = (int(RecomputeModule.CORE_ATTN in modules) * (att_s + core_s)
+                   + mlp_share * mm_s)  # the checkpointed modules' forward, run again
+    recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: selective_s,
+                                             Recompute.FULL: rerun * fwd_s}[c.recompute])
+    # the recipe's casts of activations and gradients, a memory-bound pass per layer and
+    # micro-batch (formulas.quantization; 0 without a recipe)
+    quant_s = note("quantize_layer_s", x.fp8 * Q.quantize_time_s(Q.quantize_hbm_bytes(
+        Q.layer_quantized_elements(s, b, h, x.n_heads, x.n_kv_heads, x.head_dim, routed_ffn,
+                                   x.n_mlp, t, cp, c.sequence_parallel),
+        x.act_bytes, x.w_copy, x.quant_passes), x.hbm_bw, x.hbm_eff)) if _nonzero(x.fp8) else 0
 
     # ---- links: where each group's ranks sit (Megatron's order), what each collective gets ------
     g = group_links(x, t, cp, p, c.framework.rank_order)
@@ -735,7 +841,8 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     pp_mb_s = C.collective_time_s(pp_mb_bytes, g.pp.bw * pp_share, 2 * (v_hops * p - 1) / p,
                                   _ops.select(pp_inside, x.fast_lat, x.net_lat))
 
-    compute_mb_s = note("compute_microbatch_s", layers * (fwd_s + bwd_s + recompute_s) + head_s)
+    compute_mb_s = note("compute_microbatch_s",
+                        layers * (fwd_s + bwd_s + recompute_s + quant_s) + head_s)
     tp_mb_s = layers * tp_layer_exposed
     cp_mb_s = layers * cp_layer_exposed
     # the split-backward schedules' W (Qi et al. 2024 §2): the weight-gradient GEMMs, which run the
@@ -748,6 +855,29 @@ def layout_costs(x, c: Choices, note=_same) -> SimpleNamespace:
     links, dp_concurrent_bytes, ep_inside = g, dp_concurrent, ep_span_inside
     return SimpleNamespace(**{name: value for name, value in locals().items()
                               if name not in ("x", "c", "note")})
+
+
+def param_gather_bytes(x, conv) -> float:
+    """Bytes per linear parameter of a weight kept and gathered quantised (--fp8-param-gather):
+    Transformer Engine's quantised parameter with its copies (w_copy); torchao's fp8 all-gather
+    sends the 1-byte data alone (torchao/float8/fsdp_utils.py @ 36027d8)."""
+    return x.w_copy if conv.quantized_weight_cache else 1.0
+
+
+def quantized_weight_bytes(x, c: Choices, k: SimpleNamespace, conv, shards) -> float:
+    """The quantised copies of the linear weights a framework caches (Transformer Engine, across
+    a step's micro-batches; not the embedding or the head): for every layer of the stage, or
+    under ZeRO-3 only for the gathered layers, whose copy is cast from the gathered 16-bit
+    weight and freed with it (formulas.quantization.weight_cache_bytes); none where the copies
+    are the parameters (--fp8-param-gather).  Plus delayed scaling's amax histories."""
+    if not conv.quantized_weight_cache or not _nonzero(x.fp8):
+        return 0
+    held_layers = k.layers
+    if int(c.zero_stage) == 3:
+        held_layers = _ops.select(shards, conv.gathered_layers, k.layers)
+    copies = Q.weight_cache_bytes(k.layer_sharded / k.t, held_layers, x.w_copy)
+    return x.fp8 * ((1 - x.param_gather) * copies
+                    + x.amax * Q.amax_history_bytes(Q.LINEARS_PER_LAYER * k.layers))
 
 
 def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
@@ -774,13 +904,15 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         """What the framework holds beside the model states and activations, for a stage of psi
         parameters per GPU with `ends` embedding/head matrices: gathered ZeRO-3 layers, weights
         and gradients kept unsharded across a pipelined step, fixed buckets, fp8 weight copies."""
-        # fp8 copies of the layers' linear weights (not of the embedding or the head)
-        held = (conv.bucket_bytes(c.zero_stage)
-                + conv.fp8_weight_bytes * x.fp8 * layers * k.layer_sharded / t)
+        held = conv.bucket_bytes(c.zero_stage) + quantized_weight_bytes(x, c, k, conv, shards)
         if z == 3:
             # the layer computed and those prefetched; under pp > 1 where the framework keeps the
-            # stage gathered, the whole stage instead
-            gathered = M.gathered_layers_bytes(layer_w, x.w_bytes, conv.gathered_layers)
+            # stage gathered, the whole stage instead (--fp8-param-gather: linear weights gathered
+            # quantised)
+            gathered = (M.gathered_layers_bytes(layer_w, x.w_bytes, conv.gathered_layers)
+                        - x.fp8 * x.param_gather * M.gathered_layers_bytes(
+                            k.layer_sharded / t, x.w_bytes - param_gather_bytes(x, conv),
+                            conv.gathered_layers))
             whole = M.unsharded_stage_bytes(psi, pp_w)
             held = held + shards * (_ops.select(single_stage, gathered,
                                                 _ops.maximum(gathered, whole))
@@ -798,6 +930,10 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=_same) -> dict:
         # holds two copies of its stages (DeepSeek-V3 report, Table 2)
         psi, psi_e = psi * k.param_copies, psi_e * k.param_copies
         w = M.state_bytes(psi, states.weight_bytes, d_shard, states.weight_sharded)
+        if conv.quantized_weight_cache and _nonzero(x.fp8):  # --fp8-param-gather: no 16-bit copy
+            w = w - x.fp8 * x.param_gather * M.state_bytes(
+                layers * k.layer_sharded / t * k.param_copies, states.weight_bytes - x.w_copy,
+                d_shard, states.weight_sharded)
         g = M.state_bytes(psi, states.grad_bytes, d_shard, states.grad_sharded)
         o = M.state_bytes(psi, states.optimizer_bytes, d_shard, states.optimizer_sharded)
         if moe:  # moe: the stage's routed experts (psi_e per GPU after ep·etp), sharded over edp

@@ -17,6 +17,7 @@ from ..model.cost import (
     dtype_numbers,
     hardware_numbers,
     model_numbers,
+    precision_numbers,
 )
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_in_chunks
@@ -53,7 +54,10 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     framework = FRAMEWORKS[req.framework]
     base = {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
             **dtype_numbers(framework, req.grad_dtype),
-            "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
+            "overlap": int(req.overlap_grad_reduce),
+            **precision_numbers(framework, hw, req.precision, req.fp8_recipe,
+                                req.fp8_param_gather),  # fit
+            "recompute_layers": req.recompute_layers,
             "gbs": gbs, "seq_len": seq,
             # moe: the load the expert terms use, and the all-to-all overlap switch
             "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
@@ -90,7 +94,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 sequence_parallel=sp, attention=req.attention,
                                 framework=framework, offload=offload_fixed,
                                 offload_params=bool(base["offload_params"]),
-                                cp_kind=search_cp_kind(req))  # cp-kind
+                                cp_kind=search_cp_kind(req),  # cp-kind
+                                recompute_modules=(req.recompute_modules  # fit
+                                                   if r is Recompute.SELECTIVE else None))
         outs = costs_in_chunks(base, f, group_choices, zeros,
                                KEPT_COSTS + (OFFLOAD_KEPT if auto else ()))
         for z, out in zip(zeros, outs):
