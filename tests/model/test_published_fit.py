@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from planner.catalog import load_hardware, load_model
-from planner.estimate import estimate
+from planner.model.estimate import estimate
 from planner.schema import PlanConfig
-from planner.validation import case_config, case_model, published_cases
+from planner.model.validation import case_config, case_model, published_cases
 
 DATA = json.loads((Path(__file__).parents[2] / "planner" / "reference" / "published_fit.json")
                   .read_text())
