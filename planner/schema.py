@@ -628,8 +628,16 @@ class PlanConfig(_Strict):
             parts.append(f"mbs{self.mbs}")
         parts.append(f"z{int(self.zero_stage)}")
         short = {"selective": "sel", "full": "full", "none": ""}[self.recompute.value]
+        if self.recompute_layers:  # fit: full4 = 4 layers of each stage recomputed
+            short = f"full{self.recompute_layers}"
+        if self.recompute_modules is not None:  # fit: sel+mlp = core_attn and mlp checkpointed
+            short = "sel" + "".join(f"+{m.value}" for m in self.recompute_modules
+                                    if m is not RecomputeModule.CORE_ATTN)
         if short:
             parts.append(short)
+        if self.fp8_recipe is not None or self.fp8_param_gather:  # fit
+            parts.append((self.fp8_recipe.value if self.fp8_recipe else "fp8")
+                         + ("-pg" if self.fp8_param_gather else ""))
         if self.tp > 1 and not self.sequence_parallel:
             parts.append("nosp")
         parts += self.offload_label  # offload
