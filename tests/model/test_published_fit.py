@@ -16,8 +16,8 @@ import pytest
 
 from planner.catalog import load_hardware, load_model
 from planner.model.estimate import estimate
-from planner.schema import PlanConfig
 from planner.model.validation import case_config, case_model, published_cases
+from planner.schema import PlanConfig
 
 DATA = json.loads((Path(__file__).parents[2] / "planner" / "reference" / "published_fit.json")
                   .read_text())
@@ -28,14 +28,20 @@ TOLERANCE = 0.10
 
 def fit_config(row: dict) -> PlanConfig:
     """The row's layout: torchtitan FSDP2 over dp ranks (times tp), the local batch as one
-    micro-batch.  'layer' (per-layer selective AC) is costed as no recompute until plan3d models
-    it: an upper bound, since checkpointing every N-th layer keeps less."""
-    recompute = "none" if row["recompute"] == "layer" else row["recompute"]
+    micro-batch. 'layer' (torchtitan's per-layer selective AC, every N-th block checkpointed:
+    activation_checkpoint.py @ 1f029641b) is partial recompute of ⌊L/N⌋ layers, each keeping
+    only its input, the others everything."""
+    extra = {}
+    recompute = row["recompute"]
+    if recompute == "layer":
+        recompute = "full"
+        extra["recompute_layers"] = load_model(row["model"]).n_layers // row["ac_layer_every"]
     return PlanConfig(
         dp=row["dp"], tp=row["tp"], pp=row["pp"], cp=row["cp"], mbs=row["local_batch"],
         n_micro=1, gbs=row["dp"] * row["local_batch"], seq_len=row["seq_len"],
         zero_stage=row["zero"], recompute=recompute, sequence_parallel=row["tp"] > 1,
-        framework=row["framework"], precision=row["precision"])
+        framework=row["framework"], precision=row["precision"],
+        fp8_recipe=row.get("fp8_recipe"), **extra)
 
 
 def row_hardware(row: dict):
