@@ -96,6 +96,41 @@ class ModelSpec(_Strict):
     qk_rope_head_dim: PositiveInt | None = Field(
         None, description="MLA per-head decoupled rotary width d_h^R (key part shared by heads).")
     v_head_dim: PositiveInt | None = Field(None, description="MLA per-head value width.")
+    # ---- architecture details the cost model does not need but a launch does (issue 20) -----
+    # Each is what a framework must be told to build the same model; the Hugging Face names are
+    # in planner/catalog.py (model_from_hf_config), the framework flags in planner/frameworks/.
+    rope_theta: PositiveFloat | None = Field(
+        None, description="Rotary base θ (HF rope_theta); None: the framework's default 10,000.")
+    rope_scaling: Literal["llama3", "yarn"] | None = Field(
+        None, description="Rotary scaling kind (HF rope_scaling.rope_type / type).")
+    rope_factor: PositiveFloat | None = Field(None, description="Rotary scaling factor.")
+    rope_original_max_positions: PositiveInt | None = Field(
+        None, description="Context length the rotary scaling extends from "
+        "(original_max_position_embeddings).")
+    rope_low_freq_factor: PositiveFloat | None = Field(None, description="llama3 scaling.")
+    rope_high_freq_factor: PositiveFloat | None = Field(None, description="llama3 scaling.")
+    rope_beta_fast: PositiveFloat | None = Field(None, description="YaRN β_fast.")
+    rope_beta_slow: PositiveFloat | None = Field(None, description="YaRN β_slow.")
+    rope_mscale: float | None = Field(None, description="YaRN mscale (DeepSeek).")
+    rope_mscale_all_dim: float | None = Field(None, description="YaRN mscale_all_dim.")
+    norm_eps: PositiveFloat = Field(1e-5, description="Norm epsilon (rms_norm_eps).")
+    qk_norm: bool = Field(False, description="RMSNorm on each head's query and key (Qwen3).")
+    qkv_bias: bool = Field(False, description="Biases on the q, k, v projections only (Qwen2); "
+                           "`bias` is every linear layer's.")
+    norm_topk_prob: bool = Field(
+        True, description="The top-k router probabilities renormalised to sum to 1 "
+        "(HF norm_topk_prob; Mixtral's softmax over the top-k logits is the same).")
+    routed_scaling_factor: PositiveFloat = Field(
+        1.0, description="Routed experts' output scale (DeepSeek-V3 2.5).")
+    router_expert_bias: bool = Field(
+        False, description="Auxiliary-loss-free balancing: a per-expert bias added to the scores "
+        "for top-k selection only (DeepSeek-V3 topk_method noaux_tc, §2.1.2).")
+    mtp_layers: NonNegativeInt = Field(
+        0, description="Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); "
+        "not counted in the parameters or costs.")
+    unmodelled: tuple[str, ...] = Field(
+        (), description="Hugging Face config fields plan3d does not model, as name=value, "
+        "passed through by name to the launch notes.")
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -118,6 +153,10 @@ class ModelSpec(_Strict):
             raise ValueError(f"n_expert_groups ({self.n_expert_groups}) must divide n_experts "
                              f"({self.n_experts}) and be at least topk_groups "
                              f"({self.topk_groups})")
+        if self.rope_scaling is not None and self.rope_factor is None:
+            raise ValueError(f"rope_scaling {self.rope_scaling} needs rope_factor")
+        if self.rope_scaling is None and self.rope_factor is not None:
+            raise ValueError("rope_factor needs rope_scaling (llama3 or yarn)")
         mla = [self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim]
         if self.kv_lora_rank is not None and None in mla:
             raise ValueError("an MLA model (kv_lora_rank set) needs qk_nope_head_dim, "
