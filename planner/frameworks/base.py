@@ -150,6 +150,11 @@ class Framework:
     offload_conversion_bytes: int = 0
     """offload: host DRAM bytes per parameter the weights' copy back adds when the host converts
     their dtype first (formulas.offload.host_dram_step_s)."""
+    partial_recompute: str = "none"
+    """fit: the recompute levels between none and full it runs: "none"; "costed" (the cost model
+    prices --recompute-layers — torchtitan's per-layer AC before 114151ad4 — but its emitter and
+    the search do not offer it); "searched" (Megatron's block method and --recompute-modules:
+    emitted, and tried by the search)."""
     defaults: dict = field(default_factory=lambda: {"zero": 1, "recompute": 1, "sp": True},
                            hash=False, compare=False)
     """What the framework runs when not told otherwise (ranking.preference orders ties by it):

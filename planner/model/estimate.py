@@ -39,6 +39,12 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
         raise PlanError(f"{hw.name}: the {recipe} recipe runs on GPUs with MXFP8/NVFP4 tensor "
                         f"cores (Blackwell: b200-nvlink, gb200-nvl72); use --fp8-recipe delayed, "
                         f"current or blockwise here")
+    fw = framework_named(c.framework)
+    if (c.recompute_layers and fw.partial_recompute == "none") or (
+            c.recompute_modules is not None and fw.partial_recompute != "searched"):
+        flag = "--recompute-layers" if c.recompute_layers else "--recompute-modules"
+        raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block, "
+                        f"--recompute-modules); {c.framework} does not run it")
     if c.offload and hw.host is None:  # offload
         raise PlanError(f"{hw.name} has no [host] section (host memory, link and DRAM per GPU): "
                         "add one to plan offload, or leave the --offload flags out")

@@ -125,7 +125,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 cp_kind=search_cp_kind(req),  # cp-kind
                                 recompute_modules=(req.recompute_modules  # fit
                                                    if r is Recompute.SELECTIVE else None))
-        partial = r is Recompute.FULL and not req.recompute_layers and not offload_fixed
+        partial = (r is Recompute.FULL and not req.recompute_layers and not offload_fixed
+                   and framework.partial_recompute == "searched")
         outs = costs_in_chunks(base, f, group_choices, zeros,
                                KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
                                + (("stage_layers",) if partial else ()))
