@@ -393,6 +393,8 @@ def _hf_moe_spec(data: dict, where: str, arch: str, model_type: str | None, name
                     first_k_dense=data.get("first_k_dense_replace") or 0,
                     moe_layer_freq=optional("moe_layer_freq") or 1,
                     router="sigmoid" if data.get("scoring_func") == "sigmoid" else "softmax",
+                    # V3's bias-based balancing (topk_method noaux_tc, §2.1.2)
+                    balancing="aux_free" if data.get("topk_method") == "noaux_tc" else "aux_loss",
                     # group-limited routing (V2: group_limited_greedy, V3: noaux_tc); 1 group =
                     # none
                     n_expert_groups=(optional("n_group") if (data.get("n_group") or 1) > 1

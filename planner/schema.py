@@ -86,6 +86,10 @@ class ModelSpec(_Strict):
         "n_group); a token picks its experts within topk_groups of them.")
     topk_groups: PositiveInt | None = Field(
         None, description="Groups a token's experts may come from (DeepSeek topk_group).")
+    balancing: Literal["aux_loss", "aux_free"] = Field(
+        "aux_loss", description="How the router balances the experts: an auxiliary loss "
+        "(Switch, Mixtral, Qwen) or a per-expert score bias (DeepSeek-V3 §2.1.2, HF topk_method "
+        "noaux_tc); sets the busiest rank's load (formulas.moe_layer.MAX_VIOLATION).")
     # ---- multi-head latent attention (DeepSeek-V2 §2.1); kv_lora_rank set = MLA --------------
     q_lora_rank: PositiveInt | None = Field(
         None, description="MLA query compression rank d_c'; None: queries projected from h.")
@@ -514,9 +518,16 @@ class PlanConfig(_Strict):
     ep: PositiveInt = Field(1, description="Expert parallel: the routed experts split ep ways.")
     etp: PositiveInt = Field(1, description="Expert tensor parallel: each expert's matrices split "
                              "etp ways (Megatron's --expert-tensor-parallel-size).")
-    moe_imbalance: float = Field(
-        1.25, ge=1, le=64, description="Busiest expert-parallel rank's routed tokens over the "
-        "mean (formulas.moe.MOE_IMBALANCE: Switch Transformer's capacity factor 1.25).")
+    moe_imbalance: float | None = Field(
+        None, ge=1, le=64, description="Busiest expert-parallel rank's routed tokens over the "
+        "mean; None: from the model's balancing and the batch (formulas.moe_layer.rank_load).")
+    moe_forced_balance: bool = Field(
+        False, description="Routing forced to balance (Megatron --moe-router-force-load-"
+        "balancing, a benchmark setting): every rank gets the mean, λ = 1.")
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] | None = Field(
+        None, description="How tokens reach their experts: NCCL all-to-all, all-gather, or "
+        "DeepEP's node-limited kernels (Megatron --moe-token-dispatcher-type flex with the "
+        "deepep or hybridep backend); None: the framework's default (all-to-all).")
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=64, description="Token dropping at this capacity factor: an expert takes at "
         "most this multiple of its mean tokens, which bounds the imbalance (None: dropless).")
@@ -633,9 +644,12 @@ class PlanConfig(_Strict):
         return [f"hsdp{self.dp_shard}"] if self.dp_shard and self.dp_shard < self.dp else []
 
     @property
-    def moe_load_factor(self) -> float:
-        """The imbalance the cost model uses: the capacity factor caps it when tokens drop."""
-        if self.moe_capacity_factor is None:
+    def moe_load_factor(self) -> float | None:
+        """The imbalance the plan fixes (None: the cost model derives it, capped there by the
+        capacity factor when tokens drop)."""
+        if self.moe_forced_balance:
+            return 1.0
+        if self.moe_imbalance is None or self.moe_capacity_factor is None:
             return self.moe_imbalance
         return min(self.moe_imbalance, self.moe_capacity_factor)
 

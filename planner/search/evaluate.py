@@ -12,6 +12,7 @@ from ..errors import PlanError
 from ..formulas.choices import Precision, Recompute, Schedule
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
+from ..model import moe as MOE
 from ..model.numbers import (
     Choices,
     dtype_numbers,
@@ -53,9 +54,9 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
                                 req.fp8_param_gather),  # fit
             "recompute_layers": req.recompute_layers,
             "gbs": req.global_batch(model), "seq_len": seq,
-            # moe: the load the expert terms use, and the all-to-all overlap switch
-            "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
-            "a2a_overlap": int(req.moe_a2a_overlap),
+            # moe: the load settings the expert terms use, and the all-to-all overlap switch
+            **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,
+                               req.moe_forced_balance, req.moe_a2a_overlap),
             **req.fixed_offload()}  # offload: what the request fixes (default: none)
 
 
@@ -123,6 +124,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 framework=framework, offload=offload_fixed,
                                 offload_params=bool(base["offload_params"]),
                                 cp_kind=search_cp_kind(req),  # cp-kind
+                                moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
                                 recompute_modules=(req.recompute_modules  # fit
                                                    if r is Recompute.SELECTIVE else None))
         partial = (r is Recompute.FULL and not req.recompute_layers and not offload_fixed
