@@ -13,6 +13,7 @@ from ..formulas import comm as C
 from ..formulas import flops as F
 from ..formulas import params as P
 from ..formulas import quantization as Q
+from ..formulas import reliability as R
 from ..formulas.choices import (
     Attention,
     ContextKind,
@@ -191,14 +192,14 @@ NO_POD = 2.0**40
 def topology_numbers(hw: HardwareProfile) -> dict:
     """The profile's network topology in base units (schema.Topology): the GPUs a job uses per
     NVLink domain, NICs per GPU, the full-bisection pod and the oversubscription above it, SHARP,
-    NVLS (its all-reduce bandwidth; the ring figure where the switch has none), and the slowdown
-    of compute that runs beside a collective."""
+    NVLS (its all-reduce bandwidth; the ring figure where the switch has none), the slowdown
+    of compute that runs beside a collective, and the spread of the GPUs' speeds (stragglers)."""
     nvls = hw.fast.nvls_busbw_bytes_per_s
     return dict(
         domain=hw.domain_gpus_used, nics_per_gpu=hw.nics_per_gpu,
         pod=hw.topology.pod_gpus or NO_POD, oversub=hw.topology.oversubscription,
         sharp=int(hw.topology.sharp), nvls_bw=hw.fast.busbw_bytes_per_s if nvls is None else nvls,
-        overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN,
+        overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN, speed_cv=R.GPU_SPEED_CV,
     )
 
 
