@@ -165,6 +165,8 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm,
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
+        # moe: the links' nominal one-way rates, which DeepEP's measured efficiency is taken of
+        fast_link_bw=hw.fast.gb_per_s * 1e9, net_link_bw=hw.network.gb_per_s * 1e9,
         kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
         n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
         reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
