@@ -35,12 +35,15 @@ from .flags import (
     CpKindOpt,
     CpOpt,
     DeadlineOpt,
+    DistributeOpt,
     DpOpt,
     DpReplicateOpt,
     DpShardOpt,
     EmitOpt,
     EpOpt,
     EtpOpt,
+    Fp8ParamGatherOpt,
+    Fp8RecipeOpt,
     FrameworkOpt,
     GbsOpt,
     GoodputOpt,
@@ -65,6 +68,8 @@ from .flags import (
     PpOpt,
     PrecisionOpt,
     PriceOpt,
+    RecomputeLayersOpt,
+    RecomputeModulesOpt,
     RecomputeOpt,
     ScheduleOpt,
     SeqOpt,
@@ -108,6 +113,13 @@ def explain(
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --emit: write the settings even when the plan does not fit, a "
+        "warning at their top (without it nothing is written and the exit status is 1).")]
+    = False,
+    fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
+    recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
+    distribute_saved_activations: DistributeOpt = False,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     o = SimpleNamespace(**locals())
@@ -129,7 +141,11 @@ def _plan_request(o, **extra):
                     moe_dispatcher=o.moe_dispatcher, dp_shard=o.dp_shard,
                     dp_replicate=o.dp_replicate, cp_kind=o.cp_kind, cp_a2a=o.cp_a2a,
                     offload_optimizer=o.offload_optimizer, offload_params=o.offload_params,
-                    offload_activations=o.offload_activations, **extra)
+                    offload_activations=o.offload_activations,
+                    fp8_recipe=o.fp8_recipe, fp8_param_gather=o.fp8_param_gather,  # fit
+                    recompute_layers=o.recompute_layers, recompute_modules=o.recompute_modules,
+                    distribute_saved_activations=o.distribute_saved_activations,
+                    **extra)
 
 
 def _explained(o) -> SimpleNamespace:
@@ -204,6 +220,8 @@ def _show_explained(o, run) -> None:
                       f"{picture.pp} stages × {picture.n_micro} micro-batches, "
                       f"{render.seconds(picture.makespan_s)}")
     if o.json_:
+        if not fits and not o.force:
+            run.data.pop("launch", None)  # settings for a plan that does not fit: only forced
         render.print_json(run.data)
     else:
         # with --emit, stdout carries the settings alone; what explains them goes to stderr
@@ -216,10 +234,25 @@ def _show_explained(o, run) -> None:
                                    step_bubble=render.bubble_share(plan))
         if launch is not None:
             render.render_launch_notes(launch, out)
-            render.write_settings(launch)
+            _write_launch(launch, plan, fits, o.force)
     if not fits:
         note = f" ({o.timeline_out} not written)" if svg is not None else ""
         raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
+
+
+def _write_launch(launch, plan, fits: bool, force: bool) -> None:
+    """--emit's settings on stdout: only for a plan that fits, unless --force, which writes them
+    under a warning (planner.frameworks.emit.with_warning)."""
+    from ..frameworks.emit import with_warning
+    from ..outputs import render
+
+    if fits:
+        render.write_settings(launch)
+    elif force:
+        render.write_settings(with_warning(launch, _not_fit_message(plan)))
+    else:
+        render.notice("settings not written: the plan does not fit (--force writes them, with "
+                      "a warning at their top)")
 
 
 @app.command()
@@ -252,6 +285,9 @@ def search(
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
+    fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
+    recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
+    distribute_saved_activations: DistributeOpt = False,
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""

@@ -10,7 +10,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from ..errors import PlanError
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
@@ -53,6 +62,14 @@ class PlanRequest(BaseModel):
     sp: list[bool] | None = None
     schedule: list[Schedule] | None = None
     precision: Precision = Precision.BF16
+    # fit: the low-precision recipe and its options, and the finer recompute levels (explain:
+    # the plan's; search: every candidate's, except that full recompute is also tried with the
+    # fewest layers a stage must recompute to fit, search.partial_recompute_variants)
+    fp8_recipe: QuantRecipe | None = None
+    fp8_param_gather: bool = False
+    recompute_layers: int = Field(0, ge=0, le=2**20)
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
+    distribute_saved_activations: bool = False
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
@@ -121,6 +138,25 @@ class PlanRequest(BaseModel):
         return max(1, tokens // self.seq(model))
 
 
+def precision_settings(req: PlanRequest) -> dict:
+    """fit: the PlanConfig fields of the request's recipe."""
+    return dict(fp8_recipe=req.fp8_recipe, fp8_param_gather=req.fp8_param_gather)
+
+
+def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | None = None,
+                       sp: bool = False) -> dict:
+    """fit: the finer recompute fields that apply to one recompute level (a partial layer count
+    and distributed checkpoints to full recompute, the modules to selective); `layers`
+    overrides the request's count; a candidate with sequence parallelism (`sp`) has nothing to
+    distribute."""
+    n = req.recompute_layers if layers is None else layers
+    return dict(recompute_layers=n if recompute is Recompute.FULL else 0,
+                distribute_saved_activations=(req.distribute_saved_activations
+                                              and recompute is Recompute.FULL and not sp),
+                recompute_modules=(req.recompute_modules if recompute is Recompute.SELECTIVE
+                                   else None))
+
+
 def _one(values, name: str, default):
     if values is None:
         return default
@@ -157,9 +193,15 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     supported = framework_named(req.framework).zero_stages
     zeros = req.zero if req.zero is not None else list(supported)
     recomputes = req.recompute if req.recompute is not None else list(Recompute)
+    if req.distribute_saved_activations and (sp or Recompute.FULL not in recomputes):  # fit
+        raise PlanError("--distribute-saved-activations splits full recompute's checkpoints "
+                        "over the tp ranks: it needs --recompute full and --no-sp (sequence "
+                        "parallelism splits them already; transformer_config.py l.1934 @ "
+                        "d98e8a6)")
     configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
+                       **precision_settings(req), **recompute_settings(req, r),  # fit
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
                        dp_shard=_one_dp_shard(req, dp), **moe_settings(req),
@@ -213,11 +255,16 @@ def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:
     return shard
 
 
-def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None) -> dict:
+def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None,
+                 deepep: int | None = None) -> dict:
     """The PlanConfig fields of expert parallelism (moe): ep and etp given, or the request's one
-    value each (explain; default 1), and the load settings."""
+    value each (explain; default 1), the load settings, and the dispatcher (a search candidate's
+    `deepep` column, else the request's)."""
+    dispatcher = req.moe_dispatcher
+    if deepep is not None:
+        dispatcher = "deepep" if deepep else (None if dispatcher == "deepep" else dispatcher)
     return dict(ep=ep if ep is not None else _one(req.ep, "ep", 1),
                 etp=etp if etp is not None else _one(req.etp, "etp", 1),
                 moe_imbalance=req.moe_imbalance, moe_capacity_factor=req.moe_capacity_factor,
                 moe_a2a_overlap=req.moe_a2a_overlap, moe_forced_balance=req.moe_forced_balance,
-                moe_dispatcher=req.moe_dispatcher)
+                moe_dispatcher=dispatcher)
