@@ -56,10 +56,15 @@ NCCL_COLL = {C.Collective.ALL_REDUCE: K.Coll.ALL_REDUCE,
 def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share):
     """`calls` collectives of buffer/calls bytes each over the group, each as NCCL's tuner
     picks and prices it (formulas/collectives.py) at the group's share of its link: every call
-    pays its own latency, and a small one may run LL or the tree."""
+    pays its own latency, and a small one may run LL or the tree. The node's network bandwidth
+    (NVLS-tree, CollNet) is split among the groups that leave the node side by side: this group
+    owns its r ranks' NICs, r·NICs per GPU of the node's NICs (8 one-rank DP groups of a tp = 8
+    plan each get an eighth), at its share of the link."""
     ll_max = K.ll_max_of(group.k, x.ll_max_one, x.ll_max_two, x.ll_max_many)
+    own_nics = _ops.minimum(1, group.r * x.nics_per_gpu / x.nics_per_node)
     one = K.nccl_time_s(NCCL_COLL[coll], buffer_bytes / calls, ranks, group.k, group.bw * share,
-                        ll_max, x.net_node_bw, x.nvls_bw * share, x.nics_per_node,
+                        ll_max, x.net_node_bw * own_nics * share, x.nvls_bw * share,
+                        x.nics_per_node,
                         x.net_overhead_us, nvls=any_row(x.nvls), sharp=any_row(x.sharp))
     return K.many_collectives_s(calls, one)
 

@@ -17,6 +17,7 @@ import sympy as sp
 
 from planner.calibrate import profile_with
 from planner.catalog import load_hardware, load_model
+from planner.formulas import collectives as K
 from planner.formulas.timing import KERNELS_PER_LAYER_FORWARD, exposed_time_s, kernel_overhead_s
 from planner.model.cost import Choices, numbers, plan_costs
 from planner.schema import PlanConfig
@@ -150,64 +151,79 @@ def test_tp_backward_exposed_across_nodes_with_full_recompute():
 # ---- (b) DP step traffic: the reduction under the last backward, the weight gather under the next
 # step's first forward ---------------------------------------------------------------------------
 
-# per ZeRO stage, the once-per-step collectives: (bytes per parameter, ring passes of d − 1 steps,
-# the window that hides it). g = 4 (fp32 main grads), w = 2.
+# per ZeRO stage, the once-per-step collectives: (NCCL collective, bytes per parameter, the window
+# that hides it). g = 4 (fp32 main grads), w = 2.
 TAIL_PARTS = {
-    0: [(2 * 4, 2, "backward")],  # all-reduce of the gradients: 2·g·Ψ, two passes (NVLS inside)
-    1: [(4, 1, "backward"), (2, 1, "forward")],  # reduce-scatter g·Ψ; all-gather w·Ψ after the step
-    2: [(2, 1, "forward")],  # gradients reduced every micro-batch; all-gather w·Ψ after the step
+    0: [(K.Coll.ALL_REDUCE, 4, "backward")],  # all-reduce of the gradients g·Ψ
+    1: [(K.Coll.REDUCE_SCATTER, 4, "backward"), (K.Coll.ALL_GATHER, 2, "forward")],
+    2: [(K.Coll.ALL_GATHER, 2, "forward")],  # gradients reduced every micro-batch
 }
+# Megatron-Core's buckets: ⌈Ψ / max(4·10⁷, 10⁶·d)⌉ with overlap — d = 8 or 16 leave the 4·10⁷
+# floor, ⌈8,030,261,248 / 40,000,000⌉ = ⌈200.76⌉ = 201 — and one (the whole buffer) without.
+BUCKETS = {True: 201, False: 1}
+
+
+def nccl_s(coll, nbytes, calls, dp, link):
+    """calls × NCCL's pick for one bucket of nbytes·Ψ/calls bytes over d ranks (formulas/
+    collectives.py, hand-checked in tests/cases): d = 8 is one node on NVLink (NVLS where it
+    applies, 480 GB/s), d = 16 two nodes of 8 leaving on 8 NICs (8·46 GB/s per node)."""
+    nodes = 1 if dp <= 8 else 2
+    x = numbers(MODEL, FLAT, PlanConfig(dp=dp, seq_len=8192, gbs=dp))
+    one = K.nccl_time_s(coll, nbytes * PSI / calls, dp, nodes, link[0],
+                        [x.ll_max_one, x.ll_max_two][nodes - 1], 8 * 46e9, NVLS, 8,
+                        x.net_overhead_us, nvls=True, sharp=False)
+    return calls * one
 
 
 @pytest.mark.parametrize("zero", [0, 1, 2])
-@pytest.mark.parametrize("dp, link, hidden", [(8, (FAST[0], 7e-6), True), (16, CROSS16, True)])
-def test_dp_tail_overlap_difference(zero, dp, link, hidden):
-    # each part = (d−1)/d · bytes · Ψ / busbw + passes·(d−1)·latency, e.g. ZeRO 0 at d = 8 on
-    # NVLink: 0.875·8·8,030,261,248 / 370e9 + 14 µs = 151.94 ms; at d = 16 on the network 1.3094 s.
-    # windows for t = 1: backward L·(bwd + recompute) = 32·(14.80 + 0.88) ms = 0.502 s, forward
-    # L·fwd. Overlap off: the tail shows in full; on: Σ max(0, part − its window). The difference
-    # is the hidden amount Σ min(part, window).
+@pytest.mark.parametrize("dp, link", [(8, FAST), (16, CROSS16)])
+def test_dp_tail_overlap_difference(zero, dp, link):
+    # each part = buckets × NCCL's time for one bucket (nccl_s). Overlap on: 201 buckets, each
+    # paying its own latency; off: one call of the whole buffer, nothing hidden. Windows for t = 1:
+    # backward L·(bwd + recompute) = 32·(14.80 + 0.88) ms = 0.502 s, forward L·fwd. On: the tail
+    # shows Σ max(0, part − its window) and what hides slows the compute beside it by σ.
     on, n = run(dp=dp, zero_stage=zero, overlap_grad_reduce=True)
-    off, _ = run(dp=dp, zero_stage=zero, overlap_grad_reduce=False)
+    off, n_off = run(dp=dp, zero_stage=zero, overlap_grad_reduce=False)
     windows = {"backward": L * (n["backward_layer_s"] + n["recompute_layer_s"]),
                "forward": L * n["forward_layer_s"]}
-    # link = (busbw, latency of one ring pass); ZeRO-0's all-reduce inside the node runs on NVLS
-    bw = NVLS if (zero == 0 and dp == 8) else link[0]
-    parts = [((dp - 1) / dp * nbytes * PSI / bw + passes * link[1], windows[w])
-             for nbytes, passes, w in TAIL_PARTS[zero]]
-    tail = sum(part for part, _ in parts)
+    parts = {o: [(nccl_s(coll, nbytes, BUCKETS[o], dp, link), windows[w])
+                 for coll, nbytes, w in TAIL_PARTS[zero]] for o in (True, False)}
+    tail = {o: sum(part for part, _ in parts[o]) for o in (True, False)}
     assert on["stage_params"] == PSI
-    assert n["dp_tail_s"] == pytest.approx(tail, rel=1e-12)
-    # ZeRO-2's per-micro-batch reduce-scatter hides under the micro-batch's 0.777 s of compute,
-    # slowing it by σ; without overlap the DP time is the tail plus that
-    per_mb = ((dp - 1) / dp * 4 * PSI / link[0] + link[1]) if zero == 2 else 0
-    assert off["dp_exposed_s"] == pytest.approx(tail + SIGMA * per_mb, rel=1e-12)
-    assert all(part < window for part, window in parts) is hidden
-    assert any(part < window for part, window in parts) is hidden
-    # what hides still slows the compute beside it by σ: the saving is (1 − σ)·Σ min(part, window)
-    saved = (1 - SIGMA) * sum(min(part, window) for part, window in parts)
-    assert off["dp_exposed_s"] - on["dp_exposed_s"] == pytest.approx(saved, rel=1e-9)
-    assert on["dp_exposed_s"] == pytest.approx(tail - saved + SIGMA * per_mb, rel=1e-9)
+    assert n["dp_tail_s"] == pytest.approx(tail[True], rel=1e-12)
+    assert n_off["dp_tail_s"] == pytest.approx(tail[False], rel=1e-12)
+    # 201 latencies cost more than one: the bucketed tail is the longer
+    assert tail[True] > tail[False]
+    # ZeRO-2's per-micro-batch reduce-scatter (g·Ψ, bucketed the same way) hides under the
+    # micro-batch's 0.777 s of compute, slowing it by σ
+    per_mb = {o: nccl_s(K.Coll.REDUCE_SCATTER, 4, BUCKETS[o], dp, link) if zero == 2 else 0
+              for o in (True, False)}
+    assert off["dp_exposed_s"] == pytest.approx(tail[False] + SIGMA * per_mb[False], rel=1e-12)
+    assert all(part < window for part, window in parts[True])  # every part fits its window
+    hidden = sum(min(part, window) for part, window in parts[True])
+    exposed = sum(max(0, part - window) for part, window in parts[True])
+    assert on["dp_exposed_s"] == pytest.approx(exposed + SIGMA * (hidden + per_mb[True]), rel=1e-9)
     # nothing else in the step moves
-    assert off["step_s"] - on["step_s"] == pytest.approx(saved, rel=1e-9)
+    assert off["step_s"] - on["step_s"] == pytest.approx(
+        off["dp_exposed_s"] - on["dp_exposed_s"], rel=1e-9)
 
 
 # ---- (c) ZeRO-3 per-micro-batch gathers under the micro-batch's compute ----------------------
 
-@pytest.mark.parametrize("dp, link, hidden", [(8, (FAST[0], 7e-6), True), (16, CROSS16, False)])
-def test_zero3_microbatch_overlap(dp, link, hidden):
-    # per micro-batch: (d−1)/d·(2w + g)·Ψ = (d−1)/d·8Ψ bytes in three ring passes (two all-gathers,
-    # one reduce-scatter) of d − 1 steps; d = 8: 7Ψ / 370e9 + 21 µs = 151.95 ms,
-    # d = 16 on 8 NICs: 7.5Ψ / 368e9 + 3·19 µs = 163.7 ms, against compute_mb = 0.777 s. No tail
-    # at ZeRO 3, so overlap_grad_reduce changes nothing; exposed = m·(max(0, per micro-batch −
-    # compute_mb) + σ·min(per micro-batch, compute_mb)).
-    mb = (dp - 1) / dp * (2 * 2 + 4) * PSI / link[0] + 3 * link[1]
+@pytest.mark.parametrize("dp, link", [(8, FAST), (16, CROSS16)])
+def test_zero3_microbatch_overlap(dp, link):
+    # per micro-batch: two all-gathers of w·Ψ and a reduce-scatter of g·Ψ, each in Megatron's 201
+    # buckets (overlap on) or 1 (off), priced by NCCL (nccl_s), against compute_mb = 0.777 s. No
+    # tail at ZeRO 3; exposed = m·(max(0, per micro-batch − compute_mb) + σ·min(…)).
     r, n = run(dp=dp, n_micro=2, zero_stage=3)
-    off, _ = run(dp=dp, n_micro=2, zero_stage=3, overlap_grad_reduce=False)
+    off, n_off = run(dp=dp, n_micro=2, zero_stage=3, overlap_grad_reduce=False)
     compute_mb = n["compute_microbatch_s"]
-    assert n["dp_tail_s"] == 0 and off["dp_exposed_s"] == r["dp_exposed_s"]
-    assert mb < compute_mb  # both hide now that the 16-rank group leaves on 8 NICs
-    assert r["dp_exposed_s"] == pytest.approx(2 * SIGMA * mb, rel=1e-9)
+    assert n["dp_tail_s"] == 0 and n_off["dp_tail_s"] == 0
+    for result, o in ((r, True), (off, False)):
+        mb = (2 * nccl_s(K.Coll.ALL_GATHER, 2, BUCKETS[o], dp, link)
+              + nccl_s(K.Coll.REDUCE_SCATTER, 4, BUCKETS[o], dp, link))
+        assert mb < compute_mb
+        assert result["dp_exposed_s"] == pytest.approx(2 * SIGMA * mb, rel=1e-9), o
 
 
 # ---- (d) CP ring traffic under the attention products -----------------------------------------
