@@ -86,8 +86,10 @@ def test_explain_opens_with_the_verdict_then_sections():
     assert lines[1].startswith("Fits: 38.5 of 79.6 GiB per GPU")
     assert lines[2].startswith("Peak at the first stage's first backward")
     step = next(i for i, line in enumerate(lines) if line.startswith("Step "))
-    # 16.54 s before issue 22's straggler term (the slowest of this plan's GPUs beyond 8): 16.88
-    assert 2 < step <= 4 and lines[step].startswith("Step 16.8")
+    # 16.54 s before issue 22's straggler term (the slowest of this plan's GPUs beyond 8): 16.88;
+    # 16.90 once the DP collectives are priced per NCCL call (Megatron's buckets, each with its
+    # latency; issue 22): the step grows by ~0.02 s and no more, since the overlap hides them
+    assert 2 < step <= 4 and lines[step].startswith("Step 16.9")
     assert "tokens/s" in lines[step] and "MFU" in lines[step]
     assert "days" in out[:out.index("Model")]
     assert out.index("Fits:") < out.index("Memory per GPU") < out.index("Time per step")
