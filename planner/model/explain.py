@@ -131,7 +131,27 @@ def formula_text(expr) -> str:
             .replace("Min", "min").replace("Max", "max").replace("ceiling", "ceil"))
 
 
-def _fold(symbol: str, expr, values: dict):
+def _nccl_picks(symbol: str, expr, values: dict):
+    """Each NCCL tuner pick in a formula — the min over algorithm × protocol candidates that
+    formulas/collectives.py builds, the disabled ones at DISABLED_S — as a named sub-term
+    symbol₁, symbol₂, … with its value: the time of one call, whose constants are NCCL's own
+    tables (BASE/HW_LATENCY_US), not the paper's variables."""
+    import sympy
+
+    from ..formulas.collectives import DISABLED_S
+
+    base = symbol.split(",")[0]
+    subs, names = [], {}
+    picks = [m for m in expr.atoms(sympy.Min) if sympy.Float(DISABLED_S) in m.args]
+    for m in sorted(picks, key=sympy.default_sort_key):
+        name = sympy.Symbol(f"{base}{str(len(subs) + 1).translate(SUBSCRIPTS)}", positive=True)
+        names[m] = name
+        subs.append((str(name), "one call as NCCL's tuner picks it (min over algorithm × "
+                     "protocol, formulas/collectives.py)", float(m.xreplace(values).doit())))
+    return expr.xreplace(names), subs
+
+
+def _fold(symbol: str, expr, values: dict, start: int = 0):
     """A long formula as (short form, [(sub-symbol, sub-formula text, value)]): each ceiling in it
     (tile and wave counts) becomes a named sub-term symbol₁, symbol₂, …, inner ones first, each
     shown once."""
@@ -144,7 +164,7 @@ def _fold(symbol: str, expr, values: dict):
         if not inner:
             break
         for c in sorted(inner, key=sympy.default_sort_key):
-            name = sympy.Symbol(f"{base}{str(len(subs) + 1).translate(SUBSCRIPTS)}",
+            name = sympy.Symbol(f"{base}{str(start + len(subs) + 1).translate(SUBSCRIPTS)}",
                                 positive=True)
             value = float(c.xreplace(known))
             known[name] = value
@@ -190,13 +210,17 @@ def symbolic_terms(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
         if name not in TERMS:
             return expr
         expr = _resolve(expr, values)
+        picks = []
         if isinstance(expr, sympy.Basic):
             expr = _atoms_decided(expr, values)
+            expr, picks = _nccl_picks(TERMS[name].symbol, expr, values)
+            values.update({sympy.Symbol(n, positive=True): v for n, _, v in picks})
         text = formula_text(expr)
+        subs = []
         if len(text) > FOLD_CHARS and isinstance(expr, sympy.Basic):
-            text, subs = _fold(TERMS[name].symbol, expr, values)
-            if subs:
-                folded[name] = subs
+            text, subs = _fold(TERMS[name].symbol, expr, values, len(picks))
+        if picks or subs:
+            folded[name] = picks + subs
         formulas[name] = text
         return sympy.Symbol(TERMS[name].symbol, positive=True)
 
