@@ -101,8 +101,8 @@ def main() -> None:
     line("plan3d search 405b / 16384 / h100-nvlink", "big", " (target < 2 s)")
 
     from planner.catalog import load_hardware, load_model
-    from planner.request import PlanRequest
-    from planner.search import evaluate_space
+    from planner.search.evaluate import evaluate_space
+    from planner.search.request import PlanRequest
 
     model, hw = load_model("405b"), load_hardware("h100-nvlink")
     req = PlanRequest(gpus=16384, mbs=[1, 2, 4, 8, 16])
@@ -118,13 +118,13 @@ def main() -> None:
           f"candidates in {t * 1e3:.1f} ms")
 
     # the evaluation itself: one (recompute, sp, schedule) group with its four ZeRO stages, a
-    # million candidates, as the search evaluates a group (planner.search.costs_in_chunks)
+    # million candidates, as the search evaluates a group (planner.search.costing.costs_in_chunks)
     import numpy as np
 
-    from planner.cost import Choices, numbers
     from planner.formulas.choices import ZeroStage
+    from planner.model.cost import Choices, numbers
     from planner.schema import PlanConfig
-    from planner.search import costs_in_chunks
+    from planner.search.costing import costs_in_chunks
 
     cfg = PlanConfig(dp=64, tp=8, pp=16, vpp=1, mbs=1, n_micro=16, gbs=1024, seq_len=8192)
     base = vars(numbers(model, hw, cfg)).copy()

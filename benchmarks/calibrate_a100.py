@@ -5,7 +5,7 @@ This is the only fitted number of the A100 profile; the end-to-end published run
 (`plan3d validate`) are then a test of the model, not a fit."""
 
 from planner.catalog import load_hardware
-from planner.validation import calibrate_layer_gemm
+from planner.model.validation import calibrate_layer_gemm
 
 fit = calibrate_layer_gemm(load_hardware("a100-nvlink"))
 print(f"GEMM efficiency η = {fit.efficiency:.3f} of dense peak (A100 fp16/bf16, 312 TFLOP/s)")

@@ -11,7 +11,7 @@ The library the CLI is built on::
     plan.memory.total_bytes, plan.time.step_s, [t.formula for t in plan.terms]
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def __getattr__(name):
@@ -22,7 +22,7 @@ def __getattr__(name):
 
         return getattr(catalog, name)
     if name == "estimate":
-        from .estimate import estimate as _estimate
+        from .model.estimate import estimate as _estimate
 
         return _estimate
     raise AttributeError(f"module 'planner' has no attribute {name!r}")
@@ -30,14 +30,14 @@ def __getattr__(name):
 
 def explain(model, hw, config):
     """One plan with every term's formula (imports sympy on first use)."""
-    from .explain import explain as _explain
+    from .model.explain import explain as _explain
 
     return _explain(model, hw, config)
 
 
 def search(model, hw, request, **kwargs):
     """Rank the plans that fit (see planner.search.search)."""
-    from .search import search as _search
+    from .search.core import search as _search
 
     return _search(model, hw, request, **kwargs)
 

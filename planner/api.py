@@ -8,19 +8,19 @@ from pydantic import BaseModel, ConfigDict
 
 from .catalog import MODEL_ALIASES, hardware_presets, load_hardware, load_model, model_presets
 from .errors import PlanError
-from .estimate import estimate
-from .request import PlanRequest, explain_configs
+from .model.estimate import estimate
 from .results import Plan
 from .schema import HardwareProfile
+from .search.request import PlanRequest, explain_configs
 
 if TYPE_CHECKING:  # the search (numpy arrays, ranking) is imported by the commands that search
-    from .search import SearchResult
+    from .search.core import SearchResult
 
 
 def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
     """explain: one plan; with --zero/--recompute auto, the fastest setting that fits (or, if none
     fits, the one that needs least memory)."""
-    from .explain import explain
+    from .model.explain import explain
 
     model, hw = load_model(model_name), load_hardware(hw_name)
     configs = explain_configs(model, hw, req)
@@ -37,15 +37,15 @@ def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
 
 def launch_settings(model_name: str, plan: Plan, framework: str):
     """--emit: the plan's settings in a framework's own option names (planner.emit)."""
-    from .emit import emit
+    from .frameworks.emit import emit
 
     return emit(framework, plan.config, load_model(model_name))
 
 
 def plan_timeline(model_name: str, hw_name: str, plan: Plan):
     """--timeline: the plan's schedule simulated with its own per-micro-batch stage times."""
-    from .cost import Choices, numbers, plan_costs
-    from .timeline import simulate
+    from .model.cost import Choices, numbers, plan_costs
+    from .outputs.timeline import simulate
 
     model, hw, config = load_model(model_name), load_hardware(hw_name), plan.config
     terms: dict = {}
@@ -66,8 +66,8 @@ def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_pric
              gpu_power_w: float | None, goodput: float | None = None) -> Plan:
     """--train-tokens: days, GPU-hours, cost and energy (power defaults to the profile's TDP,
     goodput to formulas.budget.DEFAULT_GOODPUT)."""
-    from .estimate import with_budget
     from .formulas.budget import DEFAULT_GOODPUT
+    from .model.estimate import with_budget
 
     if train_tokens is None:
         return plan
@@ -78,7 +78,7 @@ def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_pric
 
 def explain_constants(model_name: str, hw_name: str, plan: Plan) -> list[tuple]:
     """The profile's constants explain's formulas name: (symbol, value, unit, meaning)."""
-    from .explain import constants
+    from .model.explain import constants
 
     return constants(load_model(model_name), load_hardware(hw_name), plan.config)
 
@@ -99,7 +99,7 @@ def batch_rounding(model_name: str, req: PlanRequest) -> str | None:
 
 def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) -> SearchResult:
     """search: the ranked plans that fit."""
-    from .search import search
+    from .search.core import search
 
     return search(load_model(model_name), load_hardware(hw_name), req, **kwargs)
 
@@ -149,7 +149,7 @@ def compare_request(model_name: str, hw_names: list[str], gpus: list[int], req: 
     the CLI takes them (one number, or NAME=NUMBER pairs keyed by the names in hw_names)."""
     from .compare import compare, per_profile
     from .formulas.budget import DEFAULT_GOODPUT
-    from .options import MAX_POWER_W, MAX_PRICE
+    from .search.options import MAX_POWER_W, MAX_PRICE
 
     if len(set(hw_names)) != len(hw_names):
         raise PlanError(f"--hw names a profile twice ({', '.join(hw_names)})")
@@ -173,7 +173,7 @@ def deadline_target_step_s(model_name: str, req: PlanRequest, train_tokens: floa
     if not 0 < deadline_days < float("inf"):
         raise PlanError(f"--deadline-days must be a positive number of days, got "
                         f"{deadline_days:g}")
-    from .estimate import check_goodput
+    from .model.estimate import check_goodput
 
     g = check_goodput(B.DEFAULT_GOODPUT if goodput is None else goodput)
     model = load_model(model_name)

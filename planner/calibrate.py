@@ -40,10 +40,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .catalog import load_model
-from .cost import Choices, attention_precision, numbers, plan_costs
 from .errors import PlanError
-from .estimate import check_config
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .model.cost import Choices, attention_precision, numbers, plan_costs
+from .model.estimate import check_config
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 from .tomltext import toml_value
 from .units import GB, GIB
@@ -748,7 +748,7 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
     or fitting it lowers the error by less than the model's own uncertainty explains (_forward).
     Returns the fitted profile (named `name`, default "<hw>-calibrated") with the before/after of
     every factor, each fitted value's 1σ uncertainty, and every run."""
-    from .validation import model_uncertainty
+    from .model.validation import model_uncertainty
 
     if not measurements:
         raise PlanError("no measurements to calibrate against")

@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from .errors import PlanError
-from .estimate import check_goodput, with_budget
 from .formulas.budget import DEFAULT_GOODPUT
-from .ranking import DEFAULT_HEADROOM, check_headroom
-from .request import PlanRequest
+from .model.estimate import check_goodput, with_budget
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec
-from .search import gpu_counts, search
+from .search.core import search
+from .search.ranking import DEFAULT_HEADROOM, check_headroom
+from .search.request import PlanRequest
+from .search.space import gpu_counts
 from .units import token_text
 
 MAX_CELLS = 256  # profiles × GPU counts: each cell is a whole search

@@ -7,14 +7,14 @@ writes it (nemo is Megatron-Core's, written as a Megatron-Bridge override)."""
 from __future__ import annotations
 
 from ..errors import PlanError
-from ..formulas.choices import ContextKind
-from .base import Framework
+from ..rules import kind_of_group
+from .base import FRAMEWORKS, Framework, a2a_ranks, context_kind
 from .deepspeed import FRAMEWORK as DEEPSPEED
 from .megatron import FRAMEWORK as MEGATRON
 from .torchtitan import FRAMEWORK as TORCHTITAN
 
 DEFAULT = "megatron"
-FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED)}
+FRAMEWORKS.update({f.name: f for f in (MEGATRON, TORCHTITAN, DEEPSPEED)})  # base.FRAMEWORKS
 NAMES = tuple(FRAMEWORKS)
 
 ALIASES = {
@@ -52,26 +52,5 @@ def of_format(fmt: str) -> tuple[str, Framework]:
     return key, FORMATS[key]
 
 
-def context_kind(config):
-    """cp-kind: the plan's context-parallel kind, its framework's default (the first of
-    Framework.cp_kinds) when the plan names none."""
-    return config.cp_kind or FRAMEWORKS[config.framework].cp_kinds[0]
-
-
-def a2a_ranks(config) -> int:
-    """cp-kind: the plan's all-to-all group c_a: 1 for the ring, cp for all-to-all, cp_a2a for the
-    hierarchical kind (formulas.context.a2a_group)."""
-    from ..formulas.context import a2a_group
-
-    return a2a_group(context_kind(config), config.cp, config.cp_a2a or 1)
-
-
-def kind_of_group(cp, cp_a2a):
-    """cp-kind: the inverse of formulas.context.a2a_group, on ints or arrays: {kind: 1 where an
-    all-to-all group of c_a ranks makes that kind} — the ring at c_a = 1, the all-to-all at
-    c_a = c, hierarchical between (the search's c_a column holds all three)."""
-    return {ContextKind.RING: cp_a2a == 1, ContextKind.ALL_TO_ALL: cp_a2a == cp,
-            ContextKind.HIERARCHICAL: (cp_a2a > 1) & (cp_a2a < cp)}
-
-
-__all__ = ["Framework", "FRAMEWORKS", "FORMATS", "NAMES", "DEFAULT", "get", "of_format"]
+__all__ = ["Framework", "FRAMEWORKS", "FORMATS", "NAMES", "DEFAULT", "get", "of_format",
+           "a2a_ranks", "context_kind", "kind_of_group"]

@@ -2,7 +2,7 @@
 overlaps, and the launch settings it reads — one `Framework` value per framework module.
 
 A framework chooses terms and constants for the cost model (`planner.cost`); it never holds a copy
-of a formula. Its rules are `constraints.Rule`s, evaluated on one layout (explain) or on arrays of
+of a formula. Its rules are `planner.rules.Rule`s, evaluated on one layout (explain) or on arrays of
 layouts (the search), like the rules every framework shares."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..constraints import Rule
 from ..errors import PlanError
 from ..formulas.choices import ContextKind, Precision, Schedule, ZeroStage
 from ..formulas.pipeline import SPLIT_BACKWARD
 from ..placement import MEGATRON_RANK_ORDER
+from ..rules import Rule, layout
 from ..schema import ModelSpec, PlanConfig
 
 
@@ -165,8 +165,6 @@ class Framework:
             return (c.pp == 1) | (getattr(c, "schedule", Schedule.ONE_F_ONE_B) in self.schedules)
 
         def message(m, c):
-            from . import FRAMEWORKS
-
             runners = [f.name for f in FRAMEWORKS.values() if c.schedule in f.schedules]
             where = (f", or --framework {' or '.join(runners)}, which runs it" if runners else
                      " (no framework plan3d models runs it)")
@@ -242,6 +240,25 @@ class EmitResult:
     notes: list[str] = field(default_factory=list)
 
 
+FRAMEWORKS: dict[str, Framework] = {}
+"""Every framework plan3d models, by name: filled by the package (planner/frameworks/__init__.py)
+once it has imported each framework's module, so that a framework's rule can name the others."""
+
+
+def context_kind(config):
+    """cp-kind: the plan's context-parallel kind, its framework's default (the first of
+    Framework.cp_kinds) when the plan names none."""
+    return config.cp_kind or FRAMEWORKS[config.framework].cp_kinds[0]
+
+
+def a2a_ranks(config) -> int:
+    """cp-kind: the plan's all-to-all group c_a: 1 for the ring, cp for all-to-all, cp_a2a for the
+    hierarchical kind (formulas.context.a2a_group)."""
+    from ..formulas.context import a2a_group
+
+    return a2a_group(context_kind(config), config.cp, config.cp_a2a or 1)
+
+
 def check_plan(fw: str, c: PlanConfig, schedules: tuple[Schedule, ...] = ()) -> None:
     """Reject plans that are inconsistent in themselves, whatever the framework, and plans whose
     schedule the framework (running `schedules`) does not have."""
@@ -267,12 +284,10 @@ def check_plan(fw: str, c: PlanConfig, schedules: tuple[Schedule, ...] = ()) -> 
 def offload_refusal(fw: str, c: PlanConfig, m: ModelSpec, rules: tuple[Rule, ...]) -> None:
     """offload: refuse to write settings for a plan whose offload the framework does not run,
     with the reason of the first of `rules` (the framework's offload rules) it breaks."""
-    from ..constraints import of
-
-    layout = of(c)
+    plan = layout(c, a2a_ranks(c))
     for rule in rules:
-        if not rule.holds(m, layout):
-            raise PlanError(rule.message(m, layout))
+        if not rule.holds(m, plan):
+            raise PlanError(rule.message(m, plan))
 
 
 def off_opt(c) -> float:

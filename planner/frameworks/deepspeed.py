@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 
-from ..constraints import Rule
 from ..errors import PlanError
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from .base import (
     ActivationStyle,

@@ -23,10 +23,10 @@ layers' saved inputs in fp8 and caches an fp8 copy of each linear weight and of 
 
 from __future__ import annotations
 
-from ..constraints import Rule
 from ..errors import PlanError
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..formulas.memory import ZERO_SHARDS
+from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from .base import (
     ActivationStyle,

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 
-from ..constraints import Rule
 from ..errors import PlanError
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from ..tomltext import toml_tables
 from .base import (

@@ -7,9 +7,9 @@ import pytest
 from planner.catalog import load_hardware, load_model
 from planner.errors import PlanError
 from planner.layout_text import merge_layout, parse_layout
-from planner.request import PlanRequest
 from planner.schema import PlanConfig
-from planner.search import search
+from planner.search.core import search
+from planner.search.request import PlanRequest
 
 
 def test_the_issues_row_by_hand():

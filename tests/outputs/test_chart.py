@@ -10,7 +10,7 @@ import pytest
 from planner.catalog import load_hardware, load_model
 from planner.compare import chart_image, check_chart, compare
 from planner.errors import PlanError
-from planner.request import PlanRequest
+from planner.search.request import PlanRequest
 
 PROFILES = ("h100-nvlink", "b200-nvlink")
 

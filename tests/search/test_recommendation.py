@@ -1,4 +1,4 @@
-"""The recommendation rule (planner.ranking): row 1 is the fastest plan that fits with the memory
+"""The recommendation rule (planner.search.ranking): row 1 is the fastest plan that fits with the memory
 margin, and the choice is stable — properties over random sets of plans, and the issue's case by
 hand."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import PlanError
-from planner.ranking import (
+from planner.search.ranking import (
     DEFAULT_HEADROOM,
     MARGIN_MARK,
     TIE_MARK,

@@ -1,0 +1,36 @@
+"""Launch settings for a chosen plan, written in the option names of a training framework.
+
+`emit(fmt, config, model)` turns one `PlanConfig` (and the model it was planned for) into text
+ready to paste: Megatron-LM command-line arguments, a Megatron-Bridge (NeMo) YAML override,
+torchtitan TOML sections, or a DeepSpeed JSON config. The emitters live in the framework modules
+(`planner/frameworks/`), beside the conventions the plan was costed with, so a plan and the
+settings written for it cannot drift apart. Where a framework can only approximate the plan the
+difference goes into `EmitResult.notes`; where it cannot express the plan at all, `emit` raises
+`PlanError` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+from ..schema import ModelSpec, PlanConfig
+from . import FORMATS, of_format
+from .base import EmitResult, check_plan
+
+FRAMEWORKS = tuple(FORMATS)
+"""The launch-settings formats `emit` writes, in the order the CLI lists them."""
+
+
+def emit(fmt: str, config: PlanConfig, model: ModelSpec) -> EmitResult:
+    """Launch settings for `config` (planned for `model`) in the format `fmt` (a framework's name,
+    or nemo for Megatron-Bridge).
+
+    Raises PlanError, naming the framework and the reason, when the framework cannot express the
+    plan, and when the name is unknown (the message lists the known ones)."""
+    key, framework = of_format(fmt)
+    check_plan(key, config, framework.schedules)
+    from .moe_launch import check_expressible  # which emitters express EP
+
+    check_expressible(key, config, model)
+    return framework.emitters[key](config, model)
+
+
+__all__ = ["FRAMEWORKS", "EmitResult", "emit"]

@@ -1,0 +1,198 @@
+"""One plan, evaluated on floats: the scalar adapter over cost.plan_costs."""
+
+from __future__ import annotations
+
+from ..errors import PlanError
+from ..results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
+from . import constraints
+from .cost import Choices, numbers, plan_costs
+
+BUBBLE_WARN = 0.25  # a bubble above a quarter of the step is worth a look
+BUBBLE_PITFALL = 0.5  # the study card's pitfall: the bubble eats half the step
+MFU_CONVENTION_WARN = 1.2  # model FLOPs 20 % above what runs: attention-dominated (long sequences)
+
+
+def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> None:
+    """The divisibility and support rules every framework enforces (planner.constraints), what the
+    plan's framework runs (planner.frameworks), and the profile's support of the precision; one
+    clear error for the first broken."""
+    from ..frameworks import get as framework_named
+
+    c = config
+    layout = constraints.of(c)
+    rule = constraints.broken(model, layout) or framework_named(c.framework).broken(model, layout)
+    if rule is not None:
+        raise PlanError(rule.message(model, layout))
+    if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
+        raise PlanError(f"{hw.name} has no {c.precision.value} figures "
+                        f"(its profile lists no peak or efficiency for it)")
+    if c.offload and hw.host is None:  # offload
+        raise PlanError(f"{hw.name} has no [host] section (host memory, link and DRAM per GPU): "
+                        "add one to plan offload, or leave the --offload flags out")
+
+
+def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
+                  n_layers: int) -> list[PlanWarning]:
+    """The field's known pitfalls, said plainly."""
+    c, out = config, []
+    if c.tp > hw.gpus_per_domain:
+        out.append(PlanWarning(
+            code="tp-across-domain",
+            message=f"tp={c.tp} spans more than one {hw.gpus_per_domain}-GPU NVLink domain: its "
+                    "per-layer all-reduces cross the network; keep TP inside the node"))
+    elif c.tp * c.cp > hw.gpus_per_domain and c.cp > 1:
+        from ..frameworks import a2a_ranks
+
+        c_a = a2a_ranks(c)  # the all-to-all group: 1 for the ring, cp for Ulysses
+        what = ("the context-parallel ring crosses" if c_a == 1 else
+                "the context-parallel all-to-all crosses" if c_a == c.cp else
+                f"the context-parallel ring between its all-to-all groups of {c_a} crosses")
+        out.append(PlanWarning(
+            code="cp-across-domain",
+            message=f"tp·cp = {c.tp * c.cp} exceeds the {hw.gpus_per_domain}-GPU domain: "
+                    f"{what} the network"))
+    # the bubble as every command shows it: its share of the step time, T_bubble / T_step (the
+    # schedule's own idle share, bubble_fraction, leaves out the DP tail and the optimizer)
+    bubble = float(costs["bubble_s"]) / float(costs["step_s"])
+    if bubble >= BUBBLE_PITFALL:
+        out.append(PlanWarning(
+            code="bubble-half",
+            message=f"the pipeline bubble is {bubble:.0%} of the step: raise n_micro (smaller mbs "
+                    "or larger gbs), use the interleaved schedule, or lower pp"))
+    elif bubble > BUBBLE_WARN:
+        out.append(PlanWarning(
+            code="bubble-high",
+            message=f"the pipeline bubble is {bubble:.0%} of the step (above {BUBBLE_WARN:.0%})"))
+    if config.pp > 1 and costs["stage_layers"] * config.pp != float(n_layers):
+        out.append(PlanWarning(
+            code="uneven-stages",
+            message=f"{n_layers} layers do not split evenly over pp·vpp = "
+                    f"{c.pp}·{c.vpp}: the fullest stage holds {costs['stage_layers']:g} layers "
+                    "and sets the pace (torchtitan: pipeline_parallel_layers_per_stage; Megatron "
+                    "places layers freely with --pipeline-model-parallel-layout)"))
+    if c.pp > 1 and c.n_micro < c.pp:
+        out.append(PlanWarning(
+            code="m-less-than-p",
+            message=f"n_micro={c.n_micro} < pp={c.pp}: the pipeline never fills"))
+    if costs["model_flops"] > MFU_CONVENTION_WARN * costs["hardware_flops"]:
+        out.append(PlanWarning(
+            code="mfu-convention",
+            message=f"MFU {costs['mfu']:.0%} counts the whole s×s attention square "
+                    "(Megatron/PaLM convention) but the causal kernel runs half of it; at this "
+                    f"sequence length that overstates the useful work — HFU {costs['hfu']:.0%} "
+                    "counts what runs"))
+    if costs["total_bytes"] > costs["capacity_bytes"]:
+        out.append(PlanWarning(
+            code="does-not-fit",
+            message=f"needs {costs['total_bytes'] / 2**30:.1f} GiB per GPU of "
+                    f"{costs['capacity_bytes'] / 2**30:.1f} GiB"))
+    if costs["host_bytes"] > costs["host_capacity_bytes"]:  # offload
+        out.append(PlanWarning(
+            code="host-does-not-fit",
+            message=f"offload needs {costs['host_bytes'] / 2**30:.1f} GiB of host memory per GPU "
+                    f"of {costs['host_capacity_bytes'] / 2**30:.1f} GiB"))
+    return out
+
+
+def _link(degree: int, inside: float) -> str:
+    if degree <= 1:
+        return "none"
+    return "nvlink" if inside >= 0.5 else "network"
+
+
+def link_fields(f: dict) -> dict:
+    """The Comm fields of the link model (bandwidth per group, share, utilisation) from the cost
+    dictionary of one plan."""
+    out = {f"{k}_busbw_bytes_per_s": f[f"{k}_busbw"] for k in ("dp", "tp", "pp", "cp")}
+    out.update({f"{k}_share": f[f"{k}_share"] for k in ("dp", "tp", "pp", "cp")})
+    out.update({f"{k}_ranks_per_domain": f[f"{k}_ranks_per_domain"] for k in ("dp", "tp", "cp")})
+    out.update({k: f[k] for k in ("nvlink_busy_s", "network_busy_s", "nvlink_utilisation",
+                                  "network_utilisation")})
+    busiest = max(("nvlink", "network"), key=lambda k: f[f"{k}_busy_s"])
+    out["busiest_link"] = busiest if f[f"{busiest}_busy_s"] > 0 else "none"
+    return out
+
+
+def peak_moment(config: PlanConfig, first: bool, costs: dict) -> str:
+    """When the most loaded GPU peaks: the loss of a single stage (its micro-batch's activations
+    and the loss at its peak), the first stage's first backward (its warm-up micro-batches'
+    activations), or the last stage's loss."""
+    if config.pp == 1:
+        return "the loss (one micro-batch's activations and the loss at its peak)"
+    if first:
+        n = float(costs["inflight_first"])
+        return f"the first stage's first backward ({n:.3g} micro-batches' activations in flight)"
+    n = float(costs["inflight_last"])
+    return f"the last stage's loss ({n:.3g} micro-batches' activations in flight)"
+
+
+def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
+                    costs: dict) -> Plan:
+    """The typed result from the cost dictionary of one plan (floats)."""
+    f = {k: float(v) for k, v in costs.items()}
+    first = f["is_first_stage"] >= 0.5
+    memory = Memory(
+        weights_bytes=f["weights_bytes"], gradients_bytes=f["gradients_bytes"],
+        optimizer_bytes=f["optimizer_bytes"], activations_bytes=f["activations_bytes"],
+        overhead_bytes=f["overhead_bytes"], total_bytes=f["total_bytes"],
+        capacity_bytes=f["capacity_bytes"],
+        fits=f["total_bytes"] <= f["capacity_bytes"] and f["host_bytes"] <= f["host_capacity_bytes"],
+        stage="first" if first else "last", params_per_gpu=f["stage_params"],
+        stage_layers=f["stage_layers"], allocated_bytes=f["allocated_bytes"],
+        reserved_bytes=f["reserved_bytes"], margin_bytes=f["capacity_bytes"] - f["total_bytes"],
+        peak_at=peak_moment(config, first, f), framework=config.framework,
+        host_bytes=f["host_bytes"], host_capacity_bytes=f["host_capacity_bytes"])  # offload
+    time = Time(**{k: f[k] for k in Time.model_fields})
+    return Plan(
+        config=config, model=ModelSummary(name=model.name, n_params=f["n_params"],
+                                          source=model.source),
+        hardware=hw.name, memory=memory,
+        comm=Comm(**{k: f[k] for k in ("dp_bytes", "tp_bytes", "pp_bytes", "cp_bytes")},
+                  **{f"{k}_link": _link(group, f[f"{k}_inside"]) for k, group in (
+                      ("dp", config.dp * config.cp), ("tp", config.tp), ("pp", config.pp),
+                      ("cp", config.cp))},
+                  **link_fields(f)),
+        bubble_fraction=f["bubble_fraction"], time=time,
+        warnings=plan_warnings(hw, config, f, model.n_layers))
+
+
+def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
+    """Evaluate one plan: memory, communication, bubble, time, warnings."""
+    check_config(model, hw, config)
+    costs = plan_costs(numbers(model, hw, config), Choices.of(config))
+    return plan_from_costs(model, hw, config, costs)
+
+
+def check_goodput(goodput: float) -> float:
+    """A goodput, refused unless in (0, 1] (NaN too)."""
+    from ..formulas.budget import DEFAULT_GOODPUT
+
+    if not 0 < goodput <= 1:
+        raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
+                        f"(0, 1] such as {DEFAULT_GOODPUT:g}, got {goodput:g}")
+    return goodput
+
+
+def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | None = None,
+                gpu_power_w: float | None = None, goodput: float = 1.0) -> Plan:
+    """The plan with what training on train_tokens costs (days, GPU-hours, money, energy), over
+    the wall-clock time when only a share `goodput` of it trains (formulas.budget)."""
+    from ..formulas import budget as B
+    from ..results import Budget
+
+    if train_tokens is None:
+        return plan
+    if train_tokens <= 0:
+        raise PlanError(f"--train-tokens must be positive, got {train_tokens:g}")
+    check_goodput(goodput)
+    n, tau = plan.config.n_gpus, plan.time.tokens_per_s
+    hours = B.gpu_hours(n, train_tokens, tau, goodput)
+    energy = (None if gpu_power_w is None
+              else B.energy_j(n, train_tokens, tau, gpu_power_w, goodput) / 3.6e9)  # J → MWh
+    return plan.model_copy(update={"budget": Budget(
+        train_tokens=train_tokens,
+        days=B.wall_clock_s(train_tokens, tau, goodput) / B.SECONDS_PER_DAY,
+        gpu_hours=hours, cost=None if gpu_hour_price is None else hours * gpu_hour_price,
+        gpu_hour_price=gpu_hour_price, energy_mwh=energy, gpu_power_w=gpu_power_w,
+        goodput=goodput)})

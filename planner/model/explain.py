@@ -1,0 +1,309 @@
+"""One plan, explained: every term's formula in the papers' notation, rendered through sympy from
+the same plan_costs that computes the numbers, next to its value.
+
+The model is run twice: on floats (the values) and on symbols (the formulas). On the symbolic run
+each named intermediate is recorded and replaced by its own symbol, so that a formula reads in
+terms of the quantities above it (M_act = n_f·(L/p)·A_layer + …), as a paper would write it.
+Choices that depend on values (which link a group crosses, which stage is the most loaded) are
+decided by the plan's own numbers as the formulas are built (formulas._ops.resolving), so sympy
+never sees a comparison. The profile's constants (peak, efficiency, bandwidths, bytes per element)
+stay named symbols; `constants` lists their values. A formula too long to read on one line is
+folded: its repeated sub-expressions become named sub-terms (w₁, w₂, …), each shown once.
+
+The rendered text depends only on the model's shape, the profile, the plan's configuration and
+plan3d itself, so it is kept on disk (formula_cache_dir) under a key made of all four: a repeated
+explain reads it back without importing sympy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..results import Plan, Term
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
+from .cost import Choices, numbers, plan_costs
+from .estimate import check_config, plan_from_costs
+from .terms import TERMS
+
+# The papers' symbols (Narayanan 2021, Korthikanti 2022, Rajbhandari 2020), and the profile's
+# constants under names of their own.
+SYMBOLS = {
+    "seq_len": "s", "mbs": "b", "hidden": "h", "n_layers": "L", "n_heads": "a", "n_kv_heads": "k",
+    "head_dim": "d_h", "ffn": "f", "vocab": "V", "tp": "t", "pp": "p", "dp": "d", "cp": "c",
+    "vpp": "v", "n_micro": "m", "gbs": "B",
+    "peak_flops": "F_peak", "gemm_eff": "η", "hbm_bw": "W_hbm", "hbm_eff": "η_hbm",
+    "peak_flops_16": "F_16", "gemm_eff_16": "η_16",
+    "fast_bw": "W_nvl", "net_bw": "W_net", "fast_lat": "α_nvl", "net_lat": "α_net",
+    "reserved": "R", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
+    "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
+    "nvls_bw": "W_nvls", "overlap_slow": "σ", "moe_load": "λ",
+    "cp_a2a": "c_a",  # cp-kind: the hierarchical kind's all-to-all group
+    # offload: the offloaded optimizer fraction and activation layers, the host's link and DRAM
+    "offload_optimizer": "f_o", "offload_activations": "N_off", "host_bw": "W_host",
+    "dram_bw": "W_dram",
+}
+
+# What each constant is, for the constants table (values in base units).
+CONSTANT_MEANINGS = {
+    "peak_flops": ("FLOP/s", "dense peak of the plan's matmul precision"),
+    "gemm_eff": ("", "share of peak training GEMMs reach (profile)"),
+    "peak_flops_16": ("FLOP/s", "16-bit dense peak (attention, LM head)"),
+    "gemm_eff_16": ("", "16-bit GEMM efficiency"),
+    "hbm_bw": ("B/s", "HBM bandwidth"), "hbm_eff": ("", "share of HBM bandwidth reached"),
+    "fast_bw": ("B/s", "NVLink bus bandwidth"), "net_bw": ("B/s", "network bus bandwidth"),
+    "fast_lat": ("s", "NVLink latency per ring step"), "net_lat": ("s", "network latency per step"),
+    "reserved": ("B", "runtime reserve (CUDA context, NCCL)"), "frag": ("", "fragmentation"),
+    "kernel_s": ("s", "kernel launch overhead"), "n_sm": ("", "streaming multiprocessors"),
+    "act_bytes": ("B", "bytes per activation element"), "w_bytes": ("B", "bytes per weight"),
+    "g_bytes": ("B", "bytes per gradient element"),
+    "nvls_bw": ("B/s", "NVLink SHARP (NVLS) all-reduce bus bandwidth"),
+    "overlap_slow": ("", "compute slowdown beside overlapped NCCL kernels (Lee et al. 2025)"),
+    "moe_load": ("", "busiest expert rank's tokens over the mean (MoE)"),
+    # offload: listed for plans that offload (constants())
+    "host_bw": ("B/s", "host↔GPU link bandwidth per GPU, one direction (PCIe, NVLink-C2C)"),
+    "dram_bw": ("B/s", "host DRAM bandwidth, this GPU's share (the CPU Adam step)"),
+}
+OFFLOAD_CONSTANTS = ("host_bw", "dram_bw")
+
+CACHE_ENTRIES = 256  # plans whose formulas the cache keeps (~10 kB each)
+FOLD_CHARS = 110  # a formula longer than this is folded into named sub-terms
+SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNamespace, dict]:
+    """x with the papers' variables as positive symbols; shape facts that make the papers' forms
+    appear (k = a, d_h = h/a, f = 4h, learned positions = s) substituted where the model has them;
+    the 16-bit peak and efficiency are F_peak and η themselves when the plan runs in 16 bits."""
+    import sympy
+
+    sym = {k: sympy.Symbol(v, positive=True) for k, v in SYMBOLS.items()}
+    xs = dict(vars(x))
+    values = {}
+    for key, s in sym.items():
+        values[s] = getattr(x, key)
+        xs[key] = s
+    if x.peak_flops_16 == x.peak_flops and x.gemm_eff_16 == x.gemm_eff:
+        xs["peak_flops_16"], xs["gemm_eff_16"] = sym["peak_flops"], sym["gemm_eff"]
+    if model.kv_heads == model.n_heads:
+        xs["n_kv_heads"] = sym["n_heads"]
+    if model.dim_head * model.n_heads == model.hidden:
+        xs["head_dim"] = sym["hidden"] / sym["n_heads"]
+    if model.ffn == 4 * model.hidden:
+        xs["ffn"] = 4 * sym["hidden"]
+    if x.positions == x.seq_len:
+        xs["positions"] = sym["seq_len"]
+    return SimpleNamespace(**xs), values
+
+
+def _resolve(expr, values: dict):
+    """Pick each Piecewise branch by the plan's own numbers (what `resolving` did not decide)."""
+    import sympy
+
+    if not isinstance(expr, sympy.Basic) or not expr.has(sympy.Piecewise):
+        return expr
+
+    def choose(pw):
+        for branch, cond in pw.args:
+            if cond is sympy.true or bool(cond.xreplace(values)):
+                return branch
+        return pw
+
+    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), choose)
+
+
+def formula_text(expr) -> str:
+    """A formula on one line, readable: products as ·, squares as ²."""
+    import sympy
+
+    if not isinstance(expr, sympy.Basic):
+        return f"{expr:g}" if isinstance(expr, float) else str(expr)
+    # whole-number floats the profile's numbers leave (an oversubscription of 1.0, 4.0 replicas)
+    # print as integers, and a factor of 1 drops out
+    expr = expr.xreplace({f: sympy.Integer(int(f)) for f in expr.atoms(sympy.Float)
+                          if float(f).is_integer()})
+    text = sympy.sstr(sympy.factor_terms(expr))
+    return (text.replace("**2", "²").replace("**3", "³").replace("*", "·")
+            .replace("Min", "min").replace("Max", "max").replace("ceiling", "ceil"))
+
+
+def _fold(symbol: str, expr, values: dict):
+    """A long formula as (short form, [(sub-symbol, sub-formula text, value)]): each ceiling in it
+    (tile and wave counts) becomes a named sub-term symbol₁, symbol₂, …, inner ones first, each
+    shown once."""
+    import sympy
+
+    base = symbol.split(",")[0]
+    subs, known, names = [], dict(values), {}
+    while True:
+        inner = [c for c in expr.atoms(sympy.ceiling) if not c.args[0].has(sympy.ceiling)]
+        if not inner:
+            break
+        for c in sorted(inner, key=sympy.default_sort_key):
+            name = sympy.Symbol(f"{base}{str(len(subs) + 1).translate(SUBSCRIPTS)}",
+                                positive=True)
+            value = float(c.xreplace(known))
+            known[name] = value
+            names[c] = name
+            subs.append((str(name), formula_text(c), value))
+        expr = expr.xreplace(names)
+    return formula_text(expr), subs
+
+
+def _atoms_decided(expr, values: dict):
+    """max/min of plain inputs (max(1, N_SM)) decided by the plan's numbers; max(0, T − …) stays."""
+    import sympy
+
+    def simple(e):
+        return e.is_Number or e.is_Symbol
+
+    def decide(e):
+        vals = [float(a.xreplace(values)) for a in e.args]
+        pick = max if isinstance(e, sympy.Max) else min
+        return e.args[vals.index(pick(vals))]
+
+    return expr.replace(
+        lambda e: isinstance(e, (sympy.Max, sympy.Min)) and all(simple(a) for a in e.args),
+        decide)
+
+
+def symbolic_terms(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
+                   numeric: dict[str, float]) -> tuple[dict[str, str], dict[str, list]]:
+    """Each noted term's formula as text, and the named sub-terms of the folded ones."""
+    import sympy
+
+    from ..formulas._ops import resolving
+
+    x = numbers(model, hw, config)
+    xs, values = _symbolic_numbers(model, x)
+    for key, info in TERMS.items():
+        if key in numeric:
+            values[sympy.Symbol(info.symbol, positive=True)] = numeric[key]
+    formulas: dict[str, str] = {}
+    folded: dict[str, list] = {}
+
+    def note(name, expr):
+        if name not in TERMS:
+            return expr
+        expr = _resolve(expr, values)
+        if isinstance(expr, sympy.Basic):
+            expr = _atoms_decided(expr, values)
+        text = formula_text(expr)
+        if len(text) > FOLD_CHARS and isinstance(expr, sympy.Basic):
+            text, subs = _fold(TERMS[name].symbol, expr, values)
+            if subs:
+                folded[name] = subs
+        formulas[name] = text
+        return sympy.Symbol(TERMS[name].symbol, positive=True)
+
+    with resolving(values):
+        plan_costs(xs, Choices.of(config), note)
+    return formulas, folded
+
+
+def formula_cache_dir() -> Path | None:
+    """Where rendered formulas are kept: $PLAN3D_CACHE_DIR, else $XDG_CACHE_HOME/plan3d (default
+    ~/.cache/plan3d); None (no cache) when PLAN3D_NO_CACHE is set."""
+    if os.environ.get("PLAN3D_NO_CACHE"):
+        return None
+    explicit = os.environ.get("PLAN3D_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "plan3d"
+
+
+def _code_stamp() -> str:
+    """plan3d's version and the size and modification time of each of its modules: a formula
+    rendered by other code never matches."""
+    from .._version import __version__
+
+    here = Path(__file__).resolve().parent.parent  # the planner package
+    parts = [__version__]
+    for path in sorted(here.rglob("*.py")):
+        st = path.stat()
+        parts.append(f"{path.relative_to(here)}:{st.st_size}:{st.st_mtime_ns}")
+    return "\n".join(parts)
+
+
+def formula_cache_key(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> str:
+    """Everything a plan's rendered formulas depend on: the model's shape, the profile, the
+    configuration, plan3d's code."""
+    text = "\n".join((model.model_dump_json(), hw.model_dump_json(), config.model_dump_json(),
+                      _code_stamp()))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _cached(key: str):
+    folder = formula_cache_dir()
+    if folder is None:
+        return None
+    try:
+        data = json.loads((folder / f"formulas-{key}.json").read_text("utf-8"))
+        return data["formulas"], {k: [tuple(s) for s in v] for k, v in data["folded"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store(key: str, formulas: dict, folded: dict) -> None:
+    """Write the entry (a temporary file, then a rename); a cache that cannot be written is
+    skipped, never an error."""
+    folder = formula_cache_dir()
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".formulas-{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"formulas": formulas, "folded": folded}), "utf-8")
+        os.replace(tmp, folder / f"formulas-{key}.json")
+        entries = sorted(folder.glob("formulas-*.json"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-CACHE_ENTRIES]:  # keep the most recent
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
+    """One plan with its full breakdown: each term's formula, value and reason; a folded term's
+    sub-terms follow it, keyed `term:1`, `term:2`, …"""
+    check_config(model, hw, config)
+    recorded: dict[str, float] = {}
+
+    def record(name, value):
+        recorded[name] = float(value)
+        return value
+
+    costs = plan_costs(numbers(model, hw, config), Choices.of(config), record)
+    key = formula_cache_key(model, hw, config)
+    hit = _cached(key)
+    if hit is None:
+        formulas, folded = symbolic_terms(model, hw, config, recorded)
+        _store(key, formulas, folded)
+    else:
+        formulas, folded = hit
+    terms = []
+    for k, info in TERMS.items():
+        if k not in recorded:
+            continue
+        terms.append(Term(key=k, symbol=info.symbol, group=info.group, unit=info.unit,
+                          formula=formulas.get(k, ""), value=recorded[k], why=info.why))
+        for i, (symbol, text, value) in enumerate(folded.get(k, []), 1):
+            terms.append(Term(key=f"{k}:{i}", symbol=symbol, group=info.group, unit="count",
+                              formula=text, value=value, why=f"sub-term of {info.symbol}"))
+    return plan_from_costs(model, hw, config, costs).model_copy(update={"terms": terms})
+
+
+def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list[tuple]:
+    """The profile's constants the formulas name: (symbol, value, unit, meaning)."""
+    x = numbers(model, hw, config)
+    same16 = x.peak_flops_16 == x.peak_flops and x.gemm_eff_16 == x.gemm_eff
+    out = []
+    for key, (unit, meaning) in CONSTANT_MEANINGS.items():
+        if same16 and key in ("peak_flops_16", "gemm_eff_16"):
+            continue
+        if key in OFFLOAD_CONSTANTS and not config.offload:  # offload
+            continue
+        out.append((SYMBOLS[key], float(getattr(x, key)), unit, meaning))
+    return out

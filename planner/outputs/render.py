@@ -1,0 +1,723 @@
+"""All terminal output: the only module that imports rich. Library results in, text out."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..results import Plan
+from ..units import GB, GIB, token_text
+
+MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                "overhead_bytes")
+TIME_PARTS = ("compute_s", "tp_exposed_s", "cp_exposed_s", "pp_exposed_s", "dp_exposed_s",
+              "bubble_s", "optimizer_s")
+
+
+class _Console(Console):
+    """rich's console, but a closed pipe is the CLI's to handle (rich would exit 1, the code for
+    "no plan fits")."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def console(stderr: bool = False) -> Console:
+    """A console that writes plain text (no colour codes, a fixed width) when not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or unusual stream
+        tty = False
+    if tty:
+        return _Console(file=stream, stderr=stderr)
+    try:
+        width = max(PLAIN_MIN_WIDTH, int(os.environ.get("COLUMNS", PLAIN_WIDTH)))
+    except ValueError:
+        width = PLAIN_WIDTH
+    return _Console(file=stream, stderr=stderr, width=width, color_system=None,
+                   force_terminal=False, no_color=True, soft_wrap=False, emoji=False,
+                   highlight=False)
+
+
+PLAIN_WIDTH = 160  # not a terminal: wide enough that no table wraps a row
+PLAIN_MIN_WIDTH = 40
+
+
+def non_finite(data, path: str = "") -> str | None:
+    """The path of the first NaN or infinite number in a JSON-like value, or None."""
+    if isinstance(data, float):
+        return None if math.isfinite(data) else (path or "(value)")
+    if isinstance(data, dict):
+        items = data.items()
+    elif isinstance(data, (list, tuple)):
+        items = ((f"[{i}]", v) for i, v in enumerate(data))
+    else:
+        return None
+    for key, value in items:
+        sub = f"{path}{key}" if str(key).startswith("[") else f"{path}.{key}" if path else key
+        found = non_finite(value, sub)
+        if found:
+            return found
+    return None
+
+
+def json_text(data) -> str:
+    """Strict JSON (no NaN or Infinity, which JSON does not have)."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def print_json(data) -> None:
+    """Clean JSON on stdout, whatever the terminal."""
+    sys.stdout.write(json_text(data))
+    sys.stdout.flush()
+
+
+def one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def error(message: str) -> None:
+    """One line on stderr."""
+    sys.stderr.write(f"plan3d: error: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
+def notice(message: str) -> None:
+    sys.stderr.write(f"plan3d: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Units, the same in every command: memory in GiB (2³⁰ bytes), traffic in GB (10⁹ bytes),
+# time in s (ms below one second), rates per second. Summaries and tables round memory to 0.1 GiB
+# and step times to 1 ms; explain's term table gives one more digit, for checking by hand.
+
+
+def gib(x: float) -> str:
+    """Memory, in GiB to 0.1 (the unit is the caller's to print)."""
+    return f"{x / GIB:,.1f}"
+
+
+def gb(x: float) -> str:
+    """Traffic, in GB to 0.01."""
+    return f"{x / GB:,.2f}"
+
+
+def step_seconds(x: float) -> str:
+    """A step time in seconds to the millisecond, for tables whose header says `s`."""
+    return f"{x:,.3f}"
+
+
+def seconds(x: float) -> str:
+    if x == 0:
+        return "0 s"
+    if abs(x) < 1:
+        return f"{x * 1e3:,.2f} ms"
+    return f"{x:,.3f} s"
+
+
+def value_text(value: float, unit: str, group: str = "") -> str:
+    """A term's value with its unit: GB/MB (10⁹/10⁶) for traffic, GiB/MiB (2³⁰/2²⁰) for memory."""
+    if unit == "bytes" and group == "comm":
+        return f"{value / GB:,.3f} GB" if value >= GB / 10 else f"{value / 1e6:,.2f} MB"
+    if unit == "bytes":
+        return f"{value / GIB:,.3f} GiB" if value >= GIB / 10 else f"{value / 2**20:,.2f} MiB"
+    if unit == "s":
+        return seconds(value)
+    if unit == "fraction":
+        return f"{value:.2%}"
+    if unit == "params":
+        return f"{value / 1e9:,.3f} × 10⁹"
+    if unit == "FLOPs":
+        return f"{value:.4g} FLOP"
+    if unit == "tokens/s":
+        return f"{value:,.0f} tokens/s"
+    return f"{value:,.6g}"
+
+
+def config_line(plan: Plan) -> str:
+    c = plan.config
+    parts = [f"dp={c.dp}", f"tp={c.tp}", f"pp={c.pp}", f"cp={c.cp}"]
+    if c.vpp > 1:
+        parts.append(f"vpp={c.vpp}")
+    parts += [f"mbs={c.mbs}", f"n_micro={c.n_micro}", f"gbs={c.gbs}", f"seq={c.seq_len}",
+              f"zero={int(c.zero_stage)}", f"recompute={c.recompute.value}",
+              f"sp={'on' if c.sequence_parallel else 'off'}", f"schedule={c.schedule.value}",
+              f"{c.precision.value}", f"grads={c.grad_dtype}", f"attention={c.attention.value}"]
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+
+
+SECTIONS = {
+    "model": "Model",
+    "memory": "Memory per GPU, GiB = 2³⁰ bytes, MiB = 2²⁰ bytes (most loaded: {stage} pipeline "
+              "stage)",
+    "pipeline": "Pipeline",
+    "comm": "Communication per GPU per step (GB = 10⁹ bytes, MB = 10⁶ bytes)",
+    "time": "Time per step (s; ms = 10⁻³ s)",
+    "constants": "Constants the formulas name (the profile's, in base units)",
+}
+WIDE_EXPLAIN = 110  # from this width the reason gets a column of its own
+
+
+def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
+    """The answer, first: what runs where, whether it fits and with what margin, the step, the
+    throughput and MFU (its convention said), where the step goes, and days and cost if asked."""
+    c, m, t = plan.config, plan.memory, plan.time
+    other = "full" if mfu_convention == "causal" else "causal"
+    lines = [Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
+                  f"{c.n_gpus:,} × {plan.hardware} under {c.framework}: {layout_cell(plan)}, "
+                  f"global batch {c.gbs:,} × {c.seq_len:,} tokens", style="bold")]
+    spare = m.capacity_bytes - m.total_bytes
+    if m.fits:
+        lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
+                          f"({share_of_capacity(m)}), {gib(spare)} GiB to spare "
+                          f"on the most loaded ({m.stage}) pipeline stage.", style="green"))
+    else:
+        lines.append(Text(f"DOES NOT FIT: {gib(m.total_bytes)} GiB per GPU needed of "
+                          f"{gib(m.capacity_bytes)} GiB ({gib(-spare)} GiB over) on the {m.stage} "
+                          "pipeline stage.", style="bold red"))
+    if m.peak_at:
+        lines.append(Text(f"Peak at {m.peak_at}: {gib(m.allocated_bytes)} GiB of tensors, "
+                          f"{gib(m.reserved_bytes)} GiB reserved by PyTorch's allocator, the rest "
+                          "runtime (CUDA context, NCCL)."))
+    if m.host_bytes > 0:  # offload
+        lines.append(Text(f"Offloaded to host memory: {gib(m.host_bytes)} of "
+                          f"{gib(m.host_capacity_bytes)} GiB per GPU; it adds "
+                          f"{seconds(t.offload_s)} to the step (host-link copies and the CPU "
+                          "optimizer step).",
+                          style="" if m.host_bytes <= m.host_capacity_bytes else "bold red"))
+    lines.append(Text(f"Step {seconds(t.step_s)} · {t.tokens_per_s:,.0f} tokens/s · MFU "
+                      f"{mfu_of(plan, mfu_convention):.1%} ({mfu_convention}; "
+                      f"{mfu_of(plan, other):.1%} {other}) · HFU {t.hfu:.1%}"))
+    lines.append(Text(f"Of the step: compute {t.compute_s / t.step_s:.0%}, bubble "
+                      f"{bubble_share(plan):.0%}, exposed communication "
+                      f"{t.exposed_comm_s / t.step_s:.0%}, optimizer {t.optimizer_s / t.step_s:.0%}."))
+    if plan.budget is not None:
+        lines.append(Text(budget_line(plan)))
+    return lines
+
+
+def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = False,
+                   mfu_convention: str = "causal", constants=None) -> None:
+    """The answer first (verdict_lines and the warnings), then the breakdown a person can check by
+    hand, section by section (`sections`: names of SECTIONS, default all; `brief`: none)."""
+    for line in verdict_lines(plan, mfu_convention):
+        out.print(line)
+    render_warnings(plan, out, mfu_convention)
+    if brief:
+        return
+    wanted = list(SECTIONS) if sections is None else list(sections)
+    total_mem, step = plan.memory.total_bytes, plan.time.step_s
+    wide = out.width >= WIDE_EXPLAIN
+    for group in wanted:
+        title = SECTIONS[group].format(stage=plan.memory.stage)
+        out.print()
+        if group == "constants":
+            _render_constants(constants or [], out, title)
+            continue
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False,
+                      pad_edge=False)
+        table.add_column("term", no_wrap=True)
+        table.add_column("formula", overflow="fold", max_width=70 if wide else None)
+        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
+        if wide:
+            table.add_column("why", overflow="fold", max_width=44)
+        for t in plan.terms:
+            if t.group != group:
+                continue
+            share = ""
+            if t.key in MEMORY_PARTS:
+                share = f"{t.value / total_mem:.1%}"
+            elif t.key in TIME_PARTS:
+                share = f"{t.value / step:.1%}"
+            value = value_text(t.value, t.unit, t.group)
+            # Text cells: rich parses no markup in them (a third of the rendering time)
+            if wide:
+                table.add_row(Text(t.symbol), Text(t.formula), Text(value), Text(share),
+                              Text(t.why))
+            else:
+                cell = Text(t.formula)
+                cell.append("\n" + t.why, style="dim")
+                table.add_row(Text(t.symbol), cell, Text(value), Text(share))
+        out.print(table)
+        if group == "pipeline":
+            values = {t.key: t.value for t in plan.terms}
+            if "inflight_first" in values:
+                n_f = values["inflight_first"]
+                out.print(f"In flight on the first stage: {n_f:g} micro-batch"
+                          f"{'' if n_f == 1 else 'es'} (schedule {plan.config.schedule.value}). "
+                          f"β is the schedule's idle share; the bubble's share of the whole step "
+                          f"is T_bubble/T_step = {bubble_share(plan):.1%}.")
+        if group == "comm":
+            out.print(layout_line(plan))
+            out.print(links_line(plan))  # comm: link model (see links_line)
+
+
+def _render_constants(constants, out: Console, title: str) -> None:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    table.add_column("symbol", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("unit", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for symbol, value, unit, meaning in constants:
+        table.add_row(symbol, f"{value:.4g}", unit, meaning)
+    out.print(table)
+
+
+LINK_NAMES = {"nvlink": "inside the NVLink domain", "network": "across the network"}
+
+
+def layout_line(plan: Plan) -> str:
+    """Which link each parallel group's traffic crosses (innermost first: tp, cp, dp, pp)."""
+    c, comm = plan.config, plan.comm
+    parts = []
+    for name, degree, link in (("TP", c.tp, comm.tp_link), ("CP", c.cp, comm.cp_link),
+                               ("DP", c.dp, comm.dp_link), ("PP", c.pp, comm.pp_link)):
+        if link != "none":
+            parts.append(f"{name} {degree} {LINK_NAMES[link]}")
+    return "Layout: " + ("; ".join(parts) if parts else "one GPU, no communication") + "."
+
+
+# ---- comm helper: the link model's line (bandwidth, share, busiest link) -----------------------
+
+def links_line(plan: Plan) -> str:
+    """Each group's bus bandwidth per GPU and its share of the link, and the busiest link."""
+    c, comm = plan.config, plan.comm
+    parts = []
+    for name, degree, link, bw, share in (
+            ("TP", c.tp, comm.tp_link, comm.tp_busbw_bytes_per_s, comm.tp_share),
+            ("CP", c.cp, comm.cp_link, comm.cp_busbw_bytes_per_s, comm.cp_share),
+            ("DP", c.dp * c.cp, comm.dp_link, comm.dp_busbw_bytes_per_s, comm.dp_share),
+            ("PP", c.pp, comm.pp_link, comm.pp_busbw_bytes_per_s, comm.pp_share)):
+        if link != "none" and degree > 1:
+            parts.append(f"{name} {bw / 1e9:,.0f} GB/s ({share:.0%} share)")
+    if not parts:
+        return "Links: none used."
+    busiest = comm.busiest_link
+    busy = (comm.nvlink_utilisation if busiest == "nvlink" else comm.network_utilisation)
+    return (f"Links: {'; '.join(parts)}. Busiest: "
+            f"{'NVLink' if busiest == 'nvlink' else 'network'}, {busy:.0%} of the step.")
+
+
+def budget_line(plan: Plan) -> str:
+    b = plan.budget
+    parts = [f"Training {token_text(b.train_tokens)} tokens: {b.days:,.1f} days on {plan.config.n_gpus:,} "
+             f"GPUs, {b.gpu_hours:,.0f} GPU-hours"]
+    if b.cost is not None:
+        parts.append(f"cost {b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour")
+    if b.energy_mwh is not None:
+        parts.append(f"GPU energy {b.energy_mwh:,.1f} MWh at {b.gpu_power_w:g} W")
+    return ", ".join(parts) + "."
+
+
+def render_launch(launch, out: Console) -> None:
+    """--emit: the settings, then what they follow and what was assumed."""
+    out.print(Text(f"Launch settings for {launch.framework} ({launch.format}):", style="bold"))
+    out.print(launch.text, markup=False, highlight=False)
+    render_launch_notes(launch, out, header=False)
+
+
+def write_settings(launch) -> None:
+    """--emit's settings alone on stdout, exactly as the framework reads them (no wrapping), so
+    that `> args.txt` or `> job.toml` keeps them."""
+    sys.stdout.write(launch.text.rstrip("\n") + "\n")
+    sys.stdout.flush()
+
+
+def render_launch_notes(launch, out: Console, header: bool = True) -> None:
+    """What the settings follow and what was assumed (on stderr beside write_settings)."""
+    if header:
+        out.print(Text(f"Launch settings for {launch.framework} ({launch.format}) are on stdout.",
+                       style="bold"))
+    out.print(f"Option names follow: {launch.version_note}", markup=False, highlight=False)
+    for note in launch.notes:
+        out.print(f"note: {note}", markup=False, highlight=False)
+
+
+TIMELINE_STYLES = {"F": "black on cyan", "B": "black on magenta", "W": "black on green",
+                   "head": "black on yellow",
+                   "idle": "dim"}
+TIMELINE_LABEL = 9  # "stage 12 "
+
+
+def render_timeline(timeline, out: Console, width: int | None = None, head_s: float = 0.0,
+                    step_bubble: float | None = None) -> None:
+    """The schedule as the terminal sees it, as wide as the terminal: one row per stage, forward
+    (F3---) and backward (B3===) blocks with their micro-batch numbers, readable without colour
+    (colour is added on a terminal), the bubble as dots, the last stage's LM head as h, the time
+    axis to scale."""
+    from .timeline import to_text_cells
+
+    width = width or max(20, out.width - TIMELINE_LABEL - 1)
+    rows = to_text_cells(timeline, width, head_s)
+    share = ("" if step_bubble is None else
+             f"; of the whole step (with the DP tail and optimizer) {step_bubble:.1%}")
+    out.print(Text(f"Pipeline schedule ({timeline.schedule.value}, p={timeline.pp}, "
+                   f"m={timeline.n_micro}, v={timeline.vpp}); one column = "
+                   f"{seconds(timeline.makespan_s / width)}; idle share of the schedule "
+                   f"β = {timeline.bubble_fraction:.1%}{share}", style="bold"))
+    for k, row in enumerate(rows):
+        line = Text(f"stage {k:<3d}"[:TIMELINE_LABEL - 1] + " ")
+        for char, kind in row:
+            line.append(char, style=TIMELINE_STYLES.get(kind, ""))
+        out.print(line, no_wrap=True, overflow="crop")
+    end = seconds(timeline.makespan_s)
+    out.print(" " * TIMELINE_LABEL + "0" + " " * max(1, width - 1 - len(end)) + end,
+              no_wrap=True, overflow="crop")
+    legend = "F3--- forward, B3=== backward of micro-batch 3"
+    if timeline.wgrad_s > 0:
+        legend += " (its input gradient), W3~~~ its weight gradient"
+    legend += "; · idle"
+    if head_s > 0:
+        legend += (f"; h = the last stage's LM head and loss, {seconds(head_s)} per micro-batch "
+                   "(it sets the stage time)")
+    out.print(legend)
+
+
+def render_warnings(plan: Plan, out: Console, mfu_convention: str = "causal") -> None:
+    for w in _shown_warnings(plan, mfu_convention):
+        out.print(Text(f"warning [{w.code}]: {w.message}", style="yellow"))
+
+
+# ---------------------------------------------------------------------------------------------
+# tables that fit the terminal: the decisive columns always, more as the width allows
+
+
+class Column:
+    """One column: its header (may be two lines), alignment, cells, and its priority (0: always
+    shown; then 1, 2, … added in that order while the table still fits)."""
+
+    def __init__(self, header: str, cells: list[str], priority: int = 0, justify: str = "right",
+                 fold: bool = False):
+        self.header, self.cells, self.priority, self.justify, self.fold = (
+            header, cells, priority, justify, fold)
+
+
+def _table(columns: list[Column], title: str | None) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
+                  padding=(0, 1), collapse_padding=True)
+    for col in columns:
+        table.add_column(col.header, justify=col.justify, no_wrap=not col.fold,
+                         overflow="fold" if col.fold else "ellipsis")
+    for i in range(len(columns[0].cells) if columns else 0):
+        table.add_row(*(col.cells[i] for col in columns))
+    return table
+
+
+def _width(out: Console, table: Table) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update(max_width=100_000), table).maximum
+
+
+def fitted_table(out: Console, columns: list[Column], title: str | None = None) -> Table:
+    """The columns of priority 0 and as many of the others, in priority order, as fit out.width
+    (in their given order); a column that never truncates (no cell wider than shown).
+
+    A table's width is the sum of its columns' widths and a fixed gap between neighbours, so
+    each column is measured once, alone, and the gap once from the first two (rather than
+    measuring every trial table whole)."""
+    if not columns:
+        return _table(columns, title)
+    alone = {id(c): _width(out, _table([c], None)) for c in columns}
+    gap = (_width(out, _table(columns[:2], None)) - alone[id(columns[0])] - alone[id(columns[1])]
+           if len(columns) > 1 else 0)
+
+    def width(cols: list[Column]) -> int:
+        return sum(alone[id(c)] for c in cols) + gap * (len(cols) - 1)
+
+    shown = [c for c in columns if c.priority == 0]
+    for col in sorted((c for c in columns if c.priority > 0), key=lambda c: c.priority):
+        trial = [c for c in columns if c in shown or c is col]
+        if width(trial) <= out.width:
+            shown.append(col)
+    return _table([c for c in columns if c in shown], title)
+
+
+# ---------------------------------------------------------------------------------------------
+# search
+
+RECOMPUTE_SHORT = {"none": "", "selective": "sel", "full": "full"}
+
+
+def layout_cell(plan: Plan) -> str:
+    """The layout in a few characters (PlanConfig.short_label)."""
+    return plan.config.short_label()
+
+
+LAYOUT_LEGEND = ("# 1= a tie, ! a warning below; layout: z = ZeRO stage, v = virtual stages, "
+                 "sel/full = recompute (none when absent), nosp = no sequence parallelism")
+
+
+def bubble_share(plan: Plan) -> float:
+    """The bubble as every command shows it: the share of the step time the pipeline's fill and
+    drain leave idle, T_bubble / T_step (the schedule's own idle share, (p − 1)/(v·m + p − 1), is
+    `bubble_fraction` in --json and β in explain)."""
+    t = plan.time
+    return t.bubble_s / t.step_s if t.step_s > 0 else 0.0
+
+
+def mfu_of(plan: Plan, convention: str) -> float:
+    """MFU under a convention: "causal" (the unmasked half of attention, as Megatron-Core logs it)
+    or "full" (the whole s×s square)."""
+    return plan.time.mfu_causal if convention == "causal" else plan.time.mfu
+
+
+def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
+    """The ranked table, the reason for the winner, the warnings of the plans shown."""
+    plans = result.plans
+    budget = bool(plans) and plans[0].budget is not None
+    ranks = result.ranks or [str(i) for i in range(1, len(plans) + 1)]
+    warn = ["!" if any(w.code not in QUIET_WARNINGS for w in p.warnings) else "" for p in plans]
+    mfu_label = "MFU\n" + mfu_convention
+    columns = [
+        Column("#", [f"{r}{w}" for r, w in zip(ranks, warn)]),
+        Column("layout", [layout_cell(p) for p in plans], justify="left", fold=True),
+        Column("step\ns", [step_seconds(p.time.step_s) for p in plans]),
+        Column("tokens/s", [f"{p.time.tokens_per_s:,.0f}" for p in plans]),
+        Column(mfu_label, [f"{mfu_of(p, mfu_convention):.1%}" for p in plans]),
+        Column("mem", [share_of_capacity(p.memory) for p in plans]),
+        Column("bubble", [f"{bubble_share(p):.1%}" for p in plans]),
+    ]
+    if budget:
+        columns.append(Column("days", [f"{p.budget.days:,.1f}" for p in plans]))
+    columns += [
+        Column("mem GiB", [f"{gib(p.memory.total_bytes)}/{gib(p.memory.capacity_bytes)}"
+                           for p in plans], priority=1),
+        Column("exp.\ncomm", [f"{p.time.exposed_comm_s / p.time.step_s:.1%}" for p in plans],
+               priority=2),
+        Column("n_micro", [str(p.config.n_micro) for p in plans], priority=3),
+    ]
+    if result.variants:
+        columns.append(Column("variants", [f"+{v}" if v else "" for v in result.variants],
+                              priority=4))
+    columns.append(Column("MFU\n" + ("full" if mfu_convention == "causal" else "causal"),
+                          [f"{mfu_of(p, 'full' if mfu_convention == 'causal' else 'causal'):.1%}"
+                           for p in plans], priority=5))
+    title = (f"{len(plans)} of {result.feasible:,} plans that fit "
+             f"({result.considered:,} considered)")
+    out.print(fitted_table(out, columns, title))
+    out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
+              "bubble = T_bubble/T_step, the step's idle fill and drain.")
+    if result.reason:
+        out.print(result.reason)
+    if result.alternatives:  # one print: rich's per-call cost is most of a short line's
+        out.print(Text("\n".join(["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
+                                                      for a in result.alternatives])))
+    if budget:
+        out.print("Plan 1: " + budget_line(plans[0]))
+    # one line per kind of warning: its first plan's message, and which other plans share it
+    by_code: dict[str, tuple[str, list[str]]] = {}
+    for i, p in enumerate(plans, 1):
+        for w in _shown_warnings(p, mfu_convention):
+            first = by_code.setdefault(w.code, (w.message, []))
+            first[1].append(str(i))
+    for code, (message, which_plans) in by_code.items():
+        which = f"plan {which_plans[0]}" if len(which_plans) == 1 else \
+            f"plans {', '.join(which_plans)}; shown for plan {which_plans[0]}"
+        out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
+
+
+def share_of_capacity(memory) -> str:
+    """The memory a plan needs as a share of the GPU's, rounded down below 100 % so that a plan
+    that fits never reads "100%"."""
+    share = memory.total_bytes / memory.capacity_bytes
+    return f"{math.floor(share * 100)}%" if share < 1 else f"{share:.0%}"
+
+
+QUIET_WARNINGS = ("uneven-stages", "mfu-convention")
+MFU_WORDS = {"causal": "the causal half of attention (as Megatron-Core logs it)",
+             "full": "attention's whole s×s square (Narayanan 2021, PaLM)"}
+
+
+def _shown_warnings(plan: Plan, mfu_convention: str):
+    """The plan's warnings; the full-square convention's warning only under that convention."""
+    return [w for w in plan.warnings
+            if not (w.code == "mfu-convention" and mfu_convention == "causal")]
+
+
+def render_models(listing, out: Console) -> None:
+    rows = list(listing)
+    columns = [
+        Column("name", [m.name for m in rows], justify="left"),
+        Column("params\n(10⁹)", [f"{m.n_params / 1e9:,.1f}" for m in rows]),
+        Column("L", [str(m.n_layers) for m in rows]),
+        Column("h", [str(m.hidden) for m in rows]),
+        Column("a/kv", [f"{m.n_heads}/{m.n_kv_heads}" for m in rows]),
+        Column("seq", [str(m.seq_len) for m in rows]),
+        Column("aliases", [",".join(m.aliases) for m in rows], priority=1, justify="left"),
+        Column("ffn", [str(m.ffn) for m in rows], priority=2),
+        Column("V", [str(m.vocab) for m in rows], priority=3),
+        Column("mlp", [m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else "") for m in rows],
+               priority=4, justify="left"),
+    ]
+    out.print(fitted_table(out, columns))
+
+
+def render_hardware(listing, out: Console) -> None:
+    rows = list(listing)
+    columns = [
+        Column("name", [h.name for h in rows], justify="left"),
+        Column("HBM\nGiB", [f"{h.hbm_gib:g}" for h in rows]),
+        Column("bf16\nTFLOP/s", [f"{h.peak_tflops.bf16:g}" for h in rows]),
+        Column("domain", [str(h.gpus_per_domain) for h in rows]),
+        Column("fast\nGB/s", [f"{h.fast.busbw_gb_per_s:g}" for h in rows]),
+        Column("net\nGB/s", [f"{h.network.busbw_gb_per_s:g}" for h in rows]),
+        Column("fp8\nTFLOP/s", ["-" if h.peak_tflops.fp8 is None else f"{h.peak_tflops.fp8:g}"
+                                for h in rows], priority=1),
+        Column("HBM\nTB/s", [f"{h.hbm_tb_per_s:g}" for h in rows], priority=2),
+        Column("GPU", [h.gpu for h in rows], priority=3, justify="left"),
+    ]
+    out.print(fitted_table(out, columns))
+
+
+def render_validation(report, out: Console) -> None:
+    cases = report.cases
+    columns = [
+        Column("case", [c.id for c in cases], justify="left", fold=True),
+        Column("GPUs", [str(c.gpus) for c in cases]),
+        Column("measured\ns", [step_seconds(c.measured_s) for c in cases]),
+        Column("model\ns", [step_seconds(c.predicted_s) for c in cases]),
+        Column("error", [f"{c.error:+.1%}" for c in cases]),
+        Column("layout", [c.layout for c in cases], priority=1, justify="left"),
+        Column("assumed", [c.assumed for c in cases], priority=2, justify="left"),
+    ]
+    title = (f"Published runs measured on {report.gpu}, through {report.hardware}: predicted vs "
+             "measured step time")
+    out.print(fitted_table(out, columns, title))
+    ok = report.median_abs_error <= report.target_median and \
+        report.max_abs_error <= report.target_max
+    out.print(f"median |error| {report.median_abs_error:.1%} (target ≤ {report.target_median:.0%}),"
+              f" max |error| {report.max_abs_error:.1%} (target ≤ {report.target_max:.0%}): "
+              + ("targets met" if ok else "TARGETS MISSED"))
+
+
+def render_calibration(result, out: Console, output: str | None) -> None:
+    """The fit: each factor before and after, each run's error before and after."""
+    table = Table(box=box.SIMPLE_HEAD, title=f"Calibration of {result.hardware}",
+                  title_justify="left")
+    for col in ("factor", "before", "after", "status", "why"):
+        table.add_column(col, overflow="fold", max_width=60 if col == "why" else None)
+    for f in result.factors:
+        table.add_row(f.path, f"{f.before:.4g} {f.unit}".strip(), f"{f.after:.4g} {f.unit}".strip(),
+                      f.status, f.reason)
+    out.print(table)
+    runs = Table(box=box.SIMPLE_HEAD, title="Runs: predicted vs measured step time",
+                 title_justify="left")
+    for col in ("run", "layout", "measured s", "before s", "error", "after s", "error"):
+        runs.add_column(col, justify="left" if col in ("run", "layout") else "right")
+    for r in result.runs:
+        runs.add_row(r.id, r.layout, step_seconds(r.measured_s),
+                     step_seconds(r.predicted_before_s), f"{r.error_before:+.1%}",
+                     step_seconds(r.predicted_after_s),
+                     f"{r.error_after:+.1%}")
+    out.print(runs)
+    out.print(f"median |error| {result.median_abs_error_before:.1%} → "
+              f"{result.median_abs_error_after:.1%}, max {result.max_abs_error_before:.1%} → "
+              f"{result.max_abs_error_after:.1%}")
+    for w in result.warnings:
+        out.print(Text(f"warning: {w}", style="yellow"))
+    if output:
+        out.print(f"wrote {output}: use it with --hw {output}")
+    else:
+        out.print("(pass -o FILE.toml to write the calibrated profile)")
+
+
+# =============================================================================================
+# plan3d compare (the compare helper's block: render_compare and its formatting helpers)
+
+
+COMPARE_WIDTH = 80  # the comparison fits any terminal
+
+
+def _short_number(x: float) -> str:
+    """A count or amount in at most ~5 characters: 987, 12.3k, 4.45M, 1.2B, 15T."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            v = x / scale
+            return f"{v:.3g}{suffix}" if v < 100 else f"{v:,.0f}{suffix}"
+    return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def compact_layout(plan: Plan) -> str:
+    """tp8 pp16 v2 z1 sel: the layout without dp (the rest of the GPUs)."""
+    return plan.config.short_label(dp=False)
+
+
+def _first_clause(text: str) -> str:
+    return one_line(text).split("; ")[0]
+
+
+def _pick_line(label: str, pick, days_first: bool) -> str:
+    money = f"cost {_short_number(pick.cost)}" if pick.cost is not None \
+        else f"{_short_number(pick.gpu_hours)} GPU-hours"
+    days = f"{pick.days:,.1f} days"
+    first, second = (days, money) if days_first else (money, days)
+    return f"{label}: {pick.hardware} × {pick.gpus:,} GPUs — {first}, {second}"
+
+
+def render_compare(result, out: Console) -> None:
+    """The answer (cheapest, fastest), then one row per cell: its best plan's layout, step time,
+    days, GPU-hours, cost and energy; then the cells without a plan and the notes. Fits 80
+    columns."""
+    width = min(out.width, COMPARE_WIDTH)
+
+    def say(text: str) -> None:
+        out.print(text, width=width)
+
+    by_cost = result.cheapest_by == "cost"
+    within = f" within {result.deadline_days:g} days" if result.deadline_days is not None else ""
+    say(f"{result.model}, {_short_number(result.train_tokens)} tokens, batch {result.gbs:,} × "
+        f"{result.seq_len:,} tokens (all cells), goodput {result.goodput:.0%}")
+    if result.cheapest is None:
+        say("No size tried finishes" + within + "." if within else "No cell has a plan.")
+    else:
+        say(_pick_line(("Cheapest" if by_cost else "Fewest GPU-hours") + within,
+                       result.cheapest, days_first=False))
+        say(_pick_line("Fastest" + within, result.fastest, days_first=True))
+    cells = result.shown
+    priced = any(c.plan is not None and c.plan.budget.cost is not None for c in cells)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    columns = ["hardware", "GPUs", "layout", "step s", "days", "GPU-h"]
+    columns += ["cost"] if priced else []
+    columns += ["MWh"]
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("hardware", "layout") else "right",
+                         no_wrap=col != "layout", overflow="fold")
+    missing = []
+    for c in cells:
+        if c.plan is None:
+            table.add_row(c.hardware, f"{c.gpus:,}", "no plan", *[""] * (len(columns) - 3))
+            missing.append(c)
+            continue
+        p, b = c.plan, c.plan.budget
+        late = "" if c.meets_deadline is not False else " >"
+        row = [c.hardware, f"{c.gpus:,}", compact_layout(p), f"{p.time.step_s:,.2f}",
+               f"{b.days:,.1f}{late}", _short_number(b.gpu_hours)]
+        if priced:
+            row.append("—" if b.cost is None else _short_number(b.cost))
+        row.append("—" if b.energy_mwh is None else _short_number(b.energy_mwh))
+        table.add_row(*row)
+    out.print(table, width=width)
+    for c in missing:
+        say(f"{c.hardware} × {c.gpus:,}: {_first_clause(c.reason)}")
+    if result.deadline_days is not None and any(c.meets_deadline is False for c in cells):
+        say(f"> misses the {result.deadline_days:g}-day deadline (its largest size tried)")
+    for note in result.notes:
+        say(note)
+    say(f"Days and GPU-hours are wall-clock at goodput {result.goodput:.0%} (--goodput); energy "
+        "is GPU board power (TDP unless --gpu-power-w) over those days.")

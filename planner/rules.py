@@ -1,0 +1,57 @@
+"""What a layout rule is, below both the frameworks (which state their own rules) and the model
+(planner/model/constraints.py holds the rules every framework enforces): a `Rule`, the integers of
+a layout that rules read, and the context-parallel kind an all-to-all group size makes.
+
+Imports nothing of planner's but the formulas' choices and the schema, so that the frameworks and
+the constraints can both import it and neither has to import the other back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from .formulas.choices import ContextKind, Precision, Schedule
+from .schema import PlanConfig
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: what it says (the search lists it), when it holds, and what to tell a user whose
+    plan breaks it."""
+
+    text: str
+    holds: Callable  # (model, layout) -> bool, or a bool array over the layouts
+    message: Callable  # (model, layout) -> str, for one layout that breaks it
+
+
+def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
+    """A PlanConfig as the integers the rules read, with its all-to-all group c_a (1 for the
+    ring; planner.frameworks.a2a_ranks gives it)."""
+    return SimpleNamespace(
+        dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
+        n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
+        interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
+        schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
+        dp_shard=config.dp_shard or config.dp,  # hybrid sharding
+        cp_a2a=cp_a2a,  # cp-kind: the all-to-all group c_a (1 for the ring)
+        # offload: fraction of the optimizer, parameters (0/1), activation layers; recompute none
+        off_opt=config.offload_optimizer, off_params=int(config.offload_params),
+        off_act=config.offload_activations,
+        recompute_none=int(config.recompute.value == "none"),
+        **choices(config.zero_stage, config.schedule, config.precision))
+
+
+def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
+    """The discrete choices the framework rules read, as numbers: zero (the ZeRO stage), gpipe,
+    fp16 and fp8 (1 when the plan uses them)."""
+    return dict(zero=int(zero_stage), gpipe=int(schedule is Schedule.GPIPE),
+                fp16=int(precision is Precision.FP16), fp8=int(precision is Precision.FP8))
+
+
+def kind_of_group(cp, cp_a2a):
+    """cp-kind: the inverse of formulas.context.a2a_group, on ints or arrays: {kind: 1 where an
+    all-to-all group of c_a ranks makes that kind} — the ring at c_a = 1, the all-to-all at
+    c_a = c, hierarchical between (the search's c_a column holds all three)."""
+    return {ContextKind.RING: cp_a2a == 1, ContextKind.ALL_TO_ALL: cp_a2a == cp,
+            ContextKind.HIERARCHICAL: (cp_a2a > 1) & (cp_a2a < cp)}

@@ -1,0 +1,291 @@
+"""What else the search weighed, and why it did or did not win.
+
+For each option beyond the plain layout — interleaving, the zero-bubble and DualPipe schedules,
+the context-parallel kinds other than the framework's own, offload to host memory, hybrid
+sharding — `alternatives` compares the fastest plan that uses it with the fastest that does
+not, among the plans that fit and the framework runs, and says which wins and by what (the step's
+parts that differ most). An option the framework does not run, or the search did not try, is
+named with the reason and what would try it. Options in the searched space are read off the
+search's own arrays; hybrid sharding, outside the default space, is tried on the best layouts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import PlanError
+from ..formulas.choices import ContextKind, Schedule
+from ..frameworks import FRAMEWORKS
+from ..results import Plan, Time
+
+Verdict = Literal["wins", "ties", "loses", "not run", "not searched", "none fits"]
+
+STEP_PARTS = {"compute_s": "compute", "bubble_s": "bubble", "tp_exposed_s": "exposed TP",
+              "dp_exposed_s": "exposed DP/ZeRO", "pp_exposed_s": "pipeline sends",
+              "cp_exposed_s": "exposed CP", "optimizer_s": "optimizer",
+              "offload_s": "offload copies and CPU step"}
+"""The parts of a step (results.Time) two plans are compared by."""
+
+PROBED_LAYOUTS = 3
+"""How many of the fastest fitting layouts an option outside the searched space is tried on."""
+PROBED_SHARDS = 3
+"""How many shard groups hybrid sharding is tried with on each: the smallest (one NVLink domain's
+worth, the most replicas), the largest below dp, and one between."""
+
+
+class Alternative(BaseModel):
+    """One option and its verdict. plan/step_s: the fastest plan that uses it (None when none
+    does); versus/versus_step_s: the fastest that does not; why: one sentence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    option: str
+    verdict: Verdict
+    plan: str | None = None
+    step_s: float | None = None
+    versus: str | None = None
+    versus_step_s: float | None = None
+    why: str
+
+
+def step_differences(plan: Time, other: Time) -> str:
+    """The parts by which `other`'s step differs most from `plan`'s, largest growth first and the
+    largest saving after it: 'bubble +0.18 s, exposed DP/ZeRO −0.03 s' ('' when none differs)."""
+    deltas = {k: getattr(other, k) - getattr(plan, k) for k in STEP_PARTS}
+    worse, better = max(deltas, key=deltas.get), min(deltas, key=deltas.get)
+    tiny = 1e-6 * plan.step_s
+    parts = []
+    if deltas[worse] > tiny:
+        parts.append(f"{STEP_PARTS[worse]} +{deltas[worse]:.3f} s")
+    if deltas[better] < -tiny:
+        parts.append(f"{STEP_PARTS[better]} −{-deltas[better]:.3f} s")
+    return ", ".join(parts)
+
+
+SCHEDULE_OPTIONS = (
+    ("interleaved 1F1B", (Schedule.INTERLEAVED,)),
+    ("zero-bubble (ZB-H1, ZB-H2, ZB-V)", (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZBV)),
+    ("DualPipe, DualPipeV", (Schedule.DUALPIPE, Schedule.DUALPIPEV)),
+)
+
+
+def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band: float,
+                 budget: float) -> list[Alternative]:
+    """The verdict on each option (see the module's docstring). `fits` indexes the candidates
+    the search ranks; `band` is the model's relative step-time uncertainty, within which two
+    plans tie; `budget` the bytes a plan must fit in (offloaded candidates that fit but are not
+    ranked, under `--offload fit`, are weighed here)."""
+    from ..model.estimate import estimate
+    from .space import config_at
+
+    framework = FRAMEWORKS[req.framework]
+    step = costs["step_s"]
+
+    plans: dict[int, Plan] = {}  # the same candidate is often the reference of several options
+
+    def plan_at(i: int) -> Plan:
+        i = int(i)
+        if i not in plans:
+            plans[i] = estimate(model, hw, config_at(model, req, cols, i))
+        return plans[i]
+
+    def fastest(mask: np.ndarray, pool: np.ndarray = fits) -> int | None:
+        idx = pool[mask[pool]]
+        return None if idx.size == 0 else int(idx[np.argmin(step[idx])])
+
+    out = []
+    order = list(Schedule)
+    for option, schedules in SCHEDULE_OPTIONS:
+        runners = {f.name: [s.value for s in schedules if s in f.schedules]
+                   for f in FRAMEWORKS.values() if any(s in f.schedules for s in schedules)}
+        if not any(s in framework.schedules for s in schedules):
+            who = "; ".join(f"{name} runs {', '.join(runs)} (--framework {name})"
+                            for name, runs in runners.items())
+            out.append(Alternative(option=option, verdict="not run", why=(
+                f"{framework.name} does not run it; "
+                + (who or "no framework plan3d models runs it") + ".")))
+            continue
+        codes = [order.index(s) for s in schedules]
+        uses = np.isin(cols["schedule"], codes) & (cols["pp"] > 1)  # a schedule needs a pipeline
+        if not uses.any():
+            out.append(Alternative(option=option, verdict="not searched", why=(
+                "--schedule leaves it out, or no layout meets its rules "
+                "(micro-batches, stages per rank).")))
+            continue
+        out.append(_compare(option, fastest(uses), fastest(~uses), plan_at, band,
+                            none_fit=f"none of its {int(uses.sum()):,} candidates fits"))
+    out += _context_kinds(framework, cols, fits, plan_at, fastest, band)
+    out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
+    out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
+    return out
+
+
+CONTEXT_OPTIONS = ((ContextKind.RING, "context parallelism as a ring (p2p)"),
+                   (ContextKind.ALL_TO_ALL, "context parallelism as an all-to-all (Ulysses)"),
+                   (ContextKind.HIERARCHICAL, "hierarchical context parallelism (a2a+p2p)"))
+
+
+def _context_kinds(framework, cols, fits, plan_at, fastest, band) -> list[Alternative]:
+    """Each context-parallel kind other than the framework's default, from the search's cp_a2a
+    column (c_a = 1 the ring, cp the all-to-all, between them hierarchical), among cp > 1: its
+    fastest plan that fits against the same layout with the framework's own kind."""
+    from ..frameworks import kind_of_group
+    from ..frameworks.base import CP_KIND_FLAGS
+
+    cp = cols["cp"]
+    kind_of = kind_of_group(cp, cols.get("cp_a2a", np.ones_like(cp)))
+    out = []
+    for kind, option in CONTEXT_OPTIONS:
+        if kind is framework.cp_kinds[0]:
+            continue
+        if kind not in framework.cp_kinds:
+            runners = [f.name for f in FRAMEWORKS.values() if kind in f.cp_kinds]
+            out.append(Alternative(option=option, verdict="not run", why=(
+                f"{framework.name} does not run it; "
+                + "; ".join(f"{r} does (--framework {r})" for r in runners) + ".")))
+            continue
+        uses = kind_of[kind] & (cp > 1)
+        if not (cp > 1).any():
+            out.append(Alternative(option=option, verdict="not searched", why=(
+                "no layout with context parallelism (cp > 1) is in the search (--cp fixes "
+                "cp).")))
+            continue
+        if not uses.any():
+            out.append(Alternative(option=option, verdict="not searched", why=(
+                f"--cp-kind leaves it out, or no layout with cp > 1 meets its rules (the heads "
+                f"and KV heads per TP rank must divide by its all-to-all group); "
+                f"--cp-kind {CP_KIND_FLAGS[kind]} asks for it.")))
+            continue
+        with_i = fastest(uses)
+        if with_i is None:
+            out.append(Alternative(option=option, verdict="none fits", why=(
+                f"none of its {int(uses.sum()):,} candidates fits.")))
+            continue
+        # against the same layout with the framework's own kind, so that the verdict is the
+        # kind's and not another layout's
+        same = np.ones(len(cp), dtype=bool)
+        for key in SAME_LAYOUT:
+            if key in cols:
+                same &= cols[key] == cols[key][with_i]
+        own = same & kind_of[framework.cp_kinds[0]]
+        own_i = fastest(own, np.flatnonzero(own))
+        if own_i is None:
+            out.append(_compare(option, with_i, None, plan_at, band, none_fit=""))
+            continue
+        verdict = _verdict(option, plan_at(with_i), plan_at(own_i), band)
+        fits_own = bool(np.isin(own_i, fits))
+        out.append(verdict if fits_own else verdict.model_copy(update={
+            "verdict": "wins", "why": verdict.why[:-1] + (
+                f"; with {CP_KIND_FLAGS[framework.cp_kinds[0]]} this layout does not fit.")}))
+    return out
+
+
+SAME_LAYOUT = ("dp", "tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "dp_shard", "zero",
+               "recompute", "sp", "schedule", "off_opt", "off_params", "off_act")
+"""The columns two candidates share when they differ only in their context-parallel kind."""
+
+
+def _offload(req, cols, costs, fits, budget, plan_at, fastest, band) -> Alternative:
+    """Offload to host memory: the search evaluates, for each plan that does not fit, the least
+    offload that makes it fit; under `--offload fit` those are ranked only when nothing else
+    fits, and weighed here either way."""
+    from .ranking import offloaded
+
+    option = "offload to host memory"
+    if "off_opt" not in cols:
+        return Alternative(option=option, verdict="not searched", why="--offload none.")
+    everything = np.arange(len(cols["tp"]))
+    uses = offloaded(cols, everything) > 0
+    fit_all = np.flatnonzero(costs["total_bytes"] <= budget)
+    with_i = fastest(uses, fit_all)
+    if with_i is None:
+        return Alternative(option=option, verdict="none fits", why=(
+            "no plan that fails to fit is made to fit by the offload its framework runs"
+            if not uses.any() else "none of the offloaded candidates fits") + ".")
+    without_i = fastest(~uses)
+    if without_i is None:
+        return _compare(option, with_i, None, plan_at, band, none_fit="")
+    verdict = _verdict(option, plan_at(with_i), plan_at(without_i), band)
+    ranked = bool(np.isin(with_i, fits))
+    if verdict.verdict == "wins" and not ranked:
+        verdict = verdict.model_copy(update={"why": verdict.why[:-1] + (
+            " — not ranked: offload's time has no measured run behind it (`--offload auto` "
+            "ranks it).")})
+    return verdict
+
+
+def _compare(option: str, with_i: int | None, without_i: int | None, plan_at, band: float,
+             none_fit: str) -> Alternative:
+    """The verdict from the fastest plan with the option and the fastest without."""
+    if with_i is None:
+        return Alternative(option=option, verdict="none fits", why=none_fit + ".")
+    with_plan = plan_at(with_i)
+    if without_i is None:
+        return Alternative(option=option, verdict="wins", plan=with_plan.config.label(batch=False),
+                           step_s=with_plan.time.step_s,
+                           why="every plan that fits uses it.")
+    return _verdict(option, with_plan, plan_at(without_i), band)
+
+
+def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
+             tried: str = "") -> Alternative:
+    a, b = with_plan.time, without.time
+    ratio = a.step_s / b.step_s - 1
+    label_a, label_b = with_plan.config.label(batch=False), without.config.label(batch=False)
+    if ratio < -band:
+        verdict, why = "wins", (f"its fastest plan{tried}, {label_a}, is {-ratio:.1%} faster than "
+                                f"the fastest without it, {label_b}: "
+                                f"{step_differences(b, a) or 'same parts'}")
+    elif ratio > band:
+        verdict, why = "loses", (f"its fastest plan{tried}, {label_a}, is {ratio:.1%} slower than "
+                                 f"{label_b}: {step_differences(b, a) or 'same parts'}")
+    else:
+        verdict, why = "ties", (f"its fastest plan{tried}, {label_a}, is within the model's "
+                                f"uncertainty (±{band:.1%}) of {label_b} ({ratio:+.1%})")
+    return Alternative(option=option, verdict=verdict, plan=label_a, step_s=a.step_s,
+                       versus=label_b, versus_step_s=b.step_s, why=why + ".")
+
+
+def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -> Alternative:
+    """HSDP: read off the search when --dp-shard put it in the space; otherwise tried, with up to
+    PROBED_SHARDS of the shard groups `--dp-shard auto` would try, on the PROBED_LAYOUTS fastest
+    fitting layouts."""
+    from ..model.estimate import check_config, estimate
+    from .space import config_at, dp_shard_candidates
+
+    option = "hybrid sharding (HSDP)"
+    if "dp_shard" in cols:
+        uses = cols["dp_shard"] < cols["dp"]
+        return _compare(option, fastest(uses), fastest(~uses), plan_at, band,
+                        none_fit="no hybrid plan fits")
+    best = fits[np.argsort(step[fits], kind="stable")[:PROBED_LAYOUTS]]
+    tried, refusal = [], ""
+    for i in best:
+        config = config_at(model, req, cols, int(i))
+        shards = [s for s in dp_shard_candidates(config.dp, config.tp * config.cp,
+                                                 hw.gpus_per_domain) if s < config.dp]
+        if len(shards) > PROBED_SHARDS:
+            shards = [shards[0], shards[len(shards) // 2], shards[-1]]
+        for shard in shards:
+            candidate = config.model_copy(update={"dp_shard": shard})
+            try:
+                check_config(model, hw, candidate)
+            except PlanError as exc:
+                refusal = refusal or str(exc)
+                continue
+            plan = estimate(model, hw, candidate)
+            if plan.memory.fits:
+                tried.append(plan)
+    if not tried:
+        why = (f"refused: {refusal}" if refusal else
+               f"on the {len(best)} fastest layouts, no hybrid shard group (whole NVLink "
+               "domains) fits")
+        return Alternative(option=option, verdict="not run" if refusal else "none fits",
+                           why=why.rstrip(".") + ".")
+    with_plan = min(tried, key=lambda p: p.time.step_s)
+    return _verdict(option, with_plan, plan_at(int(best[0])), band,
+                    tried=f" (tried on the {len(best)} fastest layouts; search all with "
+                          "--dp-shard auto)")

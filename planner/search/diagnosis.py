@@ -1,0 +1,198 @@
+"""When no plan fits, or no layout is admissible: why, the smallest change that would fit, and the
+nearest values of each degree and GPU count that work."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..formulas.choices import Recompute, Schedule, ZeroStage
+from ..frameworks import FRAMEWORKS
+from ..model import constraints
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
+from .evaluate import evaluate_space, framework_runs
+from .offload import offload_layout
+from .request import DEFAULT_MBS, PlanRequest
+from .space import MAX_OPEN_CP, MAX_OPEN_VPP, SEARCHED_SCHEDULES, choice_groups, divisors, numeric_space
+
+
+def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: int) -> int | None:
+    """The smallest cluster, doubling from `start` (whole domains), on which some plan fits: what
+    the diagnosis may promise. None if nothing up to 64× start (or MAX_GPUS) fits."""
+    from .request import MAX_GPUS
+
+    domain = hw.gpus_per_domain
+    n = max(domain, int(np.ceil(start / domain)) * domain)
+    req = req.model_copy(update={"gbs": req.global_batch(model)})  # the same batch
+    for _ in range(7):
+        if n > MAX_GPUS:
+            return None
+        _, costs = evaluate_space(model, hw, req.model_copy(update={"gpus": n}))
+        if costs and float(np.min(costs["total_bytes"])) <= budget:
+            return n
+        n *= 2
+    return None
+
+
+def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str:
+    gib = 2**30
+    hints = []
+    # memory per GPU falls at best as 1/N: N·need/budget GPUs is a lower bound; the count said is
+    # one that was checked to fit (same batch and constraints)
+    lower = int(np.ceil(need / budget * req.gpus))
+    checked = _smallest_fitting_gpus(model, hw, req, budget, lower)
+    if checked is not None:
+        hints.append(f"{checked} GPUs (checked: a plan fits there)")
+    else:
+        hints.append(f"more than {lower} GPUs (a lower bound; no size up to 64× that was found "
+                     "to fit with this global batch)")
+    if req.zero and ZeroStage.PARAMETERS not in req.zero:
+        hints.append("ZeRO-3 (--zero 3)")
+    if req.recompute and Recompute.FULL not in req.recompute:
+        hints.append("full recompute (--recompute full)")
+    if req.offload == "none" and hw.host is not None:  # offload
+        hints.append("offload to host memory (--offload fit)")
+    hints.append("a larger-memory profile (e.g. h200-nvlink, mi300x, gb200-nvl72)")
+    return (f"no plan of {model.name} fits on {req.gpus} × {hw.name}: the smallest need is "
+            f"{need / gib:.1f} GiB per GPU (dp{cfg.dp} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} "
+            f"mbs{cfg.mbs} zero{int(cfg.zero_stage)} {cfg.recompute.value}) against "
+            f"{budget / gib:.1f} GiB usable; would fit with " + ", or ".join(hints))
+
+
+DIAGNOSED_DIMS = ("tp", "pp", "cp", "vpp", "mbs", "dp")
+
+
+NEAREST_SHOWN = 8  # values suggested per dimension
+
+
+GPU_WINDOW = 256  # how far from --gpus the nearest working counts are looked for
+
+
+def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: bool = False):
+    """The layouts of the request's space that obey every rule under some schedule and
+    sequence-parallel setting it allows: (space, mask, removals by rule)."""
+    space = numeric_space(model, hw, req)
+    size = len(space["tp"])
+    mask = np.zeros(size, dtype=bool)
+    removals: dict[str, list] = {}  # rule text → [count, the message for its first layout]
+    if size == 0:
+        return space, mask, removals
+    seq, gbs = req.seq(model), req.global_batch(model)
+    pairs = {(sp, sched) for _, sp, sched, _ in choice_groups(req)}
+    vpp_rule = constraints.Rule(
+        "the search gives vpp > 1 to the interleaved schedule and vpp = 1 to the others",
+        lambda m, c: (c.vpp > 1) == c.interleaved, lambda m, c: "")
+    framework = FRAMEWORKS[req.framework]
+    zeros = [z for z in (req.zero or list(ZeroStage)) if z in framework.zero_stages]
+    for sp, sched in sorted(pairs, key=str):
+        interleaved = sched is Schedule.INTERLEAVED
+        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                                  schedule=sched, **offload_layout(req))  # offload
+        shared = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        ok = shared & np.logical_or.reduce(list(framework_runs(
+            framework, model, layouts, zeros, sched, req.precision).values()))
+        mask |= ok
+        if count and shared.any() and not ok.any():
+            # the shared rules leave layouts that the framework does not run: say which of its
+            # rules removed them (under the first ZeRO stage asked for)
+            kept = {k: v[shared] for k, v in space.items()}
+            fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
+                                         sp=sp, schedule=sched,
+                                         **constraints.choices(zeros[0], sched, req.precision),
+                                         **offload_layout(req))  # offload
+            for rule, n, first in constraints.removed_by(model, fw_layouts,
+                                                         framework.all_rules()):
+                said = rule.message(model, constraints.one_layout(fw_layouts, first)) or rule.text
+                removals.setdefault(rule.text, [0, said])[0] += n
+        if count:
+            for rule, n, first in constraints.removed_by(model, layouts,
+                                                         (*constraints.RULES, vpp_rule)):
+                one = constraints.one_layout(layouts, first)
+                if rule is constraints.RULES[0]:  # the search derives n_micro = gbs // (dp·mbs)
+                    said = (f"global batch {gbs:,} must be divisible by dp·mbs (e.g. dp {one.dp} "
+                            f"· mbs {one.mbs} = {one.dp * one.mbs:,} is not)")
+                else:
+                    said = rule.message(model, one) or rule.text
+                removals.setdefault(rule.text, [0, said])[0] += n
+    return space, mask, removals
+
+
+def _values_that_work(model, hw, req: PlanRequest, dim: str) -> list[int]:
+    """The values of one dimension the user fixed that would leave some layout, all else kept."""
+    space, mask, _ = _admissible(model, hw, req.model_copy(update={dim: None}))
+    return sorted({int(v) for v in space[dim][mask]}) if mask.any() else []
+
+
+def _nearest(values: list[int], given: list[int]) -> list[int]:
+    target = given[0] if given else 0
+    return sorted(sorted(values, key=lambda v: (abs(v - target), v))[:NEAREST_SHOWN])
+
+
+def _gpu_counts_that_work(model, hw, req: PlanRequest) -> list[int]:
+    """The nearest GPU counts below and above --gpus at which some layout obeys every rule (the
+    same global batch and fixed dimensions)."""
+    req = req.model_copy(update={"gbs": req.global_batch(model)})
+    below, above = [], []
+    for d in range(1, GPU_WINDOW + 1):
+        for n, found in ((req.gpus - d, below), (req.gpus + d, above)):
+            if n >= 1 and len(found) < 2 and _admissible(model, hw,
+                                                        req.model_copy(update={"gpus": n}))[1].any():
+                found.append(n)
+        if len(below) >= 2 and len(above) >= 2:
+            break
+    return sorted(below + above)
+
+
+def no_layout_message(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> str:
+    """Why no layout survives the rules: the rules that removed the candidates, with counts, and
+    the nearest values that would work (of each dimension the user fixed, and of --gpus)."""
+    n, gbs = req.gpus, req.global_batch(model)
+    framework = FRAMEWORKS[req.framework]
+    if not any(z in framework.zero_stages for z in (req.zero or list(ZeroStage))):
+        runs = ", ".join(str(int(z)) for z in framework.zero_stages)
+        return (f"{framework.name} runs ZeRO stages {runs}, and --zero asks for none of them; "
+                f"give --zero {runs.replace(', ', ',')} or another --framework")
+    if not any(s in framework.schedules for s in (req.schedule or SEARCHED_SCHEDULES)):
+        runs = ", ".join(s.value for s in framework.schedules)
+        return (f"{framework.name} runs the schedules {runs}, and --schedule asks for none of "
+                "them; give one of those or another --framework")
+    tp_vals = req.tp or [d for d in divisors(n) if d <= hw.gpus_per_domain
+                         or req.allow_tp_across_nodes]
+    cp_vals = req.cp or divisors(n, MAX_OPEN_CP)
+    pp_vals = req.pp or divisors(n, model.n_layers)
+    raw = (len(tp_vals) * len(cp_vals) * len(pp_vals) * len(req.mbs or DEFAULT_MBS)
+           * len(req.vpp or range(1, MAX_OPEN_VPP + 1)))
+    space, _, removals = _admissible(model, hw, req, count=True)
+    settings = len({(sp, s) for _, sp, s, _ in choice_groups(req)})
+    product_gone = (raw - len(space["tp"])) * settings  # candidates: layouts × settings
+    reasons = []
+    fixed = ", ".join(f"{k} {','.join(map(str, getattr(req, k)))}" for k in ("dp", "tp", "pp", "cp")
+                      if getattr(req, k))
+    if product_gone and fixed:  # with nothing fixed, the product is how the space is enumerated
+        reasons.append((product_gone, f"dp·tp·pp·cp must equal {n} GPUs (with {fixed})"))
+    else:
+        raw = len(space["tp"])
+    for count, said in removals.values():
+        reasons.append((count, said))
+    reasons.sort(key=lambda r: -r[0])
+    said = "; ".join(f"{text} (removed {count:,})" for count, text in reasons[:3])
+    total = raw * settings
+    hints = []
+    for dim in DIAGNOSED_DIMS:
+        given = getattr(req, dim)
+        if not given:
+            continue
+        works = _values_that_work(model, hw, req, dim)
+        if works:
+            hints.append(f"--{dim} {', '.join(map(str, _nearest(works, given)))}")
+        else:
+            hints.append(f"no --{dim} works with the rest as given")
+    counts = _gpu_counts_that_work(model, hw, req)
+    if counts:
+        hints.append(f"--gpus {', '.join(f'{c:,}' for c in counts)}")
+    message = (f"no layout of {model.name} satisfies the constraints on {n:,} GPUs (global batch "
+               f"{gbs:,}, seq {req.seq(model):,}): of {total:,} candidates, {said}")
+    if hints:
+        message += "; values that work here (each with the rest as given): " + "; ".join(hints)
+    return message

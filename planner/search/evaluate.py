@@ -1,0 +1,147 @@
+"""The space evaluated: each choice group's layouts masked by the framework's rules, costed in chunks,
+and, for those that do not fit, their offload variants; the columns and costs of every candidate."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..errors import PlanError
+from ..formulas.choices import Precision, Recompute, Schedule
+from ..frameworks import FRAMEWORKS
+from ..model import constraints
+from ..model.cost import (
+    Choices,
+    dtype_numbers,
+    hardware_numbers,
+    model_numbers,
+)
+from ..schema import HardwareProfile, ModelSpec
+from .costing import KEPT_COSTS, costs_in_chunks
+from .offload import (
+    OFFLOAD_COLUMNS,
+    OFFLOAD_KEPT,
+    offload_columns,
+    offload_layout,
+    offload_variants,
+    offload_worth_trying,
+)
+from .request import PlanRequest
+from .space import choice_groups, numeric_space, search_cp_kind
+
+
+def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedule,
+                    precision: Precision) -> dict:
+    """What the framework runs of the layouts, ZeRO stage by ZeRO stage (its rules read the
+    stage, the schedule and the precision): {stage: mask}."""
+    return {z: framework.admissible(model, SimpleNamespace(
+        **vars(layouts), **constraints.choices(z, schedule, precision))) for z in zeros}
+
+
+def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
+                   budget: float | None = None):
+    """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
+    offload: with --offload auto (search's `fit` runs it when nothing fits), the candidates
+    that do not fit in `budget` (default: the capacity) are tried again with the least offload
+    that fits them (offload_variants)."""
+    if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
+        raise PlanError(f"{hw.name} has no {req.precision.value} figures")
+    space = numeric_space(model, hw, req)
+    seq, gbs = req.seq(model), req.global_batch(model)
+    framework = FRAMEWORKS[req.framework]
+    base = {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
+            **dtype_numbers(framework, req.grad_dtype),
+            "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
+            "gbs": gbs, "seq_len": seq,
+            # moe: the load the expert terms use, and the all-to-all overlap switch
+            "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
+            "a2a_overlap": int(req.moe_a2a_overlap),
+            **req.fixed_offload()}  # offload: what the request fixes (default: none)
+    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp",
+                   *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
+                   "cp_a2a")  # cp-kind
+    cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
+                                             *OFFLOAD_COLUMNS)}  # offload
+    costs: dict[str, list] = {}
+    fixed = SimpleNamespace(**{k: base[k] for k in ("offload_optimizer", "offload_params",
+                                                    "offload_activations")})  # offload
+    offload_fixed = (base["offload_optimizer"] > 0 or base["offload_params"]
+                     or base["offload_activations"] > 0)
+    auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
+    budget = hw.capacity_bytes if budget is None else budget
+    pending = []  # offload: the groups whose unfit candidates offload may make fit
+    fastest_fit = np.inf  # offload: the fastest step that fits without offload
+    for r, sp, sched, zeros in choice_groups(req):
+        interleaved = sched is Schedule.INTERLEAVED
+        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                                  schedule=sched, **offload_layout(req, [r]))  # offload
+        # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
+        mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        runs = {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
+                                                          req.precision).items()}
+        mask = np.logical_or.reduce(list(runs.values()))
+        if not mask.any():
+            continue
+        sub = {k: v[mask] for k, v in space.items()}
+        f = {k: v.astype(np.float64) for k, v in sub.items()}
+        group_choices = Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
+                                sequence_parallel=sp, attention=req.attention,
+                                framework=framework, offload=offload_fixed,
+                                offload_params=bool(base["offload_params"]),
+                                cp_kind=search_cp_kind(req))  # cp-kind
+        outs = costs_in_chunks(base, f, group_choices, zeros,
+                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ()))
+        for z, out in zip(zeros, outs):
+            keep = runs[z][mask]
+            if not keep.any():
+                continue
+            out = {k: v[keep] for k, v in out.items()}
+            layout = {k: sub[k][keep] for k in layout_keys}
+            _append_rows(cols, costs, layout, (z, r, sp, sched),
+                         offload_columns(fixed, int(keep.sum())), out)
+            if auto:  # offload: the least offload that fits what does not fit without it
+                fits = out["total_bytes"] <= budget
+                if fits.any():
+                    fastest_fit = min(fastest_fit, float(out["step_s"][fits].min()))
+                pending.append((z, r, sp, sched, {k: v[keep] for k, v in sub.items()}, out,
+                                replace(group_choices, zero_stage=z),
+                                dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+                                     schedule=sched,
+                                     **constraints.choices(z, sched, req.precision))))
+    # offload only adds time to a candidate, so one already slower than the fastest plan that
+    # fits without it, beyond the model's uncertainty, can neither win nor tie with offload
+    slowest = offload_worth_trying(hw, fastest_fit)
+    for z, r, sp, sched, chosen, out, choices, layout_extra in pending:
+        worth = out["step_s"] <= slowest
+        if not worth.any():
+            continue
+        chosen = {k: v[worth] for k, v in chosen.items()}
+        out = {k: v[worth] for k, v in out.items()}
+        for extra, extra_costs in offload_variants(model, hw, framework, base, chosen, out,
+                                                   choices, layout_extra, budget):
+            _append_rows(cols, costs, {k: extra[k] for k in layout_keys}, (z, r, sp, sched),
+                         {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs)
+    if not cols["tp"]:
+        return {}, {}
+    return ({k: np.concatenate(v) for k, v in cols.items()},
+            {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: dict,
+                 row_costs: dict) -> None:
+    """Add rows that share one choice group (ZeRO stage, recompute, sp, schedule) to the search's
+    columns and costs: their layout columns, the group's choices, their offload columns."""
+    z, r, sp, sched = choice
+    n = len(next(iter(layout.values())))
+    for k, v in layout.items():
+        cols[k].append(v)
+    cols["zero"].append(np.full(n, int(z)))
+    cols["recompute"].append(np.full(n, list(Recompute).index(r)))
+    cols["sp"].append(np.full(n, sp))
+    cols["schedule"].append(np.full(n, list(Schedule).index(sched)))
+    for k, v in offload.items():
+        cols[k].append(v)
+    for k in KEPT_COSTS:
+        costs.setdefault(k, []).append(row_costs[k])

@@ -1,0 +1,243 @@
+"""Parsing the CLI's text values into a PlanRequest: comma lists, `auto`, enum names. No I/O."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from ..errors import PlanError, problem_text
+from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from .request import (
+    MAX_DIM,
+    MAX_GBS,
+    MAX_GPUS,
+    MAX_MBS,
+    MAX_SEQ_LEN,
+    MAX_TOKENS_PER_STEP,
+    PlanRequest,
+)
+
+
+def _shown(text) -> str:
+    text = str(text)
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _split(text: str | None, flag: str) -> list[str] | None:
+    if text is None:
+        return None
+    items = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise PlanError(f"--{flag} was given an empty value {_shown(text)}; give a value or leave "
+                        "the flag out")
+    return items
+
+
+def _whole(s: str, flag: str, lo: int, hi: int, example: str) -> int:
+    try:
+        value = int(s)
+    except ValueError:
+        raise PlanError(f"--{flag} takes whole numbers ({example}), got {_shown(s)}") from None
+    if value < lo:
+        raise PlanError(f"--{flag} must be ≥ {lo}, got {value}")
+    if value > hi:
+        raise PlanError(f"--{flag} must be at most {hi:,}, got {_shown(s)}")
+    return value
+
+
+def int_list(text: str | None, flag: str, maximum: int = MAX_DIM) -> list[int] | None:
+    items = _split(text, flag)
+    if items is None:
+        return None
+    return sorted({_whole(s, flag, 1, maximum, "e.g. 8 or 4,8") for s in items})
+
+
+def enum_list(text: str | None, enum, flag: str, allow_auto: bool = True):
+    """Values of an enum by name; `auto` → None (every value)."""
+    items = _split(text, flag)
+    if items is None or (allow_auto and [s.lower() for s in items] == ["auto"]):
+        return None
+    out = []
+    for s in items:
+        key = s.lower()
+        try:
+            out.append(enum(int(key)) if issubclass(enum, int) else enum(key))
+        except ValueError:
+            names = ", ".join(str(int(m)) if issubclass(enum, int) else m.value for m in enum)
+            raise PlanError(f"--{flag}: {_shown(s)} is not one of {names}"
+                            + (" or auto" if allow_auto else "")) from None
+    return list(dict.fromkeys(out))
+
+
+def one_enum(text: str, enum, flag: str):
+    values = enum_list(text, enum, flag, allow_auto=False)
+    if not values or len(values) != 1:
+        raise PlanError(f"--{flag} takes one value, got {_shown(text)}")
+    return values[0]
+
+
+def validation_message(err: ValidationError) -> str:
+    """A PlanRequest's validation errors in the flags' names."""
+    parts = []
+    for e in err.errors():
+        loc = str(e["loc"][0]).replace("_", "-") if e["loc"] else ""
+        parts.append(f"--{loc}: {problem_text(e)}" if loc else problem_text(e))
+    return "; ".join(parts)
+
+
+def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
+                  tokens_per_step, seq_len, precision, grad_dtype, attention,
+                  overlap_grad_reduce, allow_tp_across_nodes=False,
+                  framework: str = "megatron", ep=None, etp=None, moe_imbalance=1.25,
+                  moe_capacity_factor=None, moe_a2a_overlap=False,
+                  dp_shard=None, dp_replicate=None, cp_kind=None, cp_a2a=None,
+                  offload_optimizer=None,
+                  offload_params=None, offload_activations=None,
+                  offload="fit") -> PlanRequest:
+    """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
+    if grad_dtype not in ("fp32", "bf16"):
+        raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
+    for flag, value, top in (("gpus", gpus, MAX_GPUS), ("gbs", gbs, MAX_GBS),
+                             ("tokens-per-step", tokens_per_step, MAX_TOKENS_PER_STEP),
+                             ("seq-len", seq_len, MAX_SEQ_LEN)):
+        if value is not None and value < 1:
+            raise PlanError(f"--{flag} must be a positive whole number, got {value}")
+        if value is not None and value > top:
+            raise PlanError(f"--{flag} must be at most {top:,}, got {value:,} (beyond any "
+                            "training run; check the number)")
+    if dp_shard is not None and dp_replicate is not None:  # hybrid sharding
+        raise PlanError("give one of --dp-shard and --dp-replicate: dp = dp_shard × dp_replicate, "
+                        "so one sets the other")
+    mode = str(offload).strip().lower()  # offload
+    if mode not in ("fit", "auto", "none"):
+        raise PlanError(f"--offload takes fit (offload only when no plan fits without it), auto "
+                        f"(offload may make any plan fit, to compete on speed) or none, got "
+                        f"{_shown(offload)}")
+    if offload_optimizer is not None and not 0 <= offload_optimizer <= 1:
+        raise PlanError(f"--offload-optimizer is the fraction of the optimizer states on the "
+                        f"host, a number in [0, 1] such as 0.5, got {offload_optimizer:g}")
+    if offload_activations is not None and offload_activations < 0:
+        raise PlanError(f"--offload-activations is a number of layers, 0 or more, got "
+                        f"{offload_activations}")
+    return PlanRequest(
+        offload_optimizer=offload_optimizer, offload_params=offload_params,
+        offload_activations=offload_activations, offload=mode,
+        gpus=gpus, dp=int_list(dp, "dp"), tp=int_list(tp, "tp"), pp=int_list(pp, "pp"),
+        cp=int_list(cp, "cp"), vpp=int_list(vpp, "vpp"), mbs=int_list(mbs, "mbs", MAX_MBS),
+        zero=enum_list(zero, ZeroStage, "zero"), recompute=enum_list(recompute, Recompute,
+                                                                     "recompute"),
+        schedule=enum_list(schedule, Schedule, "schedule", allow_auto=False),
+        sp=None if sp is None else [sp], gbs=gbs, tokens_per_step=tokens_per_step,
+        seq_len=seq_len, precision=one_enum(precision, Precision, "precision"),
+        grad_dtype=grad_dtype, attention=one_enum(attention, Attention, "attention"),
+        overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes,
+        framework=framework,
+        ep=int_list(ep, "ep"), etp=int_list(etp, "etp"), moe_imbalance=moe_imbalance,
+        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+        dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
+                  else int_list(dp_shard, "dp-shard")),
+        dp_replicate=int_list(dp_replicate, "dp-replicate"),
+        cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"))  # cp-kind
+
+
+CP_ALLGATHER_REFUSAL = (
+    "--cp-kind: Megatron's allgather kind (all-gather of K and V over cp before attention, "
+    "not overlapped) is not modelled: its saved full-sequence K/V and exposed gather are not "
+    "priced; plan with ring, a2a or hierarchical")
+"""cp-kind: why --cp-comm-type allgather is refused rather than priced as another kind."""
+
+
+def cp_kind_list(text: str | None):
+    """cp-kind: --cp-kind as kinds (ring, a2a, hierarchical or their other names, comma list),
+    "auto" (search: every kind the framework runs), or None when not given (the framework's
+    default kind)."""
+    from ..schema import context_kind_named
+
+    items = _split(text, "cp-kind")
+    if items is None:
+        return None
+    if [s.lower() for s in items] == ["auto"]:
+        return "auto"
+    out = []
+    for s in items:
+        if s.lower().replace("-", "").replace("_", "") == "allgather":
+            raise PlanError(CP_ALLGATHER_REFUSAL)
+        try:
+            out.append(context_kind_named(s))
+        except ValueError:
+            raise PlanError(f"--cp-kind: {_shown(s)} is not one of ring, a2a, hierarchical "
+                            "or auto") from None
+    return list(dict.fromkeys(out))
+
+
+def resolve_framework(framework: str | None, emit: str | None, schedule: str | None = None) -> str:
+    """--framework, or the framework whose settings --emit writes, or the one framework that runs
+    the --schedule asked for when the default does not (schedule_framework), or the default
+    (megatron); an error when --framework and --emit name different frameworks."""
+    from ..frameworks import DEFAULT, get, of_format
+
+    chosen = get(framework).name if framework is not None else None
+    if emit is not None:
+        fmt, writer = of_format(emit)
+        if chosen is not None and chosen != writer.name:
+            raise PlanError(f"--emit {fmt} writes {writer.name} settings, but --framework is "
+                            f"{chosen}; drop one, or make them agree")
+        return writer.name
+    return chosen or schedule_framework(schedule) or DEFAULT
+
+
+def schedule_framework(schedule: str | None) -> str | None:
+    """The framework `--schedule` implies when `--framework` is not given: the one that runs every
+    schedule named, when the default framework does not run one of them (torchtitan for zbv and
+    dualpipev); None otherwise (the default then says what it runs)."""
+    from ..frameworks import DEFAULT, FRAMEWORKS
+
+    if not schedule:
+        return None
+    try:
+        asked = enum_list(schedule, Schedule, "schedule", allow_auto=False) or []
+    except PlanError:
+        return None  # parse_request names the bad value
+    if all(s in FRAMEWORKS[DEFAULT].schedules for s in asked):
+        return None
+    runners = [f.name for f in FRAMEWORKS.values() if all(s in f.schedules for s in asked)]
+    return runners[0] if len(runners) == 1 else None
+
+
+SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def token_count(text: str | None, flag: str = "train-tokens") -> float | None:
+    """A count with an optional suffix: 15T, 300B, 2.5e12."""
+    if text is None:
+        return None
+    s = str(text).strip().lower()
+    scale = SUFFIXES.get(s[-1:], None)
+    number = s[:-1] if scale else s
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise PlanError(f"--{flag} takes a number with an optional K/M/B/T suffix "
+                        f"(e.g. 15T or 300B), got {_shown(text)}") from None
+    if not value > 0:
+        raise PlanError(f"--{flag} must be a positive number of tokens, got {_shown(text)}")
+    if not value <= MAX_TRAIN_TOKENS:
+        raise PlanError(f"--{flag} must be at most {MAX_TRAIN_TOKENS:.0e} tokens, got "
+                        f"{_shown(text)}")
+    return value
+
+
+MAX_TRAIN_TOKENS = 1e18
+MAX_PRICE = 1e6  # per GPU-hour, in any currency
+MAX_POWER_W = 1e6
+
+
+def positive_number(value: float | None, flag: str, top: float, allow_zero: bool = False,
+                    unit: str = "") -> float | None:
+    """A finite number in (0, top] (or [0, top]); None passes through."""
+    if value is None:
+        return None
+    ok = (value >= 0 if allow_zero else value > 0) and value <= top  # false for nan
+    if not ok:
+        low = "≥ 0" if allow_zero else "positive"
+        raise PlanError(f"--{flag} must be {low} and at most {top:g}{unit}, got {value:g}")
+    return value

@@ -1,0 +1,220 @@
+"""From what a user asks (a model, a GPU count, some fixed or narrowed dimensions) to plans.
+
+`PlanRequest` is the validated form of the flags `explain` and `search` share; every dimension is
+a list of allowed values (one value fixes it, None leaves it open)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from ..errors import PlanError
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
+
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+"""Default global batch in tokens: 4 Mi tokens (Llama 2 trained at 4M tokens per step; Llama 3
+405B started at 4M), or 1 Ki tokens per GPU on large clusters (Llama 3 405B: 16M tokens on 16,384
+H100, Dubey et al. 2024 Table 4), whichever is larger. gbs = tokens / seq_len, at least one."""
+DEFAULT_TOKENS_PER_GPU = 2**10
+
+DEFAULT_MBS = (1, 2, 4, 8)
+# Bounds on what a request may ask: beyond any training run, and inside the range where the
+# arithmetic (int64 arrays in search, float64 everywhere) stays exact and finite.
+MAX_GPUS = 2**20  # a million GPUs: beyond any cluster built
+MAX_DIM = MAX_GPUS  # dp, tp, pp, cp, vpp: each divides the GPU count (vpp: at most the layers)
+MAX_MBS = 2**20
+MAX_GBS = 2**40  # sequences per step
+MAX_TOKENS_PER_STEP = 2**50
+MAX_SEQ_LEN = 2**30  # tokens per sequence
+
+
+Dim = Annotated[PositiveInt, Field(le=MAX_DIM)]
+
+
+class PlanRequest(BaseModel):
+    """The dimensions of a plan; None = open (search) or default (explain)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpus: PositiveInt = Field(le=MAX_GPUS)
+    dp: list[Dim] | None = None
+    tp: list[Dim] | None = None
+    pp: list[Dim] | None = None
+    cp: list[Dim] | None = None
+    vpp: list[Dim] | None = None
+    mbs: list[Annotated[PositiveInt, Field(le=MAX_MBS)]] | None = None
+    gbs: PositiveInt | None = Field(None, le=MAX_GBS)
+    tokens_per_step: PositiveInt | None = Field(None, le=MAX_TOKENS_PER_STEP)
+    seq_len: PositiveInt | None = Field(None, le=MAX_SEQ_LEN)
+    zero: list[ZeroStage] | None = None
+    recompute: list[Recompute] | None = None
+    sp: list[bool] | None = None
+    schedule: list[Schedule] | None = None
+    precision: Precision = Precision.BF16
+    grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    attention: Attention = Attention.FLASH
+    overlap_grad_reduce: bool = True
+    allow_tp_across_nodes: bool = False
+    framework: Literal["megatron", "torchtitan", "deepspeed"] = "megatron"
+    # moe: expert parallel and expert tensor parallel degrees (None: 1 in explain; search: the
+    # divisors of the routed experts, and etp 1), load imbalance, capacity factor, a2a overlap
+    ep: list[Dim] | None = None
+    etp: list[Dim] | None = None
+    moe_imbalance: float = Field(1.25, ge=1, le=64)
+    moe_capacity_factor: float | None = Field(None, gt=0, le=64)
+    moe_a2a_overlap: bool = False
+    # hybrid sharding: the shard group over dp (None: all of dp shards, as without HSDP; explain
+    # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
+    # domains with the shard group, search.dp_shard_candidates)
+    dp_shard: list[Dim] | Literal["auto"] | None = None
+    # hybrid sharding by its replicas (torchtitan's data_parallel_replicate_degree): the shard
+    # group is dp/r for each r that divides dp; exclusive with dp_shard
+    dp_replicate: list[Dim] | None = None
+    # cp-kind: the context-parallel kinds (None: the framework's default kind; "auto": search
+    # tries every kind the framework runs) and the hierarchical kind's all-to-all groups (None:
+    # search tries the divisors of cp whose group t·c_a fits the NVLink domain)
+    cp_kind: list[ContextKind] | Literal["auto"] | None = None
+    cp_a2a: list[Dim] | None = None
+    # offload: fixed offload settings (explain: the plan's; search: every candidate's), or, when
+    # none is given, search's `offload` mode: auto ranks, for every candidate that does not fit
+    # without it, the least offload that makes it fit (to compete on speed); fit (the default)
+    # ranks those only when no candidate fits without offload (they are still weighed under the
+    # table); none never
+    offload_optimizer: float | None = Field(None, ge=0, le=1)
+    offload_params: bool | None = None
+    offload_activations: int | None = Field(None, ge=0, le=2**20)
+    offload: Literal["fit", "auto", "none"] = "fit"
+
+    def fixed_offload(self) -> dict:
+        """offload: the PlanConfig offload fields the request fixes (--offload-params implies the
+        whole optimizer: FSDP2 and ZeRO-3 offload_param move it with the parameters)."""
+        params = bool(self.offload_params)
+        fraction = self.offload_optimizer
+        if fraction is None:
+            fraction = 1.0 if params else 0.0
+        if params and fraction != 1:
+            raise PlanError(f"--offload-params moves the optimizer states to the host too: "
+                            f"--offload-optimizer must be 1 (or left out), got {fraction:g}")
+        return dict(offload_optimizer=fraction, offload_params=params,
+                    offload_activations=self.offload_activations or 0)
+
+    @property
+    def offload_fixed(self) -> bool:
+        """offload: whether any offload flag was given (then search tries no other offload)."""
+        return (self.offload_optimizer is not None or self.offload_params is not None
+                or self.offload_activations is not None)
+
+    def seq(self, model: ModelSpec) -> int:
+        return self.seq_len or model.seq_len
+
+    def global_batch(self, model: ModelSpec) -> int:
+        """--gbs, else --tokens-per-step / seq_len, else the default: max(4 Mi tokens,
+        1 Ki tokens per GPU) / seq_len."""
+        if self.gbs is not None:
+            return self.gbs
+        tokens = self.tokens_per_step or max(DEFAULT_TOKENS_PER_STEP,
+                                             DEFAULT_TOKENS_PER_GPU * self.gpus)
+        return max(1, tokens // self.seq(model))
+
+
+def _one(values, name: str, default):
+    if values is None:
+        return default
+    if len(values) != 1:
+        raise PlanError(f"--{name} takes one value for explain (got {len(values)}); "
+                        "give lists to search")
+    return values[0]
+
+
+def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> list[PlanConfig]:
+    """The plan(s) explain evaluates: one, or several when --zero/--recompute are `auto`
+    (req.zero / req.recompute None means auto only when the caller says so: see cli)."""
+    tp = _one(req.tp, "tp", 1)
+    pp = _one(req.pp, "pp", 1)
+    cp = _one(req.cp, "cp", 1)
+    vpp = _one(req.vpp, "vpp", 1)
+    mbs = _one(req.mbs, "mbs", 1)
+    inner = tp * pp * cp
+    if req.gpus % inner:
+        raise PlanError(f"tp·pp·cp = {tp}·{pp}·{cp} = {inner} must divide --gpus {req.gpus}")
+    dp = _one(req.dp, "dp", req.gpus // inner)
+    if dp * inner != req.gpus:
+        raise PlanError(f"dp·tp·pp·cp = {dp}·{tp}·{pp}·{cp} = {dp * inner} must equal "
+                        f"--gpus {req.gpus}")
+    gbs = req.global_batch(model)
+    if gbs % (dp * mbs):
+        raise PlanError(f"global batch {gbs} must be divisible by dp·mbs = {dp}·{mbs} = "
+                        f"{dp * mbs} (choose --gbs as a multiple of {dp * mbs})")
+    default_schedule = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
+    schedule = _one(req.schedule, "schedule", default_schedule)
+    sp = _one(req.sp, "sp", tp > 1)
+    from ..frameworks import get as framework_named
+
+    supported = framework_named(req.framework).zero_stages
+    zeros = req.zero if req.zero is not None else list(supported)
+    recomputes = req.recompute if req.recompute is not None else list(Recompute)
+    configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
+                       gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
+                       sequence_parallel=sp, schedule=schedule, precision=req.precision,
+                       grad_dtype=req.grad_dtype, attention=req.attention,
+                       overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
+                       dp_shard=_one_dp_shard(req, dp), **moe_settings(req),
+                       **cp_kind_settings(req, cp),  # cp-kind
+                       **req.fixed_offload())  # offload
+               for z in zeros for r in recomputes]
+    if req.offload_fixed and len(configs) > 1:
+        # offload: with --zero/--recompute auto, the settings the framework offloads under (all,
+        # if none: the first then says why)
+        from ..model import constraints
+
+        framework = framework_named(req.framework)
+        runs = [c for c in configs if framework.broken(model, constraints.of(c)) is None]
+        configs = runs or configs
+    return configs
+
+
+def cp_kind_settings(req: PlanRequest, cp: int) -> dict:
+    """cp-kind: explain's cp_kind and cp_a2a: one value each (a --cp-a2a alone implies the
+    hierarchical kind); a PlanError in the flags' names when they do not fit cp."""
+    from ..schema import cp_kind_problem
+
+    if req.cp_kind == "auto":
+        raise PlanError("--cp-kind auto is for search; explain takes one kind (ring, a2a or "
+                        "hierarchical)")
+    kind = _one(req.cp_kind, "cp-kind", None)
+    cp_a2a = _one(req.cp_a2a, "cp-a2a", None)
+    if kind is None and cp_a2a is not None:
+        kind = ContextKind.HIERARCHICAL
+    problem = cp_kind_problem(kind, cp, cp_a2a)
+    if problem:
+        raise PlanError(problem.replace("cp_kind", "--cp-kind").replace("cp_a2a", "--cp-a2a"))
+    return dict(cp_kind=kind, cp_a2a=cp_a2a if kind is ContextKind.HIERARCHICAL else None)
+
+
+def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:
+    """explain's shard group: --dp-shard's one value (None: no hybrid sharding); it must divide
+    dp."""
+    if req.dp_shard == "auto":
+        raise PlanError("--dp-shard auto is for search; explain takes one value (a divisor of dp)")
+    replicas = _one(req.dp_replicate, "dp-replicate", None)
+    if replicas is not None:
+        if dp % replicas:
+            raise PlanError(f"--dp-replicate {replicas} must divide dp = {dp} (each replica is "
+                            f"a shard group of dp/dp_replicate ranks)")
+        return dp // replicas
+    shard = _one(req.dp_shard, "dp-shard", None)
+    if shard is not None and dp % shard:
+        raise PlanError(f"--dp-shard {shard} must divide dp = {dp} (dp_replicate = dp/dp_shard "
+                        "replicas of the shard group)")
+    return shard
+
+
+def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None) -> dict:
+    """The PlanConfig fields of expert parallelism (moe): ep and etp given, or the request's one
+    value each (explain; default 1), and the load settings."""
+    return dict(ep=ep if ep is not None else _one(req.ep, "ep", 1),
+                etp=etp if etp is not None else _one(req.etp, "etp", 1),
+                moe_imbalance=req.moe_imbalance, moe_capacity_factor=req.moe_capacity_factor,
+                moe_a2a_overlap=req.moe_a2a_overlap)

@@ -1,0 +1,274 @@
+"""Hand-derived checks of the overlap windows (timing.exposed_time_s as cost.py uses it) and the
+fixed per-kernel launch cost (timing.kernel_overhead_s), on one formula and through plan_costs.
+
+Every plan here is Llama-3.1-8B (L = 32, h = 4096, a = 32, k = 8, d_h = 128, f = 14336, SwiGLU,
+Ψ = 8,030,261,248) on the h100-nvlink profile: bf16 peak 989.4 TFLOP/s at η = 0.63, NVLink
+busbw 370 GB/s and 1 µs per ring step, network 46 GB/s and 5 µs, 8 GPUs per domain, 4 µs per
+kernel. sm_count is removed (no wave quantisation) so that the matmul time is FLOPs / (peak·η).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from planner.calibrate import profile_with
+from planner.catalog import load_hardware, load_model
+from planner.formulas.timing import KERNELS_PER_LAYER_FORWARD, exposed_time_s, kernel_overhead_s
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.schema import PlanConfig
+
+MODEL = load_model("llama-3.1-8b")
+H100 = load_hardware("h100-nvlink")
+FLAT = profile_with(H100, {"sm_count": None})
+PEAK = 989.4e12 * 0.63  # achieved bf16 FLOP/s = 623.322e12
+FAST, NET = (370e9, 1e-6), (46e9, 5e-6)  # (busbw B/s, latency s per ring step)
+SIGMA = 0.189  # comm.OVERLAP_COMPUTE_SLOWDOWN: hidden communication slows its window by 18.9 %
+# A 16-rank group of stride 1 spans two 8-GPU nodes with 8 ranks in each: it leaves the node on
+# 8 NICs, min(370, 8·46) = 368 GB/s, and a ring pass costs (16 − 2)·1 µs + (2 − 1)·5 µs = 19 µs
+# (NCCL's ring latency: intra-node steps at NVLink's α, the inter-node one at the network's).
+CROSS16 = (368e9, 19e-6)
+NVLS = 480e9  # h100-nvlink's NVLS all-reduce busbw (inside the node)
+L = 32
+PSI = 8_030_261_248  # V = 128256 = 1002·128 is already padded for t = 1
+ACT = 2 * 8192 * 4096  # one b·s·h 16-bit activation at s = 8192, b = 1: 67,108,864 B
+ACTIVE = 4096 * 128 * (2 * 32 + 2 * 8) + 3 * 4096 * 14336  # 41,943,040 + 176,160,768 = 218,103,808
+MM_FLOPS = 2 * 8192 * ACTIVE  # forward matmul FLOPs per layer at b = 1: 3,573,412,790,272
+ATT_FLASH = 4 * 8192**2 * 32 * 128 / 2  # causal flash QKᵀ + PV: 549,755,813,888
+
+
+def run(hw=FLAT, **config):
+    """plan_costs of one 8B plan, and every named intermediate it noted."""
+    cfg = PlanConfig(**{"dp": 1, "seq_len": 8192, "gbs": config.get("dp", 1) * config.get("n_micro", 1),
+                        **config})
+    seen = {}
+
+    def note(name, value):
+        seen[name] = value
+        return value
+
+    return plan_costs(numbers(MODEL, hw, cfg), Choices.of(cfg), note), seen
+
+
+# ---- exposed_time_s on each backend ----------------------------------------------------------
+
+@pytest.mark.parametrize("comm, window, want", [
+    (0.3, 0.5, 0.0),  # shorter than the compute beside it: fully hidden
+    (0.5, 0.5, 0.0),  # exactly as long: hidden
+    (0.5, 0.2, 0.3),  # 0.5 − 0.2 shows
+    (0.7, 0.0, 0.7),  # no window: all of it shows
+])
+def test_exposed_floats(comm, window, want):
+    assert exposed_time_s(comm, window) == pytest.approx(want, abs=1e-15)
+
+
+def test_exposed_arrays_elementwise():
+    got = exposed_time_s(np.array([1.0, 2.0, 3.0, 4.0]), np.array([2.0, 2.0, 1.0, 0.0]))
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, [0.0, 0.0, 2.0, 4.0])  # max(0, [−1, 0, 2, 4])
+    np.testing.assert_array_equal(exposed_time_s(np.array([1.0, 3.0]), 2.0), [0.0, 1.0])
+
+
+def test_exposed_symbolic_is_max():
+    a, b = sp.symbols("a b", positive=True)
+    got = exposed_time_s(a, b)
+    assert got == sp.Max(0, a - b)  # stays a Max: sympy cannot decide the sign of a − b
+    assert got.subs({a: 3, b: 5}) == 0 and got.subs({a: 5, b: 3}) == 2
+    assert exposed_time_s(a, 0) == a  # Max(0, a) of a positive symbol simplifies to a
+    assert exposed_time_s(a, 2 * a) == 0  # a − 2a = −a < 0
+
+
+# ---- kernel launch cost ----------------------------------------------------------------------
+
+def test_kernel_overhead_hand():
+    assert KERNELS_PER_LAYER_FORWARD == 12
+    assert H100.efficiency.kernel_overhead_us == 4.0
+    # 12 kernels × 4 µs = 48 µs, from the profile's 4 µs in base units
+    cfg = PlanConfig(dp=1, gbs=1, seq_len=8192)
+    kernel_s = numbers(MODEL, H100, cfg).kernel_s
+    assert kernel_s == pytest.approx(4e-6, rel=1e-15)
+    assert kernel_overhead_s(KERNELS_PER_LAYER_FORWARD, kernel_s) == pytest.approx(48e-6, rel=1e-12)
+    assert kernel_overhead_s(0, kernel_s) == 0
+
+
+@pytest.mark.parametrize("delta_us", [6.5, -4.0])  # 4 → 10.5 µs, and 4 → 0 µs
+def test_kernel_overhead_difference_through_plan(delta_us):
+    # tp = 2, full recompute, m = 2, dp = 1 (no DP traffic). Raising t_k by Δ adds per layer:
+    # forward 12Δ, backward 2·12Δ (= 2 × the forward's non-attention time), recompute (full: the
+    # forward again) 12Δ, in all 48Δ; the TP window is the matmul time, which t_k does not touch,
+    # so the step grows by m·L·48Δ = 2·32·48·Δ.
+    base = dict(tp=2, n_micro=2, recompute="full")
+    r0, n0 = run(H100, **base)
+    hw = profile_with(H100, {"efficiency.kernel_overhead_us": 4.0 + delta_us})
+    r1, n1 = run(hw, **base)
+    d = delta_us * 1e-6
+    assert r1["forward_layer_s"] - r0["forward_layer_s"] == pytest.approx(12 * d, rel=1e-9)
+    assert n1["backward_layer_s"] - n0["backward_layer_s"] == pytest.approx(24 * d, rel=1e-9)
+    assert n1["recompute_layer_s"] - n0["recompute_layer_s"] == pytest.approx(12 * d, rel=1e-9)
+    assert r1["tp_exposed_s"] == r0["tp_exposed_s"]
+    assert r1["step_s"] - r0["step_s"] == pytest.approx(2 * 32 * 48 * d, rel=1e-9)
+
+
+# ---- (a) TP backward all-reduces under the weight-gradient GEMMs ------------------------------
+
+def test_tp_backward_hidden():
+    # t = 8 inside the node, selective recompute (one forward pass), m = 4.
+    # per layer per direction: 2 all-reduces of ACT: 2·2·(7/8)·67,108,864 = 234,881,024 B
+    #   tp_dir = 234,881,024 / 370e9 + 4·7·1 µs = 634.8136 + 28 = 662.8136 µs
+    # window: mm = 3,573,412,790,272 / 8 / 623.322e12 = 716.6065 µs > tp_dir: backward hidden
+    # exposed = m·L·(1·tp_dir + 0) = 4·32·662.8136 µs = 84.8401 ms
+    r, n = run(tp=8, n_micro=4)
+    tp_dir = 2 * 2 * 7 / 8 * ACT / FAST[0] + 4 * 7 * FAST[1]
+    mm = MM_FLOPS / 8 / PEAK
+    assert n["tp_layer_s"] == pytest.approx(tp_dir, rel=1e-12)
+    assert n["matmul_s"] == pytest.approx(mm, rel=1e-12)
+    assert tp_dir < mm
+    assert r["tp_exposed_s"] == pytest.approx(4 * 32 * tp_dir, rel=1e-9)
+    assert r["tp_exposed_s"] == pytest.approx(0.0848401, rel=1e-6)
+
+
+def test_tp_backward_exposed_across_nodes_with_full_recompute():
+    # t = 16 > 8 GPUs per domain: the TP ring crosses the network. Full recompute: 2 forward passes.
+    #   bytes = 2·2·(15/16)·67,108,864 = 251,658,240 B, on 8 NICs (CROSS16): 368 GB/s, 4 passes
+    #   tp_dir = 251,658,240 / 368e9 + 4·19 µs = 683.8539 + 76 = 759.8539 µs
+    #   mm = 3,573,412,790,272 / 16 / 623.322e12 = 358.3033 µs  (the window hides only that much)
+    #   per layer = 2·tp_dir + (tp_dir − mm) = 2,279.5618 − 358.3033 = 1,921.2585 µs
+    #   exposed = m·L·per layer = 4·32·1,921.2585 µs = 0.2459211 s
+    r, n = run(tp=16, n_micro=4, recompute="full")
+    tp_dir = 2 * 2 * 15 / 16 * ACT / CROSS16[0] + 4 * CROSS16[1]
+    mm = MM_FLOPS / 16 / PEAK
+    assert n["tp_layer_s"] == pytest.approx(tp_dir, rel=1e-12)
+    assert n["matmul_s"] == pytest.approx(mm, rel=1e-12)
+    assert r["tp_inside"] == 0
+    assert r["tp_exposed_s"] == pytest.approx(4 * 32 * (2 * tp_dir + tp_dir - mm), rel=1e-9)
+    assert r["tp_exposed_s"] == pytest.approx(0.2459211, rel=1e-6)
+
+
+# ---- (b) DP step traffic: the reduction under the last backward, the weight gather under the next
+# step's first forward ---------------------------------------------------------------------------
+
+# per ZeRO stage, the once-per-step collectives: (bytes per parameter, ring passes of d − 1 steps,
+# the window that hides it). g = 4 (fp32 main grads), w = 2.
+TAIL_PARTS = {
+    0: [(2 * 4, 2, "backward")],  # all-reduce of the gradients: 2·g·Ψ, two passes (NVLS inside)
+    1: [(4, 1, "backward"), (2, 1, "forward")],  # reduce-scatter g·Ψ; all-gather w·Ψ after the step
+    2: [(2, 1, "forward")],  # gradients reduced every micro-batch; all-gather w·Ψ after the step
+}
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+@pytest.mark.parametrize("dp, link, hidden", [(8, (FAST[0], 7e-6), True), (16, CROSS16, True)])
+def test_dp_tail_overlap_difference(zero, dp, link, hidden):
+    # each part = (d−1)/d · bytes · Ψ / busbw + passes·(d−1)·latency, e.g. ZeRO 0 at d = 8 on
+    # NVLink: 0.875·8·8,030,261,248 / 370e9 + 14 µs = 151.94 ms; at d = 16 on the network 1.3094 s.
+    # windows for t = 1: backward L·(bwd + recompute) = 32·(14.80 + 0.88) ms = 0.502 s, forward
+    # L·fwd. Overlap off: the tail shows in full; on: Σ max(0, part − its window). The difference
+    # is the hidden amount Σ min(part, window).
+    on, n = run(dp=dp, zero_stage=zero, overlap_grad_reduce=True)
+    off, _ = run(dp=dp, zero_stage=zero, overlap_grad_reduce=False)
+    windows = {"backward": L * (n["backward_layer_s"] + n["recompute_layer_s"]),
+               "forward": L * n["forward_layer_s"]}
+    # link = (busbw, latency of one ring pass); ZeRO-0's all-reduce inside the node runs on NVLS
+    bw = NVLS if (zero == 0 and dp == 8) else link[0]
+    parts = [((dp - 1) / dp * nbytes * PSI / bw + passes * link[1], windows[w])
+             for nbytes, passes, w in TAIL_PARTS[zero]]
+    tail = sum(part for part, _ in parts)
+    assert on["stage_params"] == PSI
+    assert n["dp_tail_s"] == pytest.approx(tail, rel=1e-12)
+    # ZeRO-2's per-micro-batch reduce-scatter hides under the micro-batch's 0.777 s of compute,
+    # slowing it by σ; without overlap the DP time is the tail plus that
+    per_mb = ((dp - 1) / dp * 4 * PSI / link[0] + link[1]) if zero == 2 else 0
+    assert off["dp_exposed_s"] == pytest.approx(tail + SIGMA * per_mb, rel=1e-12)
+    assert all(part < window for part, window in parts) is hidden
+    assert any(part < window for part, window in parts) is hidden
+    # what hides still slows the compute beside it by σ: the saving is (1 − σ)·Σ min(part, window)
+    saved = (1 - SIGMA) * sum(min(part, window) for part, window in parts)
+    assert off["dp_exposed_s"] - on["dp_exposed_s"] == pytest.approx(saved, rel=1e-9)
+    assert on["dp_exposed_s"] == pytest.approx(tail - saved + SIGMA * per_mb, rel=1e-9)
+    # nothing else in the step moves
+    assert off["step_s"] - on["step_s"] == pytest.approx(saved, rel=1e-9)
+
+
+# ---- (c) ZeRO-3 per-micro-batch gathers under the micro-batch's compute ----------------------
+
+@pytest.mark.parametrize("dp, link, hidden", [(8, (FAST[0], 7e-6), True), (16, CROSS16, False)])
+def test_zero3_microbatch_overlap(dp, link, hidden):
+    # per micro-batch: (d−1)/d·(2w + g)·Ψ = (d−1)/d·8Ψ bytes in three ring passes (two all-gathers,
+    # one reduce-scatter) of d − 1 steps; d = 8: 7Ψ / 370e9 + 21 µs = 151.95 ms,
+    # d = 16 on 8 NICs: 7.5Ψ / 368e9 + 3·19 µs = 163.7 ms, against compute_mb = 0.777 s. No tail
+    # at ZeRO 3, so overlap_grad_reduce changes nothing; exposed = m·(max(0, per micro-batch −
+    # compute_mb) + σ·min(per micro-batch, compute_mb)).
+    mb = (dp - 1) / dp * (2 * 2 + 4) * PSI / link[0] + 3 * link[1]
+    r, n = run(dp=dp, n_micro=2, zero_stage=3)
+    off, _ = run(dp=dp, n_micro=2, zero_stage=3, overlap_grad_reduce=False)
+    compute_mb = n["compute_microbatch_s"]
+    assert n["dp_tail_s"] == 0 and off["dp_exposed_s"] == r["dp_exposed_s"]
+    assert mb < compute_mb  # both hide now that the 16-rank group leaves on 8 NICs
+    assert r["dp_exposed_s"] == pytest.approx(2 * SIGMA * mb, rel=1e-9)
+
+
+# ---- (d) CP ring traffic under the attention products -----------------------------------------
+
+@pytest.mark.parametrize("attention, att_flops, bwd_factor", [
+    ("flash", ATT_FLASH, 2.5), ("classic", 2 * ATT_FLASH, 2.0)])
+@pytest.mark.parametrize("fast_busbw, hidden", [(370.0, True), (5.0, False)])
+def test_cp_ring_overlap(attention, att_flops, bwd_factor, fast_busbw, hidden):
+    # c = 2, t = 1 (span 2, inside the node). Per layer: 3·(c−1) K/V chunks of
+    # 2·2·b·(s/c)·k·d_h = 2·2·4096·8·128 B = 16,777,216 B: 50,331,648 B, + 3·(c−1) steps of 1 µs:
+    #   370 GB/s: 136.03 + 3 = 139.03 µs;  5 GB/s: 10,066.33 + 3 = 10,069.33 µs
+    # window (1 + backward factor)·att, att = FLOPs/c / PEAK:
+    #   flash 549,755,813,888/2/623.322e12 = 440.99 µs → 3.5·att = 1,543.5 µs
+    #   classic (the whole square, 2×) 881.98 µs → 3·att = 2,645.9 µs
+    hw = profile_with(FLAT, {"fast.busbw_gb_per_s": fast_busbw})
+    r, n = run(hw, cp=2, n_micro=2, attention=attention, sequence_parallel=False)
+    cp_s = 3 * 2 * 2 * 4096 * 8 * 128 / (fast_busbw * 1e9) + 3 * FAST[1]
+    att = att_flops / 2 / PEAK
+    assert n["attention_s"] == pytest.approx(att, rel=1e-12)
+    window = (1 + bwd_factor) * att
+    assert (cp_s < window) is hidden
+    # the hidden part slows the attention beside it by σ
+    assert r["cp_exposed_s"] == pytest.approx(
+        2 * L * (max(0, cp_s - window) + SIGMA * min(cp_s, window)), rel=1e-9)
+
+
+# ---- property: exposed is never negative, never more than the raw traffic time ----------------
+
+GRID = list(itertools.product([1, 2, 16], [1, 2], [1, 4, 16], [0, 1, 2, 3], ["selective", "full"],
+                              [True, False]))
+
+
+def test_exposed_between_zero_and_raw():
+    for tp, cp, dp, zero, recompute, overlap in GRID:
+        m = 3
+        r, _ = run(H100, tp=tp, cp=cp, dp=dp, n_micro=m, zero_stage=zero, recompute=recompute,
+                   overlap_grad_reduce=overlap)
+        case = (tp, cp, dp, zero, recompute, overlap)
+
+        def raw(volume, inside, steps):
+            bw, lat = FAST if inside else NET
+            return volume / bw + steps * lat
+
+        passes = 2 if recompute == "full" else 1
+        raw_tp = raw(r["tp_bytes"], r["tp_inside"], m * L * (passes + 1) * 4 * (tp - 1))
+        # a group that shares its link moves its bytes at its share of the bandwidth
+        raw_cp = raw(r["cp_bytes"] / r["cp_share"], r["cp_inside"], m * L * 3 * (cp - 1))
+        d = dp * cp
+        # ring passes: per micro-batch ZeRO-2 1, ZeRO-3 3; per step ZeRO-0 2, ZeRO-1 1 + 1, ZeRO-2 1
+        passes_dp = m * {0: 0, 1: 0, 2: 1, 3: 3}[zero] + {0: 2, 1: 2, 2: 1, 3: 0}[zero]
+        raw_dp = raw(r["dp_bytes"] / r["dp_share"], r["dp_inside"], passes_dp * (d - 1))
+        tol = 1e-12
+        # the forward all-reduces are never hidden: at least passes/(passes + 1) of the TP time shows
+        # (inside the node; across it the group leaves on 8 NICs, faster than the flat NET bound)
+        low = passes / (passes + 1) * raw_tp * (1 - tol) if tp <= 8 else 0
+        assert low <= r["tp_exposed_s"] <= raw_tp * (1 + tol), case
+        assert 0 <= r["cp_exposed_s"] <= raw_cp * (1 + tol), case
+        # (with cp > 1 each DP collective shares the link with CP at its own share: bounded in
+        # test_comm_links instead)
+        assert 0 <= r["dp_exposed_s"] <= (raw_dp * (1 + tol) if cp == 1 else np.inf), case
+        if zero <= 1 and not overlap and d <= 8 and cp == 1:  # inside the node, no NVLS in the flat bound
+            assert r["dp_exposed_s"] <= raw_dp * (1 + tol), case
+        total = r["tp_exposed_s"] + r["cp_exposed_s"] + r["pp_exposed_s"] + r["dp_exposed_s"]
+        assert r["exposed_comm_s"] == pytest.approx(total, rel=1e-12), case

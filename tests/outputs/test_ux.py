@@ -1,0 +1,337 @@
+"""What a user sees (issue 14): tables that fit any terminal, the answer first, one figure for
+each quantity, settings that can be redirected, errors that say what would work, validation by
+GPU, an honest ranking, a timeline readable without colour, a fast explain."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from planner.catalog import load_hardware, load_model
+from planner.cli import app
+from planner.model.validation import MODEL_UNCERTAINTY, validate
+from planner.outputs.timeline import simulate, to_svg, to_text_cells
+from planner.search.core import search
+from planner.search.ranking import distinct_layouts, tie_order
+from planner.search.request import PlanRequest
+
+ROOT = Path(__file__).parents[2]
+runner = CliRunner()
+EXPLAIN = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
+           "--pp", "4", "--gbs", "1024"]
+SEARCH = ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"]
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAN3D_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def run(*args, columns: int | None = None):
+    env = {"COLUMNS": str(columns)} if columns else {}
+    return runner.invoke(app, [str(a) for a in args], env=env)
+
+
+# ---- 1. any terminal ---------------------------------------------------------------------------
+
+COMMANDS = [
+    SEARCH,
+    SEARCH + ["--train-tokens", "15T", "--gpu-hour-price", "2.5"],
+    EXPLAIN,
+    EXPLAIN + ["--timeline"],
+    ["validate"],
+    ["validate", "--hw", "h100-nvlink"],
+    ["models"],
+    ["hardware"],
+    ["calibrate", str(ROOT / "tests" / "data" / "calibrate" / "runs.csv"), "--hw", "h100-nvlink"],
+]
+
+
+@pytest.mark.parametrize("columns", [80, 140])
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_every_command_fits_the_terminal_without_truncating(args, columns):
+    r = run(*args, columns=columns)
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout, r.stdout  # rich's mark of a truncated cell
+    too_long = [line for line in r.stdout.splitlines() if len(line.rstrip()) > columns]
+    assert not too_long, too_long
+
+
+def test_search_keeps_the_layout_and_decisive_numbers_at_80_columns():
+    r = run(*SEARCH, "--top", "3", columns=80)
+    header = " ".join(r.stdout.splitlines()[2:4])
+    for word in ("layout", "step", "tokens/s", "MFU", "causal", "mem", "bubble"):
+        assert word in header
+    best = json.loads(run(*SEARCH, "--top", "3", "--json").stdout)["plans"][0]["config"]
+    row = next(line for line in r.stdout.splitlines() if " dp" in line)
+    assert f"dp{best['dp']} tp{best['tp']} pp{best['pp']}" in row
+    # wider terminals add columns: the absolute memory, the exposed communication
+    wide = run(*SEARCH, "--top", "3", columns=140).stdout
+    assert "mem GiB" in wide and "mem GiB" not in r.stdout
+
+
+# ---- 2. the answer first -----------------------------------------------------------------------
+
+def test_explain_opens_with_the_verdict_then_sections():
+    out = run(*EXPLAIN, "--train-tokens", "15T", "--gpu-hour-price", "2").stdout
+    lines = out.splitlines()
+    assert lines[1].startswith("Fits: 38.5 of 79.6 GiB per GPU")
+    assert lines[2].startswith("Peak at the first stage's first backward")
+    step = next(i for i, line in enumerate(lines) if line.startswith("Step "))
+    assert 2 < step <= 4 and lines[step].startswith("Step 16.5")
+    assert "tokens/s" in lines[step] and "MFU" in lines[step]
+    assert "days" in out[:out.index("Model")]
+    assert out.index("Fits:") < out.index("Memory per GPU") < out.index("Time per step")
+
+
+def test_brief_and_section():
+    brief = run(*EXPLAIN, "--brief").stdout
+    assert "Fits:" in brief and "formula" not in brief and len(brief.splitlines()) <= 9
+    memory = run(*EXPLAIN, "--section", "memory").stdout
+    assert "Memory per GPU" in memory and "Time per step" not in memory
+    bad = run(*EXPLAIN, "--section", "memroy")
+    assert bad.exit_code == 2 and "--section" in bad.output
+
+
+def test_formulas_name_their_constants():
+    terms = {t["key"]: t for t in json.loads(run(*EXPLAIN, "--json").stdout)["terms"]}
+    for t in terms.values():  # no product of constants printed as a bare float
+        assert not re.search(r"\d\.\d+e-\d+", t["formula"]), (t["symbol"], t["formula"])
+    assert terms["attention_s"]["formula"] == "2·b·h·s²/(F_peak·c·t·η)"
+    assert "F_peak" in terms["head_s"]["formula"] and "η" in terms["head_s"]["formula"]
+    # T_step in named sub-terms, the DP tail once
+    assert terms["step_s"]["formula"] == ("max(T_net,busy, T_nvl,busy, "
+                                          "T_dp,tail + T_opt + T_stage·(m + (p - 1)/v))")
+    # the wave efficiency folded: its ceilings are sub-terms w₁, w₂, … each shown once
+    wave = terms["wave_efficiency"]["formula"]
+    assert "ceil" not in wave and len(wave) < 110
+    subs = [t for k, t in terms.items() if k.startswith("wave_efficiency:")]
+    assert len(subs) >= 4 and len({s["formula"] for s in subs}) == len(subs)
+    # w₃ = ⌈b·s/(128·c)⌉ = ⌈8192/128⌉ = 64 row tiles of a micro-batch
+    assert any(s["formula"] == "ceil(b·s/(128·c))" and s["value"] == 64 for s in subs)
+
+
+def test_the_readme_examples_are_real_output():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import readme_examples
+
+    found = readme_examples.examples((ROOT / "README.md").read_text())
+    assert len(found) >= 2 and any("explain" in cmd for _, cmd, _ in found)
+    for columns, command, block in found:
+        args = shlex.split(command)[1:]
+        out = run(*args, columns=columns).stdout
+        real = "\n".join(line.rstrip() for line in out.splitlines()).rstrip() + "\n"
+        assert block == real, f"stale README example ({command}): python scripts/readme_examples.py"
+
+
+# ---- 3. one figure each ------------------------------------------------------------------------
+
+def test_one_bubble_figure_and_visible_rounding():
+    r = run(*SEARCH, "--tokens-per-step", "1000", "--top", "1", columns=140)
+    assert "1,000 is not a whole number of 8,192-token sequences" in r.stderr
+    assert "1 sequence = 8,192 tokens" in r.stderr
+    plan = json.loads(run(*SEARCH, "--tokens-per-step", "1000", "--top", "1", "--json")
+                      .stdout)["plans"][0]
+    share = plan["time"]["bubble_s"] / plan["time"]["step_s"]
+    assert plan["bubble_fraction"] == pytest.approx(7 / 8)  # (p−1)/(m+p−1), p = 8, m = 1
+    assert share < 0.6  # the DP tail and optimizer are in the step too
+    row = next(line for line in r.stdout.splitlines() if " dp" in line)
+    assert f"{share:.1%}" in row  # the table
+    words = " ".join(r.stdout.split())
+    assert f"bubble {share:.0%}" in words  # the Best line
+    assert f"bubble is {share:.0%} of the step" in words  # the warning
+    assert "88%" not in words and "87.5%" not in words
+
+
+def test_mfu_conventions():
+    d = json.loads(run(*EXPLAIN, "--json").stdout)
+    t = d["time"]
+    # full − causal = 3 passes · B · L · ½ · 4·s²·a·d_h = 6·B·L·s²·h (a·d_h = h):
+    # 6 · 1024 · 80 · 8192² · 8192 = 2.7022e17
+    assert t["model_flops"] - t["model_flops_causal"] == pytest.approx(
+        6 * 1024 * 80 * 8192**2 * 8192, rel=1e-12)
+    assert t["mfu_causal"] / t["mfu"] == pytest.approx(t["model_flops_causal"] / t["model_flops"])
+    causal = run(*SEARCH, "--top", "1", columns=140).stdout
+    full = run(*SEARCH, "--top", "1", "--mfu-convention", "full", columns=140).stdout
+    assert re.search(r"layout +s +tokens/s +causal", causal)
+    assert re.search(r"layout +s +tokens/s +full", full)
+    bad = run(*SEARCH, "--mfu-convention", "half")
+    assert bad.exit_code == 2 and "--mfu-convention" in bad.output
+
+
+# ---- 4. settings you can redirect --------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [EXPLAIN, SEARCH])
+def test_emit_puts_only_the_settings_on_stdout(command):
+    r = run(*command, "--emit", "megatron")
+    assert r.exit_code == 0, r.output
+    launch = json.loads(run(*command, "--emit", "megatron", "--json").stdout)["launch"]
+    assert r.stdout == launch["text"].rstrip("\n") + "\n"
+    assert "Option names follow" in r.stderr
+
+
+# ---- 5. errors that help -----------------------------------------------------------------------
+
+def test_no_layout_names_the_rule_and_the_values_that_work():
+    r = run(*SEARCH, "--tp", "3")
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1
+    # 3 does not divide 512: every candidate goes; tp that would work
+    assert "dp·tp·pp·cp must equal 512 GPUs (with tp 3) (removed 4,480)" in r.stderr
+    assert "--tp 1, 2, 4, 8" in r.stderr
+    r = run("search", "--model", "70b", "--gpus", "96", "--tp", "3")
+    assert "tp=3 must divide the attention heads (64) and the KV heads (8)" in r.stderr
+    assert "--tp 1, 2, 4, 8" in r.stderr
+    r = run("search", "--model", "70b", "--gpus", "500")
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1
+    # 500 = 2²·5³ against a global batch of 512 = 2⁹ sequences: dp must be a power of two
+    assert "global batch 512 must be divisible by dp·mbs" in r.stderr and "removed" in r.stderr
+    assert "--gpus 488, 496, 504, 512" in r.stderr
+    assert len(r.stderr) < 700
+
+
+# ---- 6. validate by GPU ------------------------------------------------------------------------
+
+def test_validate_picks_the_runs_of_the_profile_gpu():
+    h100 = run("validate", "--hw", "h100-nvlink", "--json")
+    data = json.loads(h100.stdout)
+    assert data["gpu"] == "H100" and len(data["cases"]) == 24
+    a100 = json.loads(run("validate", "--json").stdout)
+    assert a100["gpu"] == "A100" and len(a100["cases"]) == 20
+    none = run("validate", "--hw", "b200-nvlink")
+    assert none.exit_code == 2 and "no published runs were measured on NVIDIA B200" in none.stderr
+
+
+def test_the_stated_uncertainty_is_the_validation_median():
+    for gpu, hw in (("A100", "a100-nvlink"), ("H100", "h100-nvlink")):
+        assert validate(load_hardware(hw)).median_abs_error == pytest.approx(
+            MODEL_UNCERTAINTY[gpu], abs=0.005)
+
+
+# ---- 7. an honest ranking ----------------------------------------------------------------------
+
+def test_ties_are_shown_and_layouts_are_distinct():
+    hw = load_hardware("h100-nvlink")
+    r = search(load_model("70b"), hw, PlanRequest(gpus=512), top=10)
+    assert r.tie_band == MODEL_UNCERTAINTY["H100"] and "H100" in r.tie_band_source
+    layouts = [(p.config.dp, p.config.tp, p.config.pp, p.config.cp) for p in r.plans]
+    assert len(set(layouts)) == len(layouts) == 10
+    steps = [p.time.step_s for p in r.plans]
+    groups: dict[str, list[float]] = {}
+    for rank, s in zip(r.ranks, steps):
+        groups.setdefault(rank, []).append(s)
+    leaders = [min(g) for g in groups.values()]
+    assert leaders == sorted(leaders)
+    for g in groups.values():
+        assert max(g) <= min(g) * (1 + r.tie_band)
+    assert r.ranks[0] == "1=" and "tie" in r.reason
+    out = " ".join(run(*SEARCH, columns=100).stdout.split())
+    assert "1=" in out and f"±{MODEL_UNCERTAINTY['H100']:.1%}" in out
+
+
+def test_tie_order_by_hand():
+    # steps 10, 10.2, 10.9, 11.0 with a 3% band: {10, 10.2} tie (10.2 ≤ 10.3), then {10.9, 11.0}
+    # (11.0 ≤ 10.9·1.03 = 11.227); inside the first tie the plan without pipeline comes first
+    cols = {"dp": np.array([8, 16, 4, 2]), "tp": np.array([8, 8, 8, 8]),
+            "pp": np.array([2, 1, 4, 8]), "cp": np.array([1, 1, 1, 1]),
+            "vpp": np.ones(4, int), "mbs": np.ones(4, int), "zero": np.ones(4, int),
+            "recompute": np.ones(4, int), "sp": np.ones(4, bool)}
+    step = np.array([10.0, 10.2, 10.9, 11.0])
+    order, labels = tie_order(cols, step, [0, 1, 2, 3], 0.03)
+    assert order == [1, 0, 2, 3] and labels == ["1=", "1=", "3=", "3="]
+    # variants of one layout fold into the simplest within the band of its fastest
+    cols2 = {k: np.concatenate([v, v[:1]]) for k, v in cols.items()}
+    cols2["vpp"][4], cols2["vpp"][0] = 1, 4  # candidate 0 interleaved, 4 its plain twin
+    step2 = np.append(step, 10.1)
+    chosen, folded = distinct_layouts(cols2, step2, np.argsort(step2), 10, 0.03)
+    assert chosen[0] == 4 and folded[0] == 1
+
+
+# ---- 9. the timeline ---------------------------------------------------------------------------
+
+def test_timeline_reads_without_colour_and_fits_the_width():
+    tl = simulate(load_plan_schedule(), 4, 8, 1, 1.0, 2.0)
+    rows = to_text_cells(tl, 60, head_s=0.5)
+    text = ["".join(ch for ch, _ in row) for row in rows]
+    assert all(len(t) == 60 for t in text)
+    assert text[0].startswith("F1") and "B1" in text[-1] and "h" in text[-1]
+    assert "h" not in "".join(text[:-1])
+    assert ">F1<" in to_svg(tl) and ">B1<" in to_svg(tl)
+    r = run("explain", "--model", "8b", "--gpus", "32", "--hw", "h100-nvlink", "--pp", "4",
+            "--gbs", "64", "--no-sp", "--timeline", columns=80)
+    stage_rows = [line for line in r.stdout.splitlines() if line.startswith("stage ")]
+    assert len(stage_rows) == 4 and all(len(line) <= 80 for line in stage_rows)
+    assert "F1" in stage_rows[0] and "B" in stage_rows[0] and "h" in stage_rows[3]
+
+
+def load_plan_schedule():
+    from planner.formulas.choices import Schedule
+
+    return Schedule.ONE_F_ONE_B
+
+
+def test_timeline_out_says_what_it_wrote(tmp_path):
+    path = tmp_path / "s.svg"
+    r = run("explain", "--model", "8b", "--gpus", "32", "--hw", "h100-nvlink", "--pp", "4",
+            "--gbs", "64", "--no-sp", "--timeline-out", path)
+    assert r.exit_code == 0 and path.exists()
+    assert f"wrote {path}" in r.stderr
+
+
+# ---- 11. a fast explain ------------------------------------------------------------------------
+
+PROBE = """
+import sys
+from planner.catalog import load_hardware, load_model
+from planner.model.explain import explain
+from planner.schema import PlanConfig
+c = PlanConfig(dp=16, tp=8, pp=4, mbs=1, n_micro=64, gbs=1024, seq_len=8192)
+plan = explain(load_model("70b"), load_hardware("h100-nvlink"), c)
+print("sympy" in sys.modules, [t.formula for t in plan.terms][-3])
+"""
+
+
+def test_a_repeated_explain_reads_the_formulas_back_without_sympy(tmp_path):
+    env = {"PLAN3D_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    first = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                           env=env, cwd=ROOT, check=True).stdout
+    second = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                            env=env, cwd=ROOT, check=True).stdout
+    assert first.startswith("True") and second.startswith("False")
+    assert first.split(" ", 1)[1] == second.split(" ", 1)[1]
+    assert len(list(tmp_path.glob("formulas-*.json"))) == 1
+
+
+GUARD = """
+import sys
+from planner.cli import main
+sys.argv = ["plan3d", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+sys.stderr.write(" ".join(m for m in ("numpy", "rich", "pydantic", "sympy") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_import_no_heavy_library(flag):
+    r = subprocess.run([sys.executable, "-c", GUARD, flag], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.stderr == "", r.stderr
+
+
+def test_causal_mfu_never_exceeds_what_runs_at_long_context():
+    # 8B at 128k tokens (cp 8): the full square counts twice the attention a causal kernel runs,
+    # so full-square MFU passes HFU (what runs: causal half + selective recompute + flash's
+    # backward recomputation); the causal convention stays below it
+    t = json.loads(run("explain", "-m", "8b", "-n", "64", "--tp", "8", "--cp", "8", "--seq-len",
+                       "131072", "--gbs", "8", "--json").stdout)["time"]
+    assert t["mfu"] > t["hfu"] > t["mfu_causal"]

@@ -1,0 +1,168 @@
+"""What else the search weighed (planner/alternatives.py): each option's verdict and its reason."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.catalog import load_hardware, load_model
+from planner.cli import app
+from planner.outputs.render import share_of_capacity
+from planner.results import Memory
+from planner.search.alternatives import step_differences
+from planner.search.core import _why, search
+from planner.search.request import PlanRequest
+
+H100 = load_hardware("h100-nvlink")
+runner = CliRunner()
+
+
+def _verdicts(model: str, gpus: int, **request) -> dict:
+    result = search(load_model(model), H100, PlanRequest(gpus=gpus, **request), top=5)
+    return {a.option.split(" (")[0]: a for a in result.alternatives}, result
+
+
+def test_megatron_405b_on_16384_gpus():
+    # the issue's command: Megatron-Core runs 1F1B and interleaved only, so zero-bubble and
+    # DualPipe are named as torchtitan's, and interleaving wins: without it the bubble of a
+    # pp ≥ 8 pipeline at n_micro = 16–64 is (p − 1)/(m + p − 1) ≥ 10 % of the step
+    options, result = _verdicts("405b", 16384)
+    assert list(options) == ["interleaved 1F1B", "zero-bubble", "DualPipe, DualPipeV",
+                             "context parallelism as an all-to-all",
+                             "hierarchical context parallelism", "offload to host memory",
+                             "hybrid sharding"]
+    for name in ("zero-bubble", "DualPipe, DualPipeV"):
+        assert options[name].verdict == "not run"
+        assert "megatron does not run it" in options[name].why
+        assert "--framework torchtitan" in options[name].why
+    interleaved = options["interleaved 1F1B"]
+    assert interleaved.verdict == "wins"
+    assert interleaved.step_s < (1 - result.tie_band) * interleaved.versus_step_s
+    assert "bubble −" in interleaved.why  # it wins on the bubble
+    # hybrid sharding is outside the default space: tried on the fastest layouts, and said so
+    assert "tried on the 3 fastest layouts" in options["hybrid sharding"].why
+
+
+def test_torchtitan_runs_the_v_schedules_and_they_lose_to_no_pipeline():
+    # 70B on 512 H100 under torchtitan: FSDP without a pipeline is fastest; the V schedules'
+    # fastest plans use pp > 1 (a schedule needs a pipeline) and are slower by more than the band
+    options, result = _verdicts("70b", 512, framework="torchtitan")
+    zb, dual = options["zero-bubble"], options["DualPipe, DualPipeV"]
+    assert " zbv " in zb.plan and " dualpipev " in dual.plan
+    assert " pp1 " not in zb.plan and " pp1 " not in dual.plan
+    for option in (zb, dual):
+        assert option.verdict == "loses"
+        assert option.step_s > (1 + result.tie_band) * option.versus_step_s
+
+
+def test_deepspeed_refuses_hybrid_sharding_with_its_reason():
+    options, _ = _verdicts("8b", 64, framework="deepspeed")
+    hsdp = options["hybrid sharding"]
+    assert hsdp.verdict == "not run" and "deepspeed" in hsdp.why.lower()
+
+
+def test_hybrid_sharding_read_off_the_search_when_searched():
+    options, _ = _verdicts("70b", 512, dp_shard="auto")
+    hsdp = options["hybrid sharding"]
+    assert "tried on" not in hsdp.why and hsdp.plan is not None and "hsdp" in hsdp.plan
+
+
+def test_step_differences_names_the_largest_growth_and_saving():
+    parts = dict(compute_s=5.0, bubble_s=0.5, tp_exposed_s=0.0, dp_exposed_s=0.2,
+                 pp_exposed_s=0.0, cp_exposed_s=0.0, optimizer_s=0.1, offload_s=0.0, step_s=5.8)
+    plan = SimpleNamespace(**parts)
+    # other: bubble 0.5 → 0.2 (−0.3 s), exposed TP 0 → 0.1 (+0.1 s)
+    other = SimpleNamespace(**{**parts, "bubble_s": 0.2, "tp_exposed_s": 0.1})
+    assert step_differences(plan, other) == "exposed TP +0.100 s, bubble −0.300 s"
+    assert step_differences(plan, plan) == ""
+
+
+def test_ranked_first_is_not_called_best_when_a_tied_plan_is_faster():
+    result = search(load_model("405b"), H100, PlanRequest(gpus=16384), top=5)
+    tied = result.ranks.count(result.ranks[0])
+    fastest = min(result.plans[:tied], key=lambda p: p.time.step_s)
+    assert fastest is not result.plans[0]  # this search's first four tie, the fourth is fastest
+    assert _why(result.plans, tied).startswith(
+        f"Ranked first (the simplest of {tied} plans that tie; the fastest of them is "
+        f"{fastest.config.label(batch=False)}")
+    assert _why(result.plans[:1]).startswith("Best: ")
+
+
+@pytest.mark.parametrize("needed, shown", [(0.996, "99%"), (0.5, "50%"), (1.0, "100%"),
+                                           (1.234, "123%")])
+def test_a_plan_that_fits_never_reads_100_percent(needed, shown):
+    memory = Memory.model_construct(total_bytes=needed * 80, capacity_bytes=80)
+    assert share_of_capacity(memory) == shown
+
+
+def test_cli_shows_and_json_carries_the_alternatives():
+    args = ["search", "--model", "405b", "--gpus", "16384", "--hw", "h100-nvlink", "--top", "3"]
+    out = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    text = out.stdout
+    assert "Also weighed:" in text
+    assert "- zero-bubble (ZB-H1, ZB-H2, ZB-V): not run — megatron does not run it" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert [a["verdict"] for a in data["alternatives"]][1:3] == ["not run", "not run"]
+    assert set(data["alternatives"][0]) == {"option", "verdict", "plan", "step_s", "versus",
+                                            "versus_step_s", "why"}
+
+
+def test_a_schedule_the_framework_lacks_names_who_runs_it():
+    base = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
+            "--pp", "4"]
+    zbv = runner.invoke(app, [*base, "--schedule", "zbv", "--framework", "megatron"])
+    assert zbv.exit_code == 2
+    assert ("megatron: there is no zbv schedule in megatron (it runs 1f1b, interleaved); choose "
+            "one of them, or --framework torchtitan, which runs it") in zbv.output
+    zb = runner.invoke(app, [*base, "--schedule", "zb-h1"])
+    assert "(no framework plan3d models runs it)" in zb.output
+    # without --framework, the schedule implies the one framework that runs it, said on stderr
+    drawn = runner.invoke(app, [*base, "--schedule", "zbv", "--timeline"],
+                          env={"COLUMNS": "100"})
+    assert drawn.exit_code == 0, drawn.output
+    assert "under torchtitan" in drawn.stdout.splitlines()[0] and "zbv" in drawn.stdout
+    assert drawn.stderr.strip() == ("plan3d: --schedule zbv: costed for torchtitan, the "
+                                    "framework plan3d models that runs it (--framework to choose)")
+    assert "stage 0  F" in drawn.stdout  # the timeline is drawn
+
+
+def test_context_parallel_kinds_are_weighed_where_the_framework_runs_them():
+    # Megatron runs the ring, the all-to-all and the hierarchical form: both others are read off
+    # the search (every kind the framework runs is searched by default) and compared with the
+    # fastest plan of another kind at cp > 1
+    options, result = _verdicts("70b", 512)
+    a2a = options["context parallelism as an all-to-all"]
+    # weighed against the same layout with the ring: only the kind differs
+    assert a2a.versus == a2a.plan.replace("a2a ", " ")
+    # Ulysses moves less here but exposes its all-to-all, which the ring hides under attention:
+    # within the band of the ring, not a win
+    assert a2a.verdict == "ties"
+    assert abs(a2a.step_s / a2a.versus_step_s - 1) <= result.tie_band
+    hierarchical = options["hierarchical context parallelism"]
+    assert "h2 " in hierarchical.plan and hierarchical.versus == hierarchical.plan.replace(
+        "h2 ", " ")
+    # torchtitan runs the ring only: the others are named with who runs them
+    options, _ = _verdicts("8b", 64, framework="torchtitan")
+    assert options["context parallelism as an all-to-all"].why == (
+        "torchtitan does not run it; megatron does (--framework megatron); deepspeed does "
+        "(--framework deepspeed).")
+
+
+def test_offload_that_would_win_is_weighed_but_not_ranked_by_default():
+    # 405B on 1,024 H100: the least offload that lets a plan drop recompute is faster than every
+    # plan that fits without offload, but `--offload fit` (the default) ranks offload only when
+    # nothing else fits, because no measured run checks offload's time; `--offload auto` ranks it
+    options, result = _verdicts("405b", 1024)
+    offload = options["offload to host memory"]
+    assert offload.verdict == "wins" and "not ranked" in offload.why
+    assert offload.step_s < (1 - result.tie_band) * offload.versus_step_s
+    assert all(p.config.offload_optimizer == 0 and p.config.offload_activations == 0
+               and not p.config.offload_params for p in result.plans)
+    auto = search(load_model("405b"), H100, PlanRequest(gpus=1024, offload="auto"), top=5)
+    first = auto.plans[0].config  # ranked: the first plan of auto's tie offloads
+    assert first.offload_optimizer > 0 or first.offload_activations > 0 or first.offload_params

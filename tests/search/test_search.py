@@ -1,0 +1,90 @@
+"""The search: vectorised evaluation agrees with the scalar estimate; ranking; fewest GPUs."""
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_hardware, load_model
+from planner.errors import NoFeasiblePlan, PlanError
+from planner.model.estimate import estimate
+from planner.search.core import search
+from planner.search.evaluate import evaluate_space
+from planner.search.request import PlanRequest
+from planner.search.space import config_at, gpu_counts
+
+
+@pytest.mark.parametrize("model, gpus, hw", [("70b", 512, "h100-nvlink"),
+                                             ("mixtral-8x7b", 64, "a100-nvlink"),
+                                             ("175b", 1024, "mi300x")])
+def test_search_and_explain_agree_on_a_sample(model, gpus, hw):
+    m, h = load_model(model), load_hardware(hw)
+    req = PlanRequest(gpus=gpus)
+    cols, costs = evaluate_space(m, h, req)
+    rng = np.random.default_rng(7)
+    for i in rng.choice(len(cols["tp"]), size=40, replace=False):
+        plan = estimate(m, h, config_at(m, req, cols, int(i)))
+        assert plan.time.step_s == pytest.approx(costs["step_s"][i], rel=1e-9)
+        assert plan.memory.total_bytes == pytest.approx(costs["total_bytes"][i], rel=1e-9)
+        assert plan.bubble_fraction == pytest.approx(costs["bubble_fraction"][i], rel=1e-9,
+                                                     abs=1e-15)
+        assert plan.comm.dp_bytes == pytest.approx(costs["dp_bytes"][i], rel=1e-9, abs=1e-6)
+
+
+def test_every_candidate_respects_the_constraints():
+    m, h = load_model("70b"), load_hardware("h100-nvlink")
+    req = PlanRequest(gpus=512)
+    cols, _ = evaluate_space(m, h, req)
+    gbs = req.global_batch(m)  # 4 Mi tokens / 8192 = 512 sequences
+    assert gbs == 512
+    assert np.all(cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"] == 512)
+    assert np.all(gbs % (cols["dp"] * cols["mbs"]) == 0)
+    assert np.all((m.n_heads % cols["tp"] == 0) & (m.kv_heads % cols["tp"] == 0))
+    assert np.all(cols["tp"] <= h.gpus_per_domain)  # not admitted unless asked
+    assert np.all(cols["pp"] * cols["vpp"] <= m.n_layers)
+    assert np.all(~cols["sp"] | (cols["tp"] > 1))
+
+
+def test_ranked_by_step_time_and_all_fit():
+    r = search(load_model("70b"), load_hardware("h100-nvlink"), PlanRequest(gpus=512), top=10)
+    # in tie groups (planner.search.ranking): each group's fastest in step order, a group within the
+    # band of its fastest
+    steps = [p.time.step_s for p in r.plans]
+    groups: dict[str, list[float]] = {}
+    for rank, step in zip(r.ranks, steps):
+        groups.setdefault(rank, []).append(step)
+    leaders = [min(g) for g in groups.values()]
+    assert leaders == sorted(leaders)
+    assert all(max(g) <= min(g) * (1 + r.tie_band) for g in groups.values())
+    assert all(p.memory.fits for p in r.plans)
+    assert r.feasible <= r.considered
+
+
+def test_sort_by_memory():
+    r = search(load_model("70b"), load_hardware("h100-nvlink"), PlanRequest(gpus=512), top=5,
+               sort="memory")
+    mem = [p.memory.total_bytes for p in r.plans]
+    assert mem == sorted(mem)
+
+
+def test_headroom_excludes_plans_near_capacity():
+    m, h = load_model("70b"), load_hardware("h100-nvlink")
+    r = search(m, h, PlanRequest(gpus=512), top=50, headroom=0.3)
+    assert all(p.memory.total_bytes <= 0.7 * h.capacity_bytes for p in r.plans)
+
+
+def test_fewest_gpus_for_a_target_step():
+    m, h = load_model("70b"), load_hardware("h100-nvlink")
+    assert gpu_counts(512, 8) == [8, 16, 32, 64, 128, 256, 512]
+    req = PlanRequest(gpus=512, gbs=512)
+    r = search(m, h, req, sort="gpus", target_step_s=20, top=2)
+    n = r.plans[0].config.n_gpus
+    assert r.plans[0].time.step_s <= 20
+    # half as many GPUs cannot reach it (or does not fit)
+    try:
+        half = search(m, h, req.model_copy(update={"gpus": n // 2}), top=1)
+        assert half.plans[0].time.step_s > 20
+    except NoFeasiblePlan:
+        pass
+    with pytest.raises(PlanError, match="target-step-s"):
+        search(m, h, req, sort="gpus")
+    with pytest.raises(NoFeasiblePlan, match="no cluster"):
+        search(m, h, req, sort="gpus", target_step_s=1e-3)
