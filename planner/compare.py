@@ -132,7 +132,7 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
             prices: Mapping[str, float] | float | None = None,
             powers_w: Mapping[str, float] | float | None = None,
             goodput: float = DEFAULT_GOODPUT, deadline_days: float | None = None,
-            headroom: float = DEFAULT_HEADROOM) -> CompareResult:
+            headroom: float | None = None) -> CompareResult:
     """The best plan of `model` on each (profile, GPU count), budgeted for train_tokens.
 
     profiles: (the name the user gave, the profile) pairs; prices and powers_w: one number for
@@ -147,6 +147,7 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
     if not gpus:
         raise PlanError("--gpus named no count; give one or more, e.g. 1024,2048")
     check_goodput(goodput)
+    headroom = DEFAULT_HEADROOM if headroom is None else headroom
     check_headroom(headroom)
     if deadline_days is not None and not 0 < deadline_days < float("inf"):
         raise PlanError(f"--deadline-days must be a positive number of days, got "

@@ -24,9 +24,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "planner.frameworks.deepspeed._deepspeed": "launch",
     "planner.frameworks.megatron._nemo": "launch",
     "planner.frameworks.megatron._megatron": "launch",
-    # calibrate and compare (ux, issue 19)
-    "planner.calibrate.calibrate": "ux",
-    "planner.compare.compare": "ux",
     # arch (issue 24): being split by concern on the arch branch
     "planner.model.cost.layout_costs": "arch",
     "planner.model.cost.zero_costs": "arch",

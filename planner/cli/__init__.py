@@ -304,6 +304,10 @@ def _notice(note: str | None) -> None:
 DeadlineOpt = Annotated[float | None, typer.Option(
     help="With --train-tokens: the fewest GPUs (whole NVLink domains, doubling up to --gpus) "
     "whose best plan trains the tokens within this many days (wall-clock, at --goodput).")]
+HeadroomOpt = Annotated[float | None, typer.Option(
+    help="Memory a recommended plan leaves free, as a fraction of capacity (default 0.1: the "
+    "estimate's own error and NCCL buffers beyond it); a plan that fits only inside it is "
+    "marked m and never ranked first.")]
 GoodputOpt = Annotated[float | None, typer.Option(
     help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
     f"interruptions, restarts and checkpoints (default {DEFAULT_GOODPUT:.2f}: Llama 3 405B on "
@@ -596,8 +600,7 @@ def search(
         "doubling up to --gpus) whose best plan steps within --target-step-s.")] = "time",
     target_step_s: Annotated[float | None, typer.Option(
         help="With --sort gpus: the step time to reach, in seconds.")] = None,
-    headroom: Annotated[float, typer.Option(
-        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    headroom: HeadroomOpt = None,
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
@@ -790,8 +793,7 @@ def compare(
     gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
     precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True,
-    headroom: Annotated[float, typer.Option(
-        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    headroom: HeadroomOpt = None,
     json_: JsonOpt = False,
     chart: Annotated[str | None, typer.Option(
         help="Draw days and cost against GPUs to an .svg or .png file (needs matplotlib: "

@@ -51,18 +51,47 @@ class Alternative(BaseModel):
     why: str
 
 
+EP_PART = "exposed all-to-all (EP)"
+
+
+def step_parts(t: Time) -> dict[str, float]:
+    """The step's parts in seconds, named as the reasons name them: STEP_PARTS, and the exposed
+    expert all-to-all — the exposed communication the four groups' parts leave (0 without
+    experts). They add up to the step: step = compute + bubble + exposed communication +
+    optimizer + offload (planner.model.cost's time composition)."""
+    parts = {name: getattr(t, key) for key, name in STEP_PARTS.items()}
+    parts[EP_PART] = t.exposed_comm_s - (t.tp_exposed_s + t.dp_exposed_s + t.pp_exposed_s
+                                         + t.cp_exposed_s)
+    return parts
+
+
+def difference_terms(plan: Time, other: Time) -> list[tuple[str, float]]:
+    """Each part by which `other`'s step differs from `plan`'s (other − plan, seconds), the
+    largest first; parts that do not differ (to 10⁻⁹ of the step) left out. The terms add up to
+    other.step_s − plan.step_s."""
+    a, b = step_parts(plan), step_parts(other)
+    tiny = 1e-9 * max(plan.step_s, other.step_s)
+    terms = [(name, b[name] - a[name]) for name in a if abs(b[name] - a[name]) > tiny]
+    return sorted(terms, key=lambda t: -abs(t[1]))
+
+
+def _signed(seconds: float) -> str:
+    return f"{'+' if seconds >= 0 else '−'}{abs(seconds):.3f} s"
+
+
 def step_differences(plan: Time, other: Time) -> str:
-    """The parts by which `other`'s step differs most from `plan`'s, largest growth first and the
-    largest saving after it: 'bubble +0.18 s, exposed DP/ZeRO −0.03 s' ('' when none differs)."""
-    deltas = {k: getattr(other, k) - getattr(plan, k) for k in STEP_PARTS}
-    worse, better = max(deltas, key=deltas.get), min(deltas, key=deltas.get)
-    tiny = 1e-6 * plan.step_s
-    parts = []
-    if deltas[worse] > tiny:
-        parts.append(f"{STEP_PARTS[worse]} +{deltas[worse]:.3f} s")
-    if deltas[better] < -tiny:
-        parts.append(f"{STEP_PARTS[better]} −{-deltas[better]:.3f} s")
-    return ", ".join(parts)
+    """Where `other`'s step differs from `plan`'s, every part, largest first, and their sum — the
+    step difference — so that the arithmetic can be checked: 'exposed DP/ZeRO −1.130 s, compute
+    +0.476 s, optimizer −0.002 s = −0.656 s' ('' when no part differs). Parts under half a
+    millisecond are left out of the words (not of the sum)."""
+    terms = difference_terms(plan, other)
+    if not terms:
+        return ""
+    shown = [f"{name} {_signed(d)}" for name, d in terms if abs(d) >= 5e-4]
+    total = other.step_s - plan.step_s
+    if len(shown) == 1 and len(terms) == 1:
+        return shown[0]
+    return ", ".join(shown or ["parts under 1 ms"]) + f" = {_signed(total)}"
 
 
 SCHEDULE_OPTIONS = (
@@ -224,7 +253,7 @@ def _compare(option: str, with_i: int | None, without_i: int | None, plan_at, ba
         return Alternative(option=option, verdict="none fits", why=none_fit + ".")
     with_plan = plan_at(with_i)
     if without_i is None:
-        return Alternative(option=option, verdict="wins", plan=with_plan.config.label(batch=False),
+        return Alternative(option=option, verdict="wins", plan=with_plan.config.short_label(),
                            step_s=with_plan.time.step_s,
                            why="every plan that fits uses it.")
     return _verdict(option, with_plan, plan_at(without_i), band)
@@ -234,7 +263,7 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
              tried: str = "") -> Alternative:
     a, b = with_plan.time, without.time
     ratio = a.step_s / b.step_s - 1
-    label_a, label_b = with_plan.config.label(batch=False), without.config.label(batch=False)
+    label_a, label_b = with_plan.config.short_label(), without.config.short_label()
     if ratio < -band:
         verdict, why = "wins", (f"its fastest plan{tried}, {label_a}, is {-ratio:.1%} faster than "
                                 f"the fastest without it, {label_b}: "

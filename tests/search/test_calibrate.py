@@ -406,7 +406,9 @@ def test_fit_is_fast_and_deterministic(h100):
     first = calibrate(runs, h100)
     elapsed = time.perf_counter() - start
     second = calibrate(runs, h100)
-    assert elapsed < 1.0
+    # 3 s, not the former 1 s: the fit now chooses its factors (forward and backward selection,
+    # issue 19), up to ten small least-squares fits instead of one; ~0.6 s alone on this machine
+    assert elapsed < 3.0
     assert first == second
     assert np.isfinite([f.after for f in first.factors]).all()
 
