@@ -119,3 +119,34 @@ def merge_layout(text: str, given: dict[str, Any]) -> dict[str, Any]:
 
 def _shown(value: Any) -> str:
     return ("on" if value else "off") if isinstance(value, bool) else f"{value}"
+
+
+def explain_args(model: str, hw: str, config, framework: str | None = None,
+                 model_seq_len: int | None = None) -> list[str]:
+    """The `plan3d explain` arguments that reproduce `config` (a PlanConfig the search costed):
+    the model and profile as the user named them, its GPU count, the layout as the table spells
+    it (`--plan`), the global batch, and each setting the layout string does not carry where it
+    differs from explain's default. `framework`: the one the user asked for (None: the default).
+    model_seq_len: the model's own sequence length (--seq-len is passed when the plan's differs)."""
+    c = config
+    args = ["explain", "--model", model, "--gpus", str(c.n_gpus), "--hw", hw,
+            "--plan", c.short_label(), "--gbs", str(c.gbs)]
+    if model_seq_len is None or c.seq_len != model_seq_len:
+        args += ["--seq-len", str(c.seq_len)]
+    if framework:
+        args += ["--framework", framework]
+    for flag, value, default in (("--precision", c.precision.value, "bf16"),
+                                 ("--grad-dtype", c.grad_dtype, "fp32"),
+                                 ("--attention", c.attention.value, "flash")):
+        if value != default:
+            args += [flag, value]
+    if not c.overlap_grad_reduce:
+        args.append("--no-overlap-grad-reduce")
+    if c.ep > 1 or c.etp > 1:
+        if c.moe_imbalance != 1.25:
+            args += ["--moe-imbalance", f"{c.moe_imbalance:g}"]
+        if c.moe_capacity_factor is not None:
+            args += ["--moe-capacity-factor", f"{c.moe_capacity_factor:g}"]
+        if c.moe_a2a_overlap:
+            args.append("--moe-a2a-overlap")
+    return args
