@@ -42,8 +42,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .catalog import load_model
 from .errors import PlanError
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
-from .model.cost import Choices, attention_precision, numbers, plan_costs
+from .model.cost import Choices, numbers, plan_costs
 from .model.estimate import check_config
+from .model.numbers import attention_precision
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 from .tomltext import toml_value
 from .units import GB, GIB

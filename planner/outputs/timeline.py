@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from xml.sax.saxutils import escape
 
 from ..errors import PlanError
@@ -678,7 +679,8 @@ def to_svg(timeline: Timeline, title: str = "") -> str:
     legend_y = axis_y + 40
     height = legend_y + 50
     width = left + plot_w + right
-    scale = plot_w / tl.makespan_s  # px per second
+    box = SimpleNamespace(left=left, top=top, row_h=row_h, gap=gap, plot_w=plot_w,
+                          scale=plot_w / tl.makespan_s)  # px per second
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -691,46 +693,56 @@ def to_svg(timeline: Timeline, title: str = "") -> str:
             f"{escape(title)}</text>"
         )
     for k, row in enumerate(tl.rows):
-        y = top + k * (row_h + gap)
-        out.append(
-            f'<text x="{left - 8}" y="{y + row_h / 2 + 4:.1f}" text-anchor="end">GPU {k}</text>'
-        )
-        out.append(
-            f'<rect class="idle" x="{left}" y="{y}" width="{plot_w}" height="{row_h}" '
-            f'fill="{_IDLE_FILL}"/>'
-        )
-        for b in row:
-            x = left + b.start_s * scale
-            w = b.duration_s * scale
-            opacity = 1.0 - 0.45 * b.chunk / (tl.vpp - 1) if tl.vpp > 1 else 1.0
-            tip = (
-                f"{b.kind} micro-batch {b.label}"
-                + (f" chunk {b.chunk}" if tl.vpp > 1 else "")
-                + f" on GPU {k}: {_fmt(b.start_s * 1e3)}–{_fmt(b.end_s * 1e3)} ms"
-            )
-            out.append(
-                f'<rect class="block {b.kind}" data-micro="{b.micro}" data-chunk="{b.chunk}" '
-                f'x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="{_FILL[b.kind]}" '
-                f'fill-opacity="{opacity:.2f}" stroke="white" stroke-width="1">'
-                f"<title>{escape(tip)}</title></rect>"
-            )
-            text = f"{b.kind}{b.label}"  # the same labels as the text picture
-            if w >= 7 * len(text) + 4:
-                out.append(
-                    f'<text x="{x + w / 2:.2f}" y="{y + row_h / 2 + 4:.1f}" text-anchor="middle" '
-                    f'fill="white" pointer-events="none">{text}</text>'
-                )
+        out += _svg_row(tl, k, row, box)
+    out += _svg_axis(tl, axis_y, box)
+    out += _svg_legend(tl, legend_y, left)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
-    # Time axis in ms.
+
+def _svg_row(tl: Timeline, k: int, row, box) -> list[str]:
+    """GPU k's row: its label, the idle background and its blocks."""
+    left, row_h, scale = box.left, box.row_h, box.scale
+    y = box.top + k * (row_h + box.gap)
+    out = [
+        f'<text x="{left - 8}" y="{y + row_h / 2 + 4:.1f}" text-anchor="end">GPU {k}</text>',
+        f'<rect class="idle" x="{left}" y="{y}" width="{box.plot_w}" height="{row_h}" '
+        f'fill="{_IDLE_FILL}"/>',
+    ]
+    for b in row:
+        x = left + b.start_s * scale
+        w = b.duration_s * scale
+        opacity = 1.0 - 0.45 * b.chunk / (tl.vpp - 1) if tl.vpp > 1 else 1.0
+        tip = (
+            f"{b.kind} micro-batch {b.label}"
+            + (f" chunk {b.chunk}" if tl.vpp > 1 else "")
+            + f" on GPU {k}: {_fmt(b.start_s * 1e3)}–{_fmt(b.end_s * 1e3)} ms"
+        )
+        out.append(
+            f'<rect class="block {b.kind}" data-micro="{b.micro}" data-chunk="{b.chunk}" '
+            f'x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" fill="{_FILL[b.kind]}" '
+            f'fill-opacity="{opacity:.2f}" stroke="white" stroke-width="1">'
+            f"<title>{escape(tip)}</title></rect>"
+        )
+        text = f"{b.kind}{b.label}"  # the same labels as the text picture
+        if w >= 7 * len(text) + 4:
+            out.append(
+                f'<text x="{x + w / 2:.2f}" y="{y + row_h / 2 + 4:.1f}" text-anchor="middle" '
+                f'fill="white" pointer-events="none">{text}</text>'
+            )
+    return out
+
+
+def _svg_axis(tl: Timeline, axis_y, box) -> list[str]:
+    """The time axis in ms."""
+    left, plot_w = box.left, box.plot_w
     span_ms = tl.makespan_s * 1e3
     step = _nice_step(span_ms)
-    out.append(
-        f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="black"/>'
-    )
+    out = [f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="black"/>']
     n_ticks = int(math.floor(span_ms / step + 1e-9))
     for i in range(n_ticks + 1):
         t = i * step
-        x = left + t / 1e3 * scale
+        x = left + t / 1e3 * box.scale
         out.append(
             f'<line class="tick" x1="{x:.2f}" y1="{axis_y}" x2="{x:.2f}" y2="{axis_y + 5}" '
             f'stroke="black"/>'
@@ -741,8 +753,12 @@ def to_svg(timeline: Timeline, title: str = "") -> str:
     out.append(
         f'<text x="{left + plot_w}" y="{axis_y + 32}" text-anchor="end">time (ms)</text>'
     )
+    return out
 
-    # Legend.
+
+def _svg_legend(tl: Timeline, legend_y, left) -> list[str]:
+    """The legend and the caption with the bubble fraction."""
+    out = []
     x = left
     legend = [("forward", _FILL["F"]), ("backward", _FILL["B"])]
     if tl.wgrad_s > 0:
@@ -754,13 +770,10 @@ def to_svg(timeline: Timeline, title: str = "") -> str:
         )
         out.append(f'<text x="{x + 20}" y="{legend_y + 12}">{label}</text>')
         x += 110
-
-    # Caption.
     v_part = f", v = {tl.vpp}" if tl.schedule is Schedule.INTERLEAVED else ""
     caption = (
         f"{_SCHEDULE_NAME[tl.schedule]}: p = {tl.pp}, m = {tl.n_micro}{v_part}; "
         f"step {_fmt(tl.makespan_s * 1e3)} ms; bubble {tl.bubble_fraction:.1%}"
     )
     out.append(f'<text class="caption" x="{left}" y="{legend_y + 34}">{escape(caption)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out

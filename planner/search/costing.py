@@ -8,11 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..model.cost import (
-    Choices,
-    layout_costs,
-    zero_costs,
-)
+from ..model.cost import Choices, layout_costs, zero_costs
 
 # what the ranking, the diagnosis and the agreement tests read of each candidate
 KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction", "dp_bytes",

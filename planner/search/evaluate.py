@@ -12,12 +12,7 @@ from ..errors import PlanError
 from ..formulas.choices import Precision, Recompute, Schedule
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
-from ..model.cost import (
-    Choices,
-    dtype_numbers,
-    hardware_numbers,
-    model_numbers,
-)
+from ..model.numbers import Choices, dtype_numbers, hardware_numbers, model_numbers
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_in_chunks
 from .offload import (
@@ -40,6 +35,39 @@ def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedu
         **vars(layouts), **constraints.choices(z, schedule, precision))) for z in zeros}
 
 
+def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framework) -> dict:
+    """The numbers every candidate shares: the model's, the hardware's, the dtypes', the
+    request's switches."""
+    seq = req.seq(model)
+    return {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
+            **dtype_numbers(framework, req.grad_dtype),
+            "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
+            "gbs": req.global_batch(model), "seq_len": seq,
+            # moe: the load the expert terms use, and the all-to-all overlap switch
+            "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
+            "a2a_overlap": int(req.moe_a2a_overlap),
+            **req.fixed_offload()}  # offload: what the request fixes (default: none)
+
+
+def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budget, layout_keys,
+                          cols, costs) -> None:
+    """offload: the least offload that fits each pending group's candidates that do not fit,
+    added to the columns and costs. Offload only adds time to a candidate, so one already slower
+    than the fastest plan that fits without it, beyond the model's uncertainty, can neither win
+    nor tie with offload."""
+    slowest = offload_worth_trying(hw, fastest_fit)
+    for z, r, sp, sched, chosen, out, choices, layout_extra in pending:
+        worth = out["step_s"] <= slowest
+        if not worth.any():
+            continue
+        chosen = {k: v[worth] for k, v in chosen.items()}
+        out = {k: v[worth] for k, v in out.items()}
+        for extra, extra_costs in offload_variants(model, hw, framework, base, chosen, out,
+                                                   choices, layout_extra, budget):
+            _append_rows(cols, costs, {k: extra[k] for k in layout_keys}, (z, r, sp, sched),
+                         {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs)
+
+
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                    budget: float | None = None):
     """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
@@ -51,14 +79,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     space = numeric_space(model, hw, req)
     seq, gbs = req.seq(model), req.global_batch(model)
     framework = FRAMEWORKS[req.framework]
-    base = {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
-            **dtype_numbers(framework, req.grad_dtype),
-            "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
-            "gbs": gbs, "seq_len": seq,
-            # moe: the load the expert terms use, and the all-to-all overlap switch
-            "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
-            "a2a_overlap": int(req.moe_a2a_overlap),
-            **req.fixed_offload()}  # offload: what the request fixes (default: none)
+    base = base_numbers(model, hw, req, framework)
     layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp",
                    *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
                    "cp_a2a")  # cp-kind
@@ -110,19 +131,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                      schedule=sched,
                                      **constraints.choices(z, sched, req.precision))))
-    # offload only adds time to a candidate, so one already slower than the fastest plan that
-    # fits without it, beyond the model's uncertainty, can neither win nor tie with offload
-    slowest = offload_worth_trying(hw, fastest_fit)
-    for z, r, sp, sched, chosen, out, choices, layout_extra in pending:
-        worth = out["step_s"] <= slowest
-        if not worth.any():
-            continue
-        chosen = {k: v[worth] for k, v in chosen.items()}
-        out = {k: v[worth] for k, v in out.items()}
-        for extra, extra_costs in offload_variants(model, hw, framework, base, chosen, out,
-                                                   choices, layout_extra, budget):
-            _append_rows(cols, costs, {k: extra[k] for k in layout_keys}, (z, r, sp, sched),
-                         {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs)
+    _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budget, layout_keys,
+                          cols, costs)
     if not cols["tp"]:
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},

@@ -9,9 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..formulas.choices import Recompute
-from ..model.cost import (
-    Choices,
-)
+from ..model.numbers import Choices
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_in_chunks
 from .request import PlanRequest

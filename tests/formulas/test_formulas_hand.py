@@ -20,7 +20,7 @@ import sympy as sp
 from planner.catalog import load_hardware, load_model
 from planner.formulas import activations, comm, flops, memory, params, pipeline
 from planner.formulas.choices import MLP_MATRICES, Attention, MlpKind, Recompute, Schedule, ZeroStage
-from planner.model import cost
+from planner.model import numbers as cost_numbers
 from planner.model.cost import Choices, numbers, plan_costs
 from planner.schema import PlanConfig
 
@@ -306,7 +306,7 @@ def test_adam_state_is_K_12():
     from planner.frameworks import megatron
 
     assert megatron.OPTIMIZER_BYTES == 12
-    assert cost.WEIGHT_BYTES == 2 and cost.BYTES["bf16"] == 2
+    assert cost_numbers.WEIGHT_BYTES == 2 and cost_numbers.BYTES["bf16"] == 2
 
 
 def test_zero_table1_every_cell():

@@ -32,7 +32,8 @@ from planner.formulas.choices import (
     Schedule,
     ZeroStage,
 )
-from planner.model.cost import Choices, hardware_numbers, model_numbers, numbers, plan_costs
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.numbers import hardware_numbers, model_numbers
 from planner.schema import PlanConfig
 
 

@@ -18,7 +18,8 @@ from planner.cli import app
 from planner.errors import PlanError
 from planner.formulas.choices import ContextKind
 from planner.frameworks import FRAMEWORKS, a2a_ranks
-from planner.model.cost import Choices, context_parts, numbers, plan_costs
+from planner.model.context import context_parts
+from planner.model.cost import Choices, numbers, plan_costs
 from planner.model.estimate import estimate
 from planner.schema import PlanConfig
 from planner.search.core import search

@@ -22,8 +22,9 @@ from planner.formulas.choices import Attention, Recompute, Schedule, ZeroStage
 from planner.frameworks import FRAMEWORKS
 from planner.frameworks.emit import emit
 from planner.model import constraints
-from planner.model.cost import Choices, group_links, numbers, plan_costs
+from planner.model.cost import Choices, numbers, plan_costs
 from planner.model.estimate import estimate
+from planner.model.links import group_links
 from planner.schema import PlanConfig
 from planner.search.core import search
 from planner.search.request import PlanRequest

@@ -1,0 +1,190 @@
+"""What the commands share beyond their options: the request from the flags, notices on stderr,
+--train-tokens and --emit on a plan, refusing non-finite output, writing a file whole."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from ..errors import (
+    PlanError,
+    exit_code,
+)
+
+MAX_TIMELINE_BLOCKS = 100_000  # forward and backward blocks --timeline simulates and draws
+
+
+def _batch_note(model: str, req) -> str | None:
+    """--tokens-per-step rounds to whole sequences: what it became, for stderr (printed only
+    when the command succeeds: a failure is one line on stderr)."""
+    from .. import api
+
+    return api.batch_rounding(model, req)
+
+
+def _framework_note(framework: str | None, emit: str | None, schedule: str | None) -> str | None:
+    """When --schedule chose the framework (options.schedule_framework), say so on stderr."""
+    from ..search.options import schedule_framework
+
+    implied = schedule_framework(schedule) if framework is None and emit is None else None
+    return (f"--schedule {schedule}: costed for {implied}, the framework plan3d models that runs "
+            "it (--framework to choose)" if implied else None)
+
+
+def _notice(note: str | None) -> None:
+    if note:
+        from ..outputs.render import notice
+
+        notice(note)
+
+
+def _extras(plan, model, hw, emit, train_tokens, price, power, goodput=None):
+    """--train-tokens and --emit on one plan: (plan with budget, launch settings or None)."""
+    from .. import api
+    from ..search.options import MAX_POWER_W, MAX_PRICE, positive_number, token_count
+
+    price = positive_number(price, "gpu-hour-price", MAX_PRICE, allow_zero=True)
+    power = positive_number(power, "gpu-power-w", MAX_POWER_W, unit=" W")
+    plan = api.budgeted(plan, hw, token_count(train_tokens), price, power, goodput)
+    launch = api.launch_settings(model, plan, emit) if emit else None
+    return plan, launch
+
+
+EMIT_SEARCH_DEPTH = 300  # how far down the ranking --emit looks for a plan a framework can express
+
+
+def _first_expressible(model: str, plans, framework: str):
+    """--emit on search: the best plan the framework can express, saying which and why the
+    better ones could not be."""
+    from .. import api
+
+    refusals = []
+    for i, plan in enumerate(plans, 1):
+        try:
+            launch = api.launch_settings(model, plan, framework)
+        except PlanError as exc:
+            if "unknown framework" in str(exc) or "known:" in str(exc):
+                raise
+            refusals.append(f"plan {i}: {exc}")
+            continue
+        if refusals:
+            more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+            launch.notes.insert(0, f"Settings for plan {i} of the ranking: the {len(refusals)} "
+                                   f"better plan(s) cannot be expressed in {framework} — "
+                                   f"{refusals[0]}{more}")
+        return launch
+    raise PlanError(f"none of the plans shown can be expressed in {framework}: {refusals[0]}"
+                    + (f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""))
+
+
+def _deadline_sort(model, req, train_tokens, deadline_days, goodput, sort, target_step_s):
+    """search --deadline-days: --sort gpus with the step time that trains the tokens in time."""
+    from .. import api
+    from ..search.options import token_count
+
+    if target_step_s is not None or sort not in ("time", "gpus"):
+        raise PlanError("--deadline-days sizes the cluster itself (as --sort gpus with a step "
+                        "time): leave out --target-step-s and --sort")
+    return "gpus", api.deadline_target_step_s(model, req, token_count(train_tokens),
+                                              deadline_days, goodput)
+
+
+def _launch_json(launch):
+    from dataclasses import asdict
+
+    return None if launch is None else asdict(launch)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    from ..outputs.render import error
+
+    error(str(exc))
+    return typer.Exit(exit_code(exc))
+
+
+def _checked_json(data) -> dict:
+    """The output, refused (exit 2) if any number in it is NaN or infinite: the inputs were out of
+    the range where the model's numbers mean anything."""
+    from ..outputs.render import non_finite
+
+    where = non_finite(data)
+    if where:
+        raise PlanError(f"the result is not a finite number at {where}: the inputs are out of the "
+                        "range the model covers (check --gbs, --seq-len, --mbs, --train-tokens "
+                        "and the profile's numbers)")
+    return data
+
+
+def _write_file(path: str, content: str | bytes) -> None:
+    """Write all of `content` (text, or bytes such as a PNG) to `path` or nothing (a temporary
+    file beside it, then a rename)."""
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path).expanduser()
+    tmp = None
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a folder")
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                   dir=target.parent if str(target.parent) else ".")
+        binary = isinstance(content, bytes)
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+            fh.write(content)
+        os.replace(tmp, target)
+        tmp = None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise PlanError(f"cannot write {path}: {reason}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _not_fit_message(plan) -> str:
+    m = plan.memory
+    gib = 2**30
+    return (f"this plan does not fit: it needs {m.total_bytes / gib:,.1f} GiB per GPU on the "
+            f"{m.stage} pipeline stage, {m.capacity_bytes / gib:,.1f} GiB available; try --zero 3, "
+            "--recompute full, a larger --tp or --pp, more --gpus, or `plan3d search` for a "
+            "layout that fits")
+
+
+def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs, tokens, seq,
+             precision, grad_dtype, attention, overlap, allow_tp_across_nodes=False,
+             auto_default=False, framework=None, emit=None, **moe):
+    from pydantic import ValidationError
+
+    from ..search.options import parse_request, resolve_framework
+
+    try:
+        return parse_request(
+            gpus=gpus, dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero,
+            recompute=recompute, schedule=schedule, sp=sp, gbs=gbs, tokens_per_step=tokens,
+            seq_len=seq, precision=precision, grad_dtype=grad_dtype, attention=attention,
+            overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes,
+            framework=resolve_framework(framework, emit, schedule),
+            **moe)  # moe: ep, etp, moe_imbalance, moe_capacity_factor, moe_a2a_overlap
+    except ValidationError as err:
+        from ..search.options import validation_message
+
+        raise PlanError(validation_message(err)) from None
+
+
+EXPLAIN_SECTIONS = ("model", "memory", "pipeline", "comm", "time", "constants")
+
+
+def _sections(text: str | None):
+    """--section: the named sections, in the order given; None for all."""
+    if text is None:
+        return None
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in EXPLAIN_SECTIONS]
+    if bad or not names:
+        raise PlanError(f"--section takes a comma list of {', '.join(EXPLAIN_SECTIONS)}; "
+                        f"got '{text}'")
+    return names

@@ -1,0 +1,99 @@
+"""plan3d compare: the same job on several profiles and GPU counts."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from ..errors import (
+    NoFeasiblePlan,
+    PlanError,
+)
+from .app import app
+from .common import _checked_json, _fail, _request, _write_file
+from .flags import (
+    AttnOpt,
+    GbsOpt,
+    GoodputOpt,
+    GradOpt,
+    JsonOpt,
+    ModelOpt,
+    OverlapOpt,
+    PrecisionOpt,
+    SeqOpt,
+    TokensOpt,
+)
+
+
+@app.command()
+def compare(
+    model: ModelOpt,
+    hw: Annotated[str, typer.Option(
+        "--hw", help="Hardware profiles to compare, comma list (names or files).")],
+    gpus: Annotated[str, typer.Option(
+        "--gpus", "-n", help="GPU counts, comma list. With --deadline-days: the counts to try, "
+        "or one count, the most to try (whole NVLink domains, doubling up to it).")],
+    train_tokens: Annotated[str, typer.Option(help="Tokens to train on (e.g. 15T, 300B).")],
+    price: Annotated[str | None, typer.Option(
+        help="Price of a GPU-hour: one number for all profiles, or per profile, e.g. "
+        "h100-nvlink=2.5,b200-nvlink=4.")] = None,
+    gpu_power_w: Annotated[str | None, typer.Option(
+        help="Average GPU power in W for the energy, one number or NAME=W pairs (default: each "
+        "profile's TDP).")] = None,
+    goodput: GoodputOpt = None,
+    deadline_days: Annotated[float | None, typer.Option(
+        help="Size each profile: the fewest GPUs whose best plan trains the tokens within this "
+        "many days.")] = None,
+    gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
+    precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
+    overlap_grad_reduce: OverlapOpt = True,
+    headroom: Annotated[float, typer.Option(
+        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    json_: JsonOpt = False,
+    chart: Annotated[str | None, typer.Option(
+        help="Draw days and cost against GPUs to an .svg or .png file (needs matplotlib: "
+        "pip install 'plan3d[chart]').")] = None,
+) -> None:
+    """The same job on several profiles and GPU counts: the best plan of each, with days,
+    GPU-hours, cost and energy; the cheapest and the fastest first."""
+    from .. import api
+    from ..outputs import render
+    from ..search.options import int_list, token_count
+    from ..search.request import MAX_GPUS
+
+    try:
+        fmt = None
+        if chart is not None:
+            fmt = chart.rsplit(".", 1)[-1].lower() if "." in chart else ""
+            if fmt not in ("svg", "png"):
+                raise PlanError(f"--chart writes .svg or .png: give a path ending in one of them, "
+                                f"got '{chart}'")
+        names = [s.strip() for s in hw.split(",") if s.strip()]
+        counts = int_list(gpus, "gpus", MAX_GPUS) or []
+        req = _request(max(counts, default=1), None, None, None, None, None, None, None, None,
+                       None, None, gbs, tokens_per_step, seq_len, precision, grad_dtype,
+                       attention, overlap_grad_reduce)
+        result = api.compare_request(model, names, counts, req, token_count(train_tokens),
+                                     price, gpu_power_w, goodput, deadline_days, headroom)
+        data = _checked_json(result.model_dump(mode="json"))
+        if chart is not None:
+            from ..compare import chart_image
+
+            _write_file(chart, chart_image(result, fmt))
+    except PlanError as exc:
+        raise _fail(exc) from None
+    if json_:
+        render.print_json(data)
+    else:
+        out = render.console()
+        render.render_compare(result, out)
+        if chart is not None:
+            out.print(f"wrote {chart}")
+    if result.cheapest is None:
+        sys.stdout.flush()
+        raise _fail(NoFeasiblePlan(
+            f"no profile trains the tokens within {deadline_days:g} days at the sizes tried; "
+            "try more --gpus or a later deadline" if deadline_days is not None else
+            "no cell has a plan that fits; try more --gpus or profiles with more memory"))

@@ -1,0 +1,202 @@
+"""The options the commands share, each once: its flag, its help and its type."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..errors import (
+    PlanError,
+)
+from ..formulas.budget import DEFAULT_GOODPUT
+
+# ---- shared options ---------------------------------------------------------------------------
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, size alias (70b), "
+                                       "plan3d model file or Hugging Face config.json, or a "
+                                       "model folder holding a config.json.")]
+
+
+HwOpt = Annotated[str, typer.Option("--hw", help="Hardware profile name or file.")]
+
+
+GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="Number of GPUs.")]
+
+
+ListOpt = Annotated[str | None, typer.Option()]
+
+
+def _opt(help_: str):
+    return Annotated[str | None, typer.Option(help=help_)]
+
+
+DpOpt = _opt("Data-parallel degree(s), e.g. 16 or 8,16 (search).")
+
+
+TpOpt = _opt("Tensor-parallel degree(s).")
+
+
+PpOpt = _opt("Pipeline-parallel degree(s).")
+
+
+CpOpt = _opt("Context-parallel degree(s).")
+
+
+VppOpt = _opt("Virtual pipeline stages per GPU (interleaved schedule).")
+
+
+MbsOpt = _opt("Micro-batch size(s) in sequences.")
+
+
+ZeroOpt = _opt("ZeRO stage(s) 0-3 (1 = distributed optimizer, 3 = FSDP), or auto; explain's "
+               "default is the framework's (Megatron, DeepSpeed 1; torchtitan 3).")
+
+
+RecomputeOpt = _opt("Activation recompute: none, selective, full (comma list), or auto.")
+
+
+ScheduleOpt = _opt("Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zbv, dualpipe, "
+                   "dualpipev.")
+
+
+SpOpt = Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism.")]
+
+
+GbsOpt = Annotated[int | None, typer.Option(help="Global batch size in sequences.")]
+
+
+TokensOpt = Annotated[int | None, typer.Option(help="Global batch in tokens (gbs = this/seq).")]
+
+
+SeqOpt = Annotated[int | None, typer.Option(help="Sequence length (default: the model's).")]
+
+
+PrecisionOpt = Annotated[str, typer.Option(help="Matmul precision: bf16, fp16, fp8.")]
+
+
+GradOpt = Annotated[str, typer.Option(help="Gradient buffer dtype: fp32 (Megatron default) "
+                                      "or bf16.")]
+
+
+AttnOpt = Annotated[str, typer.Option(help="Attention kernel: flash or classic.")]
+
+
+OverlapOpt = Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
+                                          help="Overlap the DP gradient reduction with backward.")]
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+
+
+FrameworkOpt = Annotated[str | None, typer.Option(
+    help="The training framework the plan is for: megatron (Megatron-Core, NeMo; default), "
+         "torchtitan, deepspeed. --emit X implies X's framework.")]
+
+
+# moe: expert parallelism
+EpOpt = _opt("Expert-parallel degree(s) of a MoE model (search: the divisors of its experts).")
+
+
+EtpOpt = _opt("Expert tensor-parallel degree(s) of a MoE model (search: 1 unless given).")
+
+
+DpReplicateOpt = _opt("Hybrid sharding by its replicas (torchtitan's "
+                      "data_parallel_replicate_degree): dp/dp_replicate ranks shard, replicated "
+                      "dp_replicate times (explain: one divisor of dp; search: a list; instead of "
+                      "--dp-shard).")
+
+
+DpShardOpt = _opt("Hybrid sharding (HSDP): ZeRO shards over dp_shard·cp ranks, replicated "
+                  "dp/dp_shard times (explain: one divisor of dp; search: a list, or auto for "
+                  "dp and the divisors filling whole NVLink domains; default: all of dp).")
+
+
+# cp-kind: context-parallel kinds
+CpKindOpt = _opt("Context-parallel kind: ring (p2p), a2a (all-to-all, Ulysses), hierarchical "
+                 "(a2a inside groups of --cp-a2a ranks, ring across them); default: the "
+                 "framework's (Megatron, torchtitan ring; DeepSpeed a2a); search: a comma list, "
+                 "or auto for every kind the framework runs.")
+
+
+CpA2aOpt = _opt("Hierarchical CP: the all-to-all group, a divisor of cp (explain: one; search: "
+                "a list; default: those whose tp·group fits the NVLink domain).")
+
+
+MoeImbalanceOpt = Annotated[float, typer.Option(
+    help="Busiest expert-parallel rank's routed tokens over the mean (Switch Transformer's "
+    "capacity factor 1.25).", min=1.0, max=64.0)]
+
+
+MoeCapacityOpt = Annotated[float | None, typer.Option(
+    help="Drop tokens beyond this capacity factor (caps the imbalance); default dropless.",
+    min=0.01, max=64.0)]
+
+
+MoeOverlapOpt = Annotated[bool, typer.Option(
+    "--moe-a2a-overlap/--no-moe-a2a-overlap",
+    help="Overlap the all-to-all with another micro-batch's compute (DualPipe-style).")]
+
+
+# offload: to host memory
+OffloadOptimizerOpt = Annotated[float | None, typer.Option(
+    help="Fraction (0-1) of the optimizer states kept in host memory and stepped by the CPU "
+    "(Megatron --optimizer-offload-fraction; DeepSpeed offload_optimizer).")]
+
+
+OffloadParamsOpt = Annotated[bool | None, typer.Option(
+    "--offload-params/--no-offload-params",
+    help="Parameters, gradients and optimizer states in host memory (FSDP2 CPU offload; "
+    "DeepSpeed ZeRO-3 offload_param).")]
+
+
+OffloadActivationsOpt = Annotated[int | None, typer.Option(
+    help="Layers per GPU whose activations are offloaded to host memory (Megatron "
+    "--cpu-offloading-num-layers; pp 1, no recompute).")]
+
+
+OffloadModeOpt = Annotated[str, typer.Option(
+    help="Offload search: fit (default) ranks offload only when no plan fits without it (what "
+    "it would win is still weighed under the table); auto ranks, for every plan that does not "
+    "fit, the least offload that makes it fit, so that offload competes on speed; none never "
+    "offloads.")]
+
+
+EmitOpt = Annotated[str | None, typer.Option(
+    help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
+
+
+TrainTokensOpt = Annotated[str | None, typer.Option(
+    help="Tokens to train on (e.g. 15T, 300B): adds days, GPU-hours, cost, energy.")]
+
+
+PriceOpt = Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")]
+
+
+PowerOpt = Annotated[float | None, typer.Option(
+    help="Average GPU power in W for the energy (default: the profile's TDP).")]
+
+
+MfuOpt = Annotated[str, typer.Option(
+    help="MFU convention: causal (attention's unmasked half, as Megatron-Core logs it) or full "
+         "(the whole s×s square, as Narayanan 2021 and PaLM).")]
+
+
+MFU_CONVENTIONS = ("causal", "full")
+
+
+def _mfu_convention(value: str) -> str:
+    v = value.strip().lower()
+    if v not in MFU_CONVENTIONS:
+        raise PlanError(f"--mfu-convention must be causal or full, got '{value}'")
+    return v
+
+
+DeadlineOpt = Annotated[float | None, typer.Option(
+    help="With --train-tokens: the fewest GPUs (whole NVLink domains, doubling up to --gpus) "
+    "whose best plan trains the tokens within this many days (wall-clock, at --goodput).")]
+
+
+GoodputOpt = Annotated[float | None, typer.Option(
+    help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
+    f"interruptions, restarts and checkpoints (default {DEFAULT_GOODPUT:.2f}: Llama 3 405B on "
+    "16K H100, Dubey et al. 2024 §3.3.4).")]

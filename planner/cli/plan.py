@@ -1,0 +1,315 @@
+"""plan3d explain and plan3d search: one plan with every term, and the ranked plans that fit."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Annotated
+
+import typer
+
+from ..errors import (
+    NoFeasiblePlan,
+    PlanError,
+)
+from .app import app
+from .common import (
+    EMIT_SEARCH_DEPTH,
+    MAX_TIMELINE_BLOCKS,
+    _batch_note,
+    _checked_json,
+    _deadline_sort,
+    _extras,
+    _fail,
+    _first_expressible,
+    _framework_note,
+    _launch_json,
+    _not_fit_message,
+    _notice,
+    _request,
+    _sections,
+    _write_file,
+)
+from .flags import (
+    AttnOpt,
+    CpA2aOpt,
+    CpKindOpt,
+    CpOpt,
+    DeadlineOpt,
+    DpOpt,
+    DpReplicateOpt,
+    DpShardOpt,
+    EmitOpt,
+    EpOpt,
+    EtpOpt,
+    FrameworkOpt,
+    GbsOpt,
+    GoodputOpt,
+    GpusOpt,
+    GradOpt,
+    HwOpt,
+    JsonOpt,
+    MbsOpt,
+    MfuOpt,
+    ModelOpt,
+    MoeCapacityOpt,
+    MoeImbalanceOpt,
+    MoeOverlapOpt,
+    OffloadActivationsOpt,
+    OffloadModeOpt,
+    OffloadOptimizerOpt,
+    OffloadParamsOpt,
+    OverlapOpt,
+    PowerOpt,
+    PpOpt,
+    PrecisionOpt,
+    PriceOpt,
+    RecomputeOpt,
+    ScheduleOpt,
+    SeqOpt,
+    SpOpt,
+    TokensOpt,
+    TpOpt,
+    TrainTokensOpt,
+    VppOpt,
+    ZeroOpt,
+    _mfu_convention,
+)
+
+
+@app.command()
+def explain(
+    model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
+    dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = "selective",
+    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
+    tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
+    grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
+    overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False, emit: EmitOpt = None,
+    framework: FrameworkOpt = None,
+    timeline: Annotated[bool, typer.Option(
+        "--timeline", help="Draw the pipeline schedule, to scale.")] = False,
+    timeline_out: Annotated[str | None, typer.Option(
+        help="Write the schedule picture to an .svg file.")] = None,
+    train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
+    gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    brief: Annotated[bool, typer.Option(
+        "--brief", help="Print only the answer: fit, step, tokens/s, MFU (days and cost if "
+        "asked) and the warnings.")] = False,
+    section: Annotated[str | None, typer.Option(
+        help="The sections to print after the answer, comma list of model, memory, pipeline, "
+        "comm, time, constants (default: all).")] = None,
+    mfu_convention: MfuOpt = "causal",
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
+    cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
+    offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
+    offload_activations: OffloadActivationsOpt = None,
+) -> None:
+    """One plan: the answer first, then every term, its formula, its value, and why."""
+    o = SimpleNamespace(**locals())
+    try:
+        run = _explained(o)
+    except PlanError as exc:
+        raise _fail(exc) from None
+    _show_explained(o, run)
+
+
+def _plan_request(o, **extra):
+    """The PlanRequest of explain's or search's flags (o: the command's arguments)."""
+    return _request(o.gpus, o.dp, o.tp, o.pp, o.cp, o.vpp, o.mbs, o.zero, o.recompute, o.schedule,
+                    o.sp, o.gbs, o.tokens_per_step, o.seq_len, o.precision, o.grad_dtype,
+                    o.attention, o.overlap_grad_reduce, framework=o.framework, emit=o.emit,
+                    ep=o.ep, etp=o.etp, moe_imbalance=o.moe_imbalance,
+                    moe_capacity_factor=o.moe_capacity_factor,
+                    moe_a2a_overlap=o.moe_a2a_overlap, dp_shard=o.dp_shard,
+                    dp_replicate=o.dp_replicate, cp_kind=o.cp_kind, cp_a2a=o.cp_a2a,
+                    offload_optimizer=o.offload_optimizer, offload_params=o.offload_params,
+                    offload_activations=o.offload_activations, **extra)
+
+
+def _explained(o) -> SimpleNamespace:
+    """explain's work, before anything is printed: the plan (with --train-tokens), its launch
+    settings (--emit), its JSON, its timeline picture and SVG, and the constants shown."""
+    from .. import api
+
+    if o.timeline_out is not None and not o.timeline_out.lower().endswith(".svg"):
+        raise PlanError(f"--timeline-out writes SVG: give a path ending in .svg, "
+                        f"got '{o.timeline_out}'")
+    run = SimpleNamespace(convention=_mfu_convention(o.mfu_convention),
+                          sections=_sections(o.section), picture=None, svg=None)
+    if o.zero is None:  # the framework's own default: ZeRO-1 for Megatron, FSDP for torchtitan
+        from ..frameworks import FRAMEWORKS
+        from ..search.options import resolve_framework
+
+        o.zero = str(FRAMEWORKS[resolve_framework(o.framework, o.emit, o.schedule)]
+                     .defaults["zero"])
+    req = _plan_request(o)
+    run.batch_note = _batch_note(o.model, req)
+    run.framework_note = _framework_note(o.framework, o.emit, o.schedule)
+    plan = api.explain_request(o.model, o.hw, req)
+    run.plan, run.launch = _extras(plan, o.model, o.hw, o.emit, o.train_tokens, o.gpu_hour_price,
+                                   o.gpu_power_w, o.goodput)
+    run.data = run.plan.model_dump(mode="json")
+    if run.launch is not None:
+        run.data["launch"] = _launch_json(run.launch)
+    _checked_json(run.data)
+    if o.timeline or o.timeline_out:
+        run.picture = _timeline_picture(o, run.plan)
+    if o.timeline_out is not None:
+        from ..outputs.render import config_line
+        from ..outputs.timeline import to_svg
+
+        run.svg = to_svg(run.picture, title=f"{run.plan.model.name}: {config_line(run.plan)}")
+    run.constants = (None if o.json_ or o.brief
+                     else api.explain_constants(o.model, o.hw, run.plan))
+    return run
+
+
+def _timeline_picture(o, plan):
+    """--timeline: the schedule simulated block by block (refused beyond MAX_TIMELINE_BLOCKS)."""
+    from .. import api
+
+    c = plan.config
+    blocks = 2 * c.pp * c.n_micro * c.vpp
+    if blocks > MAX_TIMELINE_BLOCKS:
+        raise PlanError(f"--timeline draws every micro-batch: {c.n_micro:,} micro-batches "
+                        f"× pp {c.pp} × vpp {c.vpp} is {blocks:,} blocks, more than "
+                        f"{MAX_TIMELINE_BLOCKS:,}; draw it with a smaller --gbs (the "
+                        "schedule's pattern is the same)")
+    return api.plan_timeline(o.model, o.hw, plan)
+
+
+def _show_explained(o, run) -> None:
+    """explain's output: notices and the SVG file, then the JSON or the text (the settings alone
+    on stdout with --emit); exit 1 when the plan does not fit."""
+    from ..outputs import render
+
+    plan, launch, picture, svg = run.plan, run.launch, run.picture, run.svg
+    fits = plan.memory.fits
+    if fits and not o.json_:  # with --json, stderr stays empty on success (gbs is in the JSON)
+        _notice(run.batch_note)
+        _notice(run.framework_note)
+    if svg is not None and fits:
+        try:
+            _write_file(o.timeline_out, svg)
+        except PlanError as exc:
+            raise _fail(exc) from None
+    if svg is not None and fits and not o.json_:
+        render.notice(f"wrote {o.timeline_out}: the {picture.schedule.value} schedule of "
+                      f"{picture.pp} stages × {picture.n_micro} micro-batches, "
+                      f"{render.seconds(picture.makespan_s)}")
+    if o.json_:
+        render.print_json(run.data)
+    else:
+        # with --emit, stdout carries the settings alone; what explains them goes to stderr
+        out = render.console(stderr=launch is not None)
+        render.render_explain(plan, out, sections=run.sections, brief=o.brief,
+                              mfu_convention=run.convention, constants=run.constants)
+        if picture is not None and o.timeline:
+            values = {t.key: t.value for t in plan.terms}
+            render.render_timeline(picture, out, head_s=values.get("head_s", 0.0),
+                                   step_bubble=render.bubble_share(plan))
+        if launch is not None:
+            render.render_launch_notes(launch, out)
+            render.write_settings(launch)
+    if not fits:
+        note = f" ({o.timeline_out} not written)" if svg is not None else ""
+        raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
+
+
+@app.command()
+def search(
+    model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
+    dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
+    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
+    tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
+    grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
+    overlap_grad_reduce: OverlapOpt = True,
+    allow_tp_across_nodes: Annotated[bool, typer.Option(
+        help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
+    top: Annotated[int, typer.Option(help="How many plans to show.", min=1)] = 10,
+    sort: Annotated[str, typer.Option(
+        help="Rank by: time, memory, mfu; or gpus: the fewest GPUs (whole NVLink domains, "
+        "doubling up to --gpus) whose best plan steps within --target-step-s.")] = "time",
+    target_step_s: Annotated[float | None, typer.Option(
+        help="With --sort gpus: the step time to reach, in seconds.")] = None,
+    headroom: Annotated[float, typer.Option(
+        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
+    train_tokens: TrainTokensOpt = None,
+    gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
+    cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
+    offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
+    offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
+) -> None:
+    """Find and rank the layouts that fit and the framework runs (ties within the model's
+    uncertainty shown as ties)."""
+    o = SimpleNamespace(**locals())
+    try:
+        run = _searched(o)
+    except PlanError as exc:
+        raise _fail(exc) from None
+    _show_searched(o, run)
+
+
+def _searched(o) -> SimpleNamespace:
+    """search's work, before anything is printed: the ranked plans (with --train-tokens), the
+    launch settings of the best one the --emit framework can express, the JSON."""
+    from .. import api
+
+    run = SimpleNamespace(convention=_mfu_convention(o.mfu_convention))
+    req = _plan_request(o, allow_tp_across_nodes=o.allow_tp_across_nodes, offload=o.offload)
+    run.batch_note = _batch_note(o.model, req)
+    run.framework_note = _framework_note(o.framework, o.emit, o.schedule)
+    sort, target_step_s = o.sort, o.target_step_s
+    if target_step_s is not None and not (0 < target_step_s < float("inf")):
+        raise PlanError(f"--target-step-s must be a positive number of seconds, "
+                        f"got {target_step_s:g}")
+    if o.deadline_days is not None:  # the fewest GPUs whose best plan trains in time
+        sort, target_step_s = _deadline_sort(o.model, req, o.train_tokens, o.deadline_days,
+                                             o.goodput, sort, target_step_s)
+    result = api.search_request(o.model, o.hw, req, top=o.top, sort=sort, headroom=o.headroom,
+                                target_step_s=target_step_s)
+    plans = [_extras(plan, o.model, o.hw, None, o.train_tokens, o.gpu_hour_price, o.gpu_power_w,
+                     o.goodput)[0] for plan in result.plans]
+    run.result = result.model_copy(update={"plans": plans})
+    run.launch = None
+    if o.emit:
+        try:
+            run.launch = _first_expressible(o.model, plans, o.emit)
+        except PlanError as exc:
+            if "none of the plans shown" not in str(exc):
+                raise
+            # look further down the ranking for the best plan the framework can express
+            longer = api.search_request(o.model, o.hw, req, top=EMIT_SEARCH_DEPTH, sort=sort,
+                                        headroom=o.headroom, target_step_s=target_step_s)
+            run.launch = _first_expressible(o.model, longer.plans, o.emit)
+    run.data = run.result.model_dump(mode="json")
+    if run.launch is not None:
+        run.data["launch"] = _launch_json(run.launch)
+    _checked_json(run.data)
+    return run
+
+
+def _show_searched(o, run) -> None:
+    """search's output: the JSON, or notices and the table (on stderr with --emit, the settings
+    alone on stdout)."""
+    from ..outputs import render
+
+    if o.json_:  # stderr stays empty on success (the rounded gbs is in the JSON)
+        render.print_json(run.data)
+        return
+    _notice(run.batch_note)
+    _notice(run.framework_note)
+    # with --emit, stdout carries the settings alone; the table goes to stderr
+    out = render.console(stderr=run.launch is not None)
+    render.render_search(run.result, out, mfu_convention=run.convention)
+    if run.launch is not None:
+        render.render_launch_notes(run.launch, out)
+        render.write_settings(run.launch)

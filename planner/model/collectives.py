@@ -1,0 +1,121 @@
+"""Links and collectives per micro-batch: where each group's ranks sit, the share of its link each
+group's traffic gets beside the others', how busy each link is, and the time of the tensor-,
+context- and expert-parallel collectives with what of it compute does not hide
+(formulas/comm.py, formulas/timing.py, formulas/moe.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ..formulas import _ops
+from ..formulas import comm as C
+from ..formulas import moe as MO
+from ..formulas import timing as T
+from .context import context_links, context_part_traffic, context_time
+from .links import group_links
+from .numbers import Choices, same
+
+
+def link_shares(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """Each group's link (Megatron's rank order unless the framework has its own), the share of
+    it each group's traffic gets, and each link's busy time per micro-batch."""
+    t, cp, p, layers = k.t, k.cp, k.p, k.layers
+    g = group_links(x, t, cp, p, c.framework.rank_order)
+    cp_links = context_links(x, k.cp_parts, g, t, cp, p, c.framework.rank_order)  # cp-kind
+    tp_inside, cp_inside, dp_inside, pp_inside = g.tp.inside, g.cp.inside, g.dp.inside, g.pp.inside
+    # traffic of one micro-batch, for the groups that share a link in the same window
+    tp_mb_bytes = layers * (k.fwd_passes + 1) * k.tp_layer
+    pp_mb_bytes = C.pp_step_bytes(p, 1, k.v_hops, k.boundary)
+    # cp-kind: CP's traffic by part, each on its own link (one part for the ring or Ulysses,
+    # the all-to-all and the ring for the hierarchical kind)
+    cp_traffic = context_part_traffic(layers, k.cp_parts, cp_links)
+
+    def cp_beside(inside):  # CP's bytes per micro-batch on the link a group crosses
+        return sum(C.same_link(inside, link.inside) * v for v, link in cp_traffic)
+
+    def cp_part_share(part_bytes, inside):  # a part that moves nothing (c_a = 1 or cp) gets 1
+        return C.link_share(part_bytes, C.same_link(inside, tp_inside) * tp_mb_bytes
+                            + C.same_link(inside, pp_inside) * pp_mb_bytes,
+                            (1 - _ops.le(cp, 1)) * (1 - _ops.le(part_bytes, 0)))
+
+    tp_share = note("tp_share", C.link_share(tp_mb_bytes, cp_beside(tp_inside),
+                                             1 - _ops.le(t, 1)))
+    shares = [cp_part_share(v, link.inside) for v, link in cp_traffic]
+    cp_shares = SimpleNamespace(a2a=shares[0], ring=shares[-1])
+    # the share shown: the part that moves more (the only one for the ring or Ulysses)
+    cp_share = note("cp_share", shares[0] if len(shares) == 1 else _ops.select(
+        _ops.le(cp_traffic[0][0], cp_traffic[1][0]), shares[1], shares[0]))
+    pp_share = note("pp_share", C.link_share(pp_mb_bytes, cp_beside(pp_inside),
+                                             1 - _ops.le(p, 1)))
+    # each link's busy time per micro-batch from TP, CP and PP, at their own bandwidths
+    # cp-kind: each part on its own link
+    busy = [tp_mb_bytes / g.tp.bw, *(v / link.bw for v, link in cp_traffic),
+            pp_mb_bytes / g.pp.bw]
+    inside = [tp_inside, *(link.inside for _, link in cp_traffic), pp_inside]
+    return SimpleNamespace(
+        links=g, cp_links=cp_links, tp_inside=tp_inside, cp_inside=cp_inside,
+        dp_inside=dp_inside, pp_inside=pp_inside, pp_mb_bytes=pp_mb_bytes, tp_share=tp_share,
+        cp_shares=cp_shares, cp_share=cp_share, pp_share=pp_share,
+        nvlink_busy_mb=sum(i * b for i, b in zip(inside, busy)),
+        network_busy_mb=sum((1 - i) * b for i, b in zip(inside, busy)),
+        # what runs beside the data-parallel collectives on their link, per micro-batch
+        dp_concurrent_bytes=C.same_link(dp_inside, pp_inside) * pp_mb_bytes
+        + cp_beside(dp_inside))
+
+
+def tensor_and_context_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """TP's collectives per layer and direction, what of them the backward hides, one layer's
+    time as a per-layer benchmark sees it, and CP's exposed time per layer."""
+    t, g, tp_layer = k.t, k.links, k.tp_layer
+    if c.sequence_parallel:  # two all-gather + reduce-scatter pairs per direction
+        tp_dir_s = C.ring_time_s(tp_layer, g.tp.bw * k.tp_share, t, g.tp.k, 4, x.fast_lat,
+                                 x.net_lat)
+    else:  # two all-reduces per direction: NVLS inside the domain, ring or tree
+        tp_dir_s = 2 * C.allreduce_time_s(
+            tp_layer / 2 * C.sharp_volume_factor(t, x.sharp * (1 - k.tp_inside)),
+            g.tp.bw_allreduce * k.tp_share, t, g.tp.k, x.fast_lat, x.net_lat)
+    tp_dir_s = note("tp_layer_s", tp_dir_s)
+    # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
+    # GEMMs (Megatron's asynchronous TP all-reduce), which take as long as the forward matmuls
+    tp_bwd_exposed = (T.exposed_time_s(tp_dir_s, k.mm_s) if c.framework.tp_backward_overlap
+                      else tp_dir_s)
+    # cp-kind: the all-to-all part exposed, the ring part under the attention products, forward
+    # and backward (context_time)
+    cp_window = (1 + k.att_bwd) * k.att_s
+    _, cp_layer_exposed = context_time(x, k.cp_parts, k.cp_links, k.cp_shares, cp_window, note)
+    return SimpleNamespace(
+        tp_layer_exposed=k.fwd_passes * tp_dir_s + tp_bwd_exposed,
+        # one layer as a per-layer benchmark sees it (Korthikanti 2022 Table 4): forward, and
+        # backward with its recomputation
+        layer_fwd_total=k.fwd_s + tp_dir_s,
+        layer_bwd_total=k.bwd_s + k.recompute_s + (k.fwd_passes - 1) * tp_dir_s + tp_bwd_exposed,
+        cp_layer_exposed=cp_layer_exposed)
+
+
+def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """moe: expert parallelism's all-to-all, per MoE layer and micro-batch: dispatch and combine
+    forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens over
+    the etp ranks and its reduce-scatter (4 × (etp − 1)·T·k·load·h·act on NVLink: etp sits inside
+    the domain). Exposed unless overlapped with another micro-batch's compute; 0 for a dense
+    model."""
+    if not k.moe_model:
+        return SimpleNamespace(ep_mb_s=0, ep_bytes=0, ep_inside=0)
+    h, m, g, moe_tokens = k.h, k.m, k.links, k.moe_tokens
+    a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, x.moe_load)
+    etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * x.moe_load * h * x.act_bytes
+    ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
+    a2a_s = note("all_to_all_s", MO.all_to_all_time_s(
+        a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, g.domain), x.fast_bw, x.net_bw,
+        _ops.select(ep_span_inside, x.fast_lat, x.net_lat)))
+    etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
+    ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), k.fwd_s + k.bwd_s,
+                                                          x.a2a_overlap)
+    # the all-to-all keeps its link busy too (on NVLink when the ep·etp group fits a domain, else
+    # counted on the network, whose NICs it leaves on)
+    ep_busy_mb = x.moe * k.moe_last * 4 * (a2a_s + etp_s)
+    return SimpleNamespace(
+        ep_mb_s=k.moe_last * ep_layer_exposed,
+        ep_bytes=note("ep_bytes", x.moe * m * k.moe_last * 4 * (a2a_bytes + etp_bytes)),
+        ep_inside=ep_span_inside,
+        nvlink_busy_mb=k.nvlink_busy_mb + ep_span_inside * ep_busy_mb,
+        network_busy_mb=k.network_busy_mb + (1 - ep_span_inside) * ep_busy_mb)

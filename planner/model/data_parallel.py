@@ -1,0 +1,138 @@
+"""Data parallelism under the ZeRO stage: the gradient (and ZeRO-3 weight) traffic per step, each
+collective's time on the dp·cp group's link beside the PP and CP traffic of the same micro-batch,
+hybrid sharding's cross-replica all-reduce, the expert shards' collectives over their own group,
+and what of it the backward and the next forward hide (formulas/comm.py, formulas/timing.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..formulas import _ops
+from ..formulas import comm as C
+from ..formulas import moe as MO
+from ..formulas import timing as T
+from .links import collective_group, dp_replicate_of
+from .numbers import Choices, any_row, same
+
+
+def dp_traffic(x, c: Choices, k: SimpleNamespace, mem: SimpleNamespace,
+               note=same) -> SimpleNamespace:
+    """The data-parallel bytes per GPU per step, and what the collectives run over."""
+    p, m, d_shard, z = k.p, k.m, k.d_shard, int(c.zero_stage)
+    moe = any_row(x.moe)
+    # ZeRO-2/3 collectives run every micro-batch, except where the framework keeps a pipelined
+    # stage gathered and its gradients unsharded until the last micro-batch (torchtitan's FSDP2
+    # under PP): then once per step
+    zero_rounds = (_ops.select(_ops.le(p, 1), m, 1)
+                   if z >= 2 and c.framework.fsdp_once_per_step_under_pp else m)
+    # what the GPU reduces, gathers and steps: its stages' parameters, twice under DualPipe
+    held_params = mem.stage_params * k.param_copies
+    held_experts = mem.stage_experts * k.param_copies if moe else 0
+    # moe: expert states are sharded over the expert-data-parallel group edp = d·c·t/(ep·etp)
+    edp = MO.expert_data_parallel(x.dp, k.cp, k.t, x.ep, x.etp)
+    # hybrid sharding: each gradient reduce-scatter in the shard group is followed by the
+    # all-reduce of the shard across the replicas (C.hsdp_replica_bytes), on its own link
+    replicas, hybrid = dp_replicate_of(x)
+    replica_bytes = (C.hsdp_replica_step_bytes(held_params, x.g_bytes, d_shard, replicas,
+                                               zero_rounds, z) if hybrid else 0)
+    dp_bytes = C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds,
+                                   z) + replica_bytes
+    if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
+        dp_bytes = dp_bytes + C.dp_gradient_bytes(held_experts, x.g_bytes, x.w_bytes, edp,
+                                                  zero_rounds, z)
+    return SimpleNamespace(moe=moe, zero_rounds=zero_rounds, held_params=held_params,
+                           held_experts=held_experts, edp=edp, replicas=replicas, hybrid=hybrid,
+                           replica_bytes=replica_bytes, dp_bytes=note("dp_bytes", dp_bytes))
+
+
+def zero_collective_s(x, z: int, when, params, ranks, group, inside, concurrent, experts=False):
+    """(share of the link, seconds) of the ZeRO collectives that run at `when` (ZERO_COLLECTIVES)
+    over `ranks` ranks of `group`, for `params` parameters, beside `concurrent` bytes."""
+    if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
+        return 1, 0
+    volume = C.zero_bytes(params, x.g_bytes, x.w_bytes, ranks, z, when)
+    # a stage with nothing to move (one rank; a stage without MoE layers' experts) sends
+    # nothing, so its share is 1, not 0/0
+    sends = (1 - _ops.le(ranks, 1)) * (1 - _ops.le(params, 0) if experts else 1)
+    share = C.link_share(volume, concurrent, sends)
+    if C.zero_allreduce(z, when):
+        return share, C.allreduce_time_s(
+            volume * C.sharp_volume_factor(ranks, x.sharp * (1 - inside)),
+            group.bw_allreduce * share, ranks, group.k, x.fast_lat, x.net_lat)
+    return share, C.ring_time_s(volume, group.bw * share, ranks, group.k,
+                                C.zero_ring_passes(z, when), x.fast_lat, x.net_lat)
+
+
+def replica_allreduce_s(x, z: int, when, k: SimpleNamespace, dp: SimpleNamespace):
+    """HSDP: the shard's all-reduce across the replicas after each reduce-scatter at `when`."""
+    replica = k.links.replica
+    if C.hsdp_replica_rounds(z, when) == 0:
+        return 0
+    volume = C.hsdp_replica_bytes(dp.held_params, x.g_bytes, k.d_shard, dp.replicas, z, when)
+    return C.allreduce_time_s(
+        volume * C.sharp_volume_factor(dp.replicas, x.sharp * (1 - replica.inside)),
+        replica.bw_allreduce, dp.replicas, replica.k, x.fast_lat, x.net_lat)
+
+
+def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
+    """ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight
+    gathers), overlapped with that micro-batch's compute (prefetch, bucketed reduction). Each
+    runs as the ZERO_COLLECTIVES table says, on the dp·cp group's link, sharing it with the PP and
+    CP traffic of the same micro-batch where they cross the same link. Returns the shares and
+    the per-micro-batch, reduce and gather seconds."""
+    z, group, concurrent = int(c.zero_stage), k.links.dp, k.dp_concurrent_bytes
+
+    def dp_time(when):
+        return zero_collective_s(x, z, when, dp.held_params, k.d_shard, group, k.dp_inside,
+                                 concurrent)
+
+    mb_share, zero_mb_s = dp_time(C.When.MICRO_BATCH)
+    tail_share, reduce_s = dp_time(C.When.STEP_REDUCE)
+    _, gather_s = dp_time(C.When.STEP_GATHER)
+    if dp.hybrid:  # HSDP: the shard's all-reduce across replicas after each reduce-scatter
+        zero_mb_s = zero_mb_s + replica_allreduce_s(x, z, C.When.MICRO_BATCH, k, dp)
+        reduce_s = reduce_s + replica_allreduce_s(x, z, C.When.STEP_REDUCE, k, dp)
+    if dp.moe:
+        # moe: the same collectives for the expert shards over their edp group, whose ranks sit
+        # ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp filling a node, each
+        # node holds one edp rank and the group leaves it on one rank's NICs
+        edp_group = collective_group(x, dp.edp, x.ep * x.etp, k.links.domain)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            expert = [_ops.select(x.moe, zero_collective_s(
+                x, z, when, dp.held_experts, dp.edp, edp_group, edp_group.inside, concurrent,
+                experts=True)[1], 0)
+                for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER)]
+        zero_mb_s, reduce_s, gather_s = (zero_mb_s + expert[0], reduce_s + expert[1],
+                                         gather_s + expert[2])
+    return mb_share, tail_share, zero_mb_s, reduce_s, gather_s
+
+
+def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
+             note=same) -> SimpleNamespace:
+    """The data-parallel time: ZeRO-2/3's per micro-batch beyond its compute, and the step's
+    reduction and gather beyond the backward and forward they overlap."""
+    z, m, layers = int(c.zero_stage), k.m, k.layers
+    mb_share, tail_share, zero_mb_s, reduce_s, gather_s = dp_collective_times(x, c, k, dp)
+    reduce_s = note("dp_reduce_s", reduce_s)
+    gather_s = note("dp_gather_s", gather_s)
+    dp_share = note("dp_share", mb_share if z >= 2 else tail_share)
+    zero3_mb_s = ((T.exposed_time_s(zero_mb_s, k.compute_mb_s)
+                   + C.overlap_slowdown_s(zero_mb_s, k.compute_mb_s, x.overlap_slow))
+                  * dp.zero_rounds / m if z >= 2 else 0)
+    note("dp_tail_s", reduce_s + gather_s)
+    # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
+    # of the updated weights (after the optimizer step) under the next step's first forward pass
+    # (Megatron's --overlap-grad-reduce and --overlap-param-gather, taken as set together); what
+    # they hide under runs slower by the NCCL kernels beside it
+    overlap = x.overlap * int(c.framework.dp_overlap(c.zero_stage))  # what the framework overlaps
+    bwd_window = overlap * layers * (k.bwd_s + k.recompute_s)
+    fwd_window = overlap * layers * k.fwd_s
+    dp_tail_exposed = note("dp_tail_exposed_s", (
+        T.exposed_time_s(reduce_s, bwd_window)
+        + C.overlap_slowdown_s(reduce_s, bwd_window, x.overlap_slow)
+        + T.exposed_time_s(gather_s, fwd_window)
+        + C.overlap_slowdown_s(gather_s, fwd_window, x.overlap_slow)))
+    return SimpleNamespace(dp_share=dp_share, zero3_mb_s=zero3_mb_s,
+                           dp_tail_exposed=dp_tail_exposed)

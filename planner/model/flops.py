@@ -1,0 +1,64 @@
+"""FLOPs per step: the model's (the MFU's numerator, under either attention convention) and the
+hardware's (what runs: a causal flash kernel's half square, recomputation), for dense and
+MoE/MLA layers (formulas/flops.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ..formulas import _ops
+from ..formulas import flops as F
+from ..formulas import params as P
+from ..formulas.choices import Attention, Recompute
+from .numbers import Choices, moe_picker, same
+
+
+def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """Model FLOPs (full and causal convention), hardware FLOPs, and a layer's active matmul
+    weights (the time of its GEMMs: layer_time.py)."""
+    s, h, L = k.s, k.h, k.L
+    pick = moe_picker(x, k.moe_model)
+    attn_w = P.attention_weight_params(h, x.n_heads, x.n_kv_heads, x.head_dim)
+    mlp_w = P.mlp_weight_params(h, x.ffn, x.n_mlp)
+    active = F.matmul_weight_params_active(attn_w, mlp_w, x.top_k, h * x.router_experts)
+    mm_seq = F.layer_matmul_flops(s, 1, active)  # forward, per sequence
+    att_seq = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim)
+    head_seq = F.head_flops(s, 1, x.vocab, h)
+    causal_skip = 1 if c.attention is Attention.FLASH else 0
+    # moe: MoE/MLA model FLOPs count the active weights (a MoE layer's k routed and the shared
+    # experts, the router; a dense layer's MLP) and MLA's d_qk/d_v attention products
+    n_moe_layers = x.moe * x.n_moe_layers
+    dense_mm_seq = F.layer_matmul_flops(s, 1, x.attn_matmul + x.dense_matmul)
+    moe_mm_seq = F.layer_matmul_flops(s, 1, F.moe_matmul_weights_active(
+        x.attn_matmul, x.expert_matmul, x.top_k, x.shared_matmul, h * x.router_experts))
+    mean_mm_seq = ((L - n_moe_layers) * dense_mm_seq + n_moe_layers * moe_mm_seq) / L
+
+    def att_flops(skip):
+        return _ops.select(x.mla,
+                           F.mla_attention_flops(s, 1, x.n_heads, x.head_dim, x.v_dim, skip),
+                           F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, skip))
+
+    model_flops = note("model_flops", pick(lambda: F.mixed_model_flops(
+        x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq, att_flops(0), head_seq),
+        F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq)))
+    # the same under the causal convention (the unmasked half of the square, as Megatron-Core logs)
+    att_causal = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, F.MFU_CONVENTIONS["causal"])
+    model_flops_causal = note("model_flops_causal", pick(lambda: F.mixed_model_flops(
+        x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq,
+        att_flops(F.MFU_CONVENTIONS["causal"]), head_seq),
+        F.model_flops(x.gbs, s, L, mm_seq, att_causal, head_seq)))
+    # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
+    # and recomputation runs (part of) the forward again
+    att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
+    shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
+    att_run_moe = att_flops(causal_skip)  # moe
+    hardware_flops = note("hardware_flops", pick(
+        lambda: F.mixed_model_flops(x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq,
+                                    moe_mm_seq, att_run_moe, head_seq)
+        + F.recompute_flops(x.gbs, L, mean_mm_seq, att_run_moe, *shares[c.recompute])
+        + F.flash_backward_flops(x.gbs, L, att_run_moe, causal_skip),
+        F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
+        + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute])
+        + F.flash_backward_flops(x.gbs, L, att_run, causal_skip)))
+    return SimpleNamespace(active=active, model_flops=model_flops,
+                           model_flops_causal=model_flops_causal, hardware_flops=hardware_flops)

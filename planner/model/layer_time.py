@@ -1,0 +1,76 @@
+"""One layer's compute time per micro-batch on a GPU: its GEMMs (at their wave quantisation; a
+MoE layer's expert GEMMs apart), attention, the element-wise and attention-core kernels bound by
+HBM, kernel launches; forward, backward and recomputation (formulas/timing.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ..formulas import _ops
+from ..formulas import flops as F
+from ..formulas import moe as MO
+from ..formulas import timing as T
+from ..formulas.choices import Attention, Recompute
+from .numbers import Choices, moe_picker, same
+
+
+def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, note=same):
+    """moe: a MoE/MLA layer's GEMMs (the time sizes a MoE layer, a stage's heaviest): the
+    non-expert weights over t at their own wave quantisation, the expert GEMMs per GPU as
+    T·k·load tokens through one expert each (etp splits the expert and gathers etp× the
+    tokens), as grouped GEMMs of expert_tokens rows per local expert."""
+    s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
+    ne_weights = _ops.select(x.moe, x.attn_matmul + x.shared_matmul + h * x.router_experts,
+                             x.attn_matmul + x.dense_matmul)
+    # (shown as the layer's wave efficiency in place of the dense one, which is not used)
+    ne_wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
+        tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ne_ffn, x.n_mlp, t,
+        _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
+    rows_per_expert = MO.expert_tokens(k.moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
+                                       x.moe_load)
+    expert_wave = note("expert_wave_efficiency", _ops.select(
+        has_sm * x.moe, MO.expert_layer_wave_efficiency(
+            rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp,
+            MO.local_experts(x.n_experts, x.ep), _ops.maximum(x.n_sm, 1), x.tile_rows,
+            x.tile_cols), 1))
+    expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
+        F.layer_matmul_flops(k.moe_tokens * x.top_k * x.moe_load, 1, x.expert_matmul),
+        x.peak_flops, x.gemm_eff * expert_wave))
+    return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
+                             x.gemm_eff * ne_wave) + expert_s)
+
+
+def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """One layer's forward, backward and recomputation, and the parts the overlaps read."""
+    s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
+    pick = moe_picker(x, k.moe_model)
+    causal_skip = 1 if c.attention is Attention.FLASH else 0
+    materialised = 1 if c.attention is Attention.CLASSIC else 0
+    sp_divisor = t if c.sequence_parallel else 1
+    tokens = b * s / cp
+    # a profile without an SM count (n_sm = 0) leaves wave quantisation out: w = 1
+    has_sm = 1 - _ops.le(x.n_sm, 0)
+    wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
+        tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, t,
+        _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols, tokens * x.top_k / x.n_experts), 1))
+    mm_s = note("matmul_s", pick(lambda: moe_matmul_s(x, k, tokens, has_sm, note),
+                                 T.compute_time_s(F.layer_matmul_flops(s, b, k.active) / (t * cp),
+                                                  x.peak_flops, x.gemm_eff * wave)))
+    att_fwd = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
+    att_fwd = pick(lambda: _ops.select(x.mla, F.mla_attention_flops(  # moe: MLA's d_qk, d_v
+        s, b, x.n_heads, x.head_dim, x.v_dim, causal_skip), att_fwd), att_fwd)
+    att_s = note("attention_s", T.compute_time_s(att_fwd / (t * cp), x.peak_flops_16,
+                                                 x.gemm_eff_16))
+    elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
+        s, b, h, k.routed_ffn, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
+        x.rotary, t, cp, sp_divisor, x.act_bytes), x.hbm_bw, x.hbm_eff))
+    core_s = note("attention_core_s", T.memory_bound_time_s(T.attention_core_bytes(
+        s, b, x.n_heads, t, cp, x.dropout, materialised, x.act_bytes), x.hbm_bw, x.hbm_eff))
+    launch_s = T.kernel_overhead_s(T.KERNELS_PER_LAYER_FORWARD, x.kernel_s)
+    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s)
+    att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
+    bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))
+    recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
+                                             Recompute.FULL: fwd_s}[c.recompute])
+    return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,
+                           recompute_s=recompute_s)

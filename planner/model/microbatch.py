@@ -1,0 +1,33 @@
+"""One micro-batch on the fullest stage, per GPU: its compute (layers and the LM head), the
+exposed TP, CP and PP time, and the split-backward schedules' F and W (formulas/timing.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ..formulas import _ops
+from ..formulas import comm as C
+from ..formulas import flops as F
+from ..formulas import timing as T
+from .numbers import Choices, same
+
+
+def microbatch_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """The stage's times per micro-batch that the schedule and the overlaps read."""
+    s, b, h, t, cp, p, layers, g = k.s, k.b, k.h, k.t, k.cp, k.p, k.layers, k.links
+    head_s = note("head_s", T.head_time_s(F.head_flops(s, b, k.vocab_padded, h) / (t * cp),
+                                          k.logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
+                                          x.hbm_eff))
+    pp_mb_s = C.collective_time_s(k.pp_mb_bytes, g.pp.bw * k.pp_share,
+                                  2 * (k.v_hops * p - 1) / p,
+                                  _ops.select(k.pp_inside, x.fast_lat, x.net_lat))
+    compute_mb_s = note("compute_microbatch_s",
+                        layers * (k.fwd_s + k.bwd_s + k.recompute_s) + head_s)
+    return SimpleNamespace(
+        pp_mb_s=pp_mb_s, compute_mb_s=compute_mb_s,
+        tp_mb_s=layers * k.tp_layer_exposed, cp_mb_s=layers * k.cp_layer_exposed,
+        # the split-backward schedules' W (Qi et al. 2024 §2): the weight-gradient GEMMs, which
+        # run the forward matmuls' FLOPs; F is the forward with its TP all-reduces, B the rest of
+        # the stage
+        wgrad_mb_s=note("wgrad_microbatch_s", layers * k.mm_s),
+        fwd_mb_s=note("forward_microbatch_s", layers * k.layer_fwd_total))

@@ -1,0 +1,211 @@
+"""The cost model's inputs: a plan's numbers `x` (model, hardware, layout, dtypes; floats for one
+plan, float64 arrays for the search, sympy symbols for explain) and its discrete choices `c`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..formulas import _ops
+from ..formulas import comm as C
+from ..formulas import flops as F
+from ..formulas import params as P
+from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..frameworks import FRAMEWORKS
+from ..frameworks.base import Framework
+from ..schema import HardwareProfile, ModelSpec, PlanConfig
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
+WEIGHT_BYTES = 2  # 16-bit weights; under fp8, Transformer Engine keeps them in 16-bit and casts
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The discrete half of a plan: each picks which expressions are built."""
+
+    zero_stage: ZeroStage
+    recompute: Recompute
+    schedule: Schedule
+    sequence_parallel: bool
+    attention: Attention
+    framework: Framework = FRAMEWORKS["megatron"]
+    cp_kind: ContextKind | None = None  # cp-kind: None is the framework's default kind
+    # offload: whether the plan offloads anything to host memory (then the offload expressions
+    # are built; otherwise none), and whether the parameters live there
+    offload: bool = False
+    offload_params: bool = False
+
+    @classmethod
+    def of(cls, config: PlanConfig) -> Choices:
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name != "framework"},
+                   framework=FRAMEWORKS[config.framework])
+
+
+def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
+    """A model's numbers under the names plan_costs reads. A learned position table holds
+    max(positions, seq_len) rows: the job runs sequences of seq_len (Megatron's emitted
+    --max-position-embeddings is that maximum)."""
+    positions = model.positions if seq_len is None else max(model.positions, seq_len)
+    return dict(
+        n_layers=model.n_layers, hidden=model.hidden, n_heads=model.n_heads,
+        n_kv_heads=model.kv_heads, head_dim=model.dim_head, ffn=model.ffn, vocab=model.vocab,
+        n_mlp=model.n_mlp_matrices, bias=int(model.bias), norm_width=model.norm_width,
+        learned_positions=model.learned_positions, positions=positions,
+        tied=int(model.tied_embeddings), dropout=int(model.dropout),
+        rotary=1 - model.learned_positions, n_experts=model.n_experts, top_k=model.top_k,
+        router_experts=model.router_experts,
+        **moe_numbers(model),  # moe: MoE/MLA numbers, neutral for a dense model
+    )
+
+
+def moe_numbers(model: ModelSpec) -> dict:
+    """A MoE or MLA model's numbers (moe helper). `moe_mla` = 1 sends plan_costs down the MoE/MLA
+    expressions; for a dense multi-head model every term built from these is multiplied by 0 or
+    selected away, so its numbers do not change."""
+    attn_sharded, attn_replicated = model.attention_params_split
+    h, n, bias, nw = model.hidden, model.n_mlp_matrices, int(model.bias), model.norm_width
+    shared = P.shared_expert_params(h, model.shared_expert_ffn, n, model.n_shared_experts)
+    mla = model.is_mla
+    attn_matmul = (F.mla_matmul_weights(h, model.n_heads, model.q_lora_rank or 0,
+                                        model.kv_lora_rank, model.qk_nope_head_dim,
+                                        model.qk_rope_head_dim, model.v_head_dim,
+                                        int(model.q_lora_rank is not None))
+                   if mla else P.attention_weight_params(h, model.n_heads, model.kv_heads,
+                                                         model.dim_head))
+    return dict(
+        moe_mla=int(model.is_moe or mla), moe=int(model.is_moe), mla=int(mla),
+        total_params=model.n_params, n_moe_layers=model.n_moe_layers,
+        first_k_dense=model.first_k_dense, moe_freq=model.moe_layer_freq,
+        # per layer, what TP splits and what it replicates (norms, row biases, MLA down-projections,
+        # the router); a MoE layer's routed experts apart, split ep·etp ways
+        dense_sharded=attn_sharded + n * h * model.ffn + bias * (n - 1) * model.ffn,
+        dense_replicated=attn_replicated + bias * h + P.norm_params(h, nw),
+        moe_sharded=attn_sharded + shared,
+        moe_replicated=attn_replicated + P.router_params(h, model.router_experts)
+        + P.norm_params(h, nw),
+        expert_layer=model.n_experts * P.expert_params(h, model.expert_ffn, n, bias),
+        expert_ffn=model.expert_ffn, n_shared=model.n_shared_experts,
+        shared_ffn=model.shared_expert_ffn,
+        # weights a token meets (FLOPs): attention, the dense MLP, one expert, the shared experts
+        attn_matmul=attn_matmul, dense_matmul=n * h * model.ffn,
+        expert_matmul=n * h * model.expert_ffn, shared_matmul=shared,
+        # the MLP GEMMs beside the experts that the non-expert wave quantisation weighs
+        ne_ffn=model.n_shared_experts * model.shared_expert_ffn if model.n_shared_experts
+        else model.ffn,
+        q_rank=model.q_lora_rank or 0, kv_rank=model.kv_lora_rank or 0,
+        rope_dim=model.qk_rope_head_dim or 0, v_dim=model.value_head_dim,
+    )
+
+
+def attention_precision(precision: Precision) -> Precision:
+    """The precision attention and the LM head run in: 16-bit even in an fp8 plan (Transformer
+    Engine casts only the linear layers to fp8)."""
+    return Precision.BF16 if precision is Precision.FP8 else precision
+
+
+def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
+    """A profile's numbers in base units, for one precision (attention and the LM head at
+    attention_precision's)."""
+    sixteen = attention_precision(precision)
+    return dict(
+        peak_flops=hw.peak_flops_per_s(precision), gemm_eff=hw.gemm_efficiency(precision),
+        peak_flops_16=hw.peak_flops_per_s(sixteen), gemm_eff_16=hw.gemm_efficiency(sixteen),
+        hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm,
+        fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
+        net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
+        kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
+        n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
+        reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
+        capacity=hw.capacity_bytes,
+        **topology_numbers(hw),
+        **host_numbers(hw),  # offload
+    )
+
+
+def host_numbers(hw: HardwareProfile) -> dict:
+    """offload: the host's memory per GPU, its host link and DRAM bandwidth (schema.Host), in base
+    units; zeros for a profile without a [host] section (no plan offloads there:
+    estimate.check_config refuses it)."""
+    host = hw.host
+    if host is None:
+        return dict(host_capacity=0.0, host_bw=0.0, dram_bw=0.0, nic_on_host_link=0.0)
+    return dict(host_capacity=host.memory_bytes, host_bw=host.link_bytes_per_s,
+                dram_bw=host.dram_bytes_per_s, nic_on_host_link=float(host.nic_shares_link))
+
+
+NO_POD = 2.0**40
+"""A pod size no job reaches: full bisection bandwidth everywhere."""
+
+
+def topology_numbers(hw: HardwareProfile) -> dict:
+    """The profile's network topology in base units (schema.Topology): the GPUs a job uses per
+    NVLink domain, NICs per GPU, the full-bisection pod and the oversubscription above it, SHARP,
+    NVLS (its all-reduce bandwidth; the ring figure where the switch has none), and the slowdown
+    of compute that runs beside a collective."""
+    nvls = hw.fast.nvls_busbw_bytes_per_s
+    return dict(
+        domain=hw.domain_gpus_used, nics_per_gpu=hw.nics_per_gpu,
+        pod=hw.topology.pod_gpus or NO_POD, oversub=hw.topology.oversubscription,
+        sharp=int(hw.topology.sharp), nvls_bw=hw.fast.busbw_bytes_per_s if nvls is None else nvls,
+        overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN,
+    )
+
+
+def config_numbers(config: PlanConfig) -> dict:
+    """A plan's numeric degrees and sizes."""
+    return dict(
+        dp=config.dp, tp=config.tp, pp=config.pp, cp=config.cp, vpp=config.vpp, mbs=config.mbs,
+        n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
+        dp_replicate=config.dp_replicate,  # hybrid sharding: 1 unless dp_shard < dp
+        **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
+        overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
+        # moe: expert parallelism (1, 1 and no a2a for a dense model)
+        ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
+        a2a_overlap=int(config.moe_a2a_overlap),
+        cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group
+        # offload: the optimizer fraction and the activation layers on the host
+        offload_optimizer=config.offload_optimizer,
+        offload_activations=config.offload_activations,
+    )
+
+
+def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
+    """Bytes per element the plan's tensors take: 16-bit weights as gathered and computed with,
+    gradients as the framework reduces them (torchtitan always in fp32), 16-bit activations."""
+    return dict(w_bytes=WEIGHT_BYTES, g_bytes=framework.grad_bytes(BYTES[grad_dtype]),
+                act_bytes=ACT_BYTES)
+
+
+def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> SimpleNamespace:
+    """Everything plan_costs needs for one plan, as plain floats."""
+    return SimpleNamespace(**model_numbers(model, config.seq_len),
+                           **hardware_numbers(hw, config.precision), **config_numbers(config))
+
+
+def same(name, value):
+    """The `note` of a plain evaluation: every named intermediate as it is."""
+    return value
+
+
+def any_row(value) -> bool:
+    """A model indicator (moe, mla) as a Python truth: any row's, where tests stack models into
+    arrays (a dense row then takes the MoE expressions, which give it exactly 0)."""
+    return bool(np.any(np.asarray(value)))
+
+
+def moe_picker(x, moe_model: bool):
+    """pick(moe_value, dense_value): a MoE/MLA model (any row's, when models are stacked) builds
+    its own expression, moe_value(), and pick() selects it row by row, so that a dense row gets
+    exactly the dense value; a dense model builds nothing more than dense_value."""
+    def pick(moe_value, dense_value):
+        return _ops.select(x.moe_mla, moe_value(), dense_value) if moe_model else dense_value
+
+    return pick
+
+
+def merged(k: SimpleNamespace, more: SimpleNamespace) -> SimpleNamespace:
+    """The intermediates so far with those of the next concern (a later value of a name wins)."""
+    return SimpleNamespace(**{**vars(k), **vars(more)})

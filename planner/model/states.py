@@ -1,0 +1,115 @@
+"""Memory of the most loaded stage, as the plan's framework lays it out: the model states
+(weights, gradients, optimizer) sharded by the ZeRO stage, the buffers the framework holds beside
+them, the activations, the allocator's slack; the first or the last stage, whichever holds more
+(formulas/memory.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ..formulas import _ops
+from ..formulas import memory as M
+from ..formulas import moe as MO
+from ..formulas import offload as OF
+from ..formulas import pipeline as PL
+from .numbers import Choices, any_row, same
+from .offload import offload_states
+
+
+def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
+    """What the framework holds beside the model states and activations, for a stage of psi
+    parameters per GPU with `ends` embedding/head matrices: gathered ZeRO-3 layers, weights and
+    gradients kept unsharded across a pipelined step, fixed buckets, fp8 weight copies."""
+    conv, z, t = c.framework.memory, int(c.zero_stage), k.t
+    # data-parallel sharding on one rank falls back to no sharding (FSDP's NO_SHARD)
+    shards = 1 - _ops.le(k.d_shard, 1)
+    single_stage = _ops.le(k.p, 1)
+    layer_w = M.layer_gpu_params(k.layer_sharded, k.layer_replicated, t)
+    end_w = k.vocab_padded * x.hidden / t  # the embedding or the LM head on one GPU
+    pp_w, pp_g = conv.pp_unsharded
+    # fp8 copies of the layers' linear weights (not of the embedding or the head)
+    held = (conv.bucket_bytes(c.zero_stage)
+            + conv.fp8_weight_bytes * x.fp8 * k.layers * k.layer_sharded / t)
+    if z == 3:
+        # the layer computed and those prefetched; under pp > 1 where the framework keeps the
+        # stage gathered, the whole stage instead
+        gathered = M.gathered_layers_bytes(layer_w, x.w_bytes, conv.gathered_layers)
+        whole = M.unsharded_stage_bytes(psi, pp_w)
+        held = held + shards * (_ops.select(single_stage, gathered,
+                                            _ops.maximum(gathered, whole))
+                                + int(conv.head_unsharded) * ends * x.w_bytes * end_w
+                                + M.gathered_layers_bytes(layer_w, x.g_bytes,
+                                                          conv.reduce_buffer_layers))
+    if z == 2 and conv.zero2_keeps_weights_gathered:
+        held = held + shards * M.unsharded_stage_bytes(psi, x.w_bytes)
+    if z >= 2:
+        held = held + shards * (1 - single_stage) * M.unsharded_stage_bytes(psi, pp_g)
+    return held
+
+
+def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_host=0):
+    """One stage's (weights, gradients, optimizer, activations, overhead with the buffers,
+    allocated, reserved, host) bytes per GPU, for psi parameters (psi_e routed experts) and `act`
+    activation bytes on the device (act_host on the host)."""
+    conv = c.framework.memory
+    states = conv.states(c.zero_stage, x.g_bytes)
+    d_shard = k.d_shard
+    # moe: expert states are sharded over the expert-data-parallel group edp = d·c·t/(ep·etp)
+    edp = MO.expert_data_parallel(x.dp, k.cp, k.t, x.ep, x.etp)
+    # the model states (weights, gradients, optimizer) as the framework keeps them; DualPipe
+    # holds two copies of its stages (DeepSeek-V3 report, Table 2)
+    psi, psi_e = psi * k.param_copies, psi_e * k.param_copies
+    w = M.state_bytes(psi, states.weight_bytes, d_shard, states.weight_sharded)
+    g = M.state_bytes(psi, states.grad_bytes, d_shard, states.grad_sharded)
+    o = M.state_bytes(psi, states.optimizer_bytes, d_shard, states.optimizer_sharded)
+    if any_row(x.moe):  # moe: the stage's routed experts (psi_e per GPU after ep·etp), over edp
+        w = w + M.state_bytes(psi_e, states.weight_bytes, edp, states.weight_sharded)
+        g = g + M.state_bytes(psi_e, states.grad_bytes, edp, states.grad_sharded)
+        o = o + M.state_bytes(psi_e, states.optimizer_bytes, edp, states.optimizer_sharded)
+    host = act_host
+    if c.offload:  # offload: the states that move to host memory leave the device
+        w, g, o, host_states = offload_states(x, c, states, conv, w, g, o)
+        host = host + host_states
+    held = held_buffers(x, c, k, psi, ends)
+    allocated = w + g + o + act + held
+    frag = x.frag if conv.fragmentation is None else conv.fragmentation
+    # the allocator's slack is on what the step allocates and frees, not on the model states,
+    # which sit in buffers allocated once
+    slack = frag * (act + held)
+    overhead = M.runtime_overhead_bytes(x.reserved, frag, act + held)
+    return w, g, o, act, overhead + held, allocated, allocated + slack, host
+
+
+def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """The most loaded stage's memory (the first or the last), part by part."""
+    first_ends = _ops.select(_ops.maximum(k.single_stage, PL.ends_on_first_gpu(c.schedule)),
+                             2 - x.tied, 1)
+    act_first, act_last, act_host_first, act_host_last = k.act_first, k.act_last, 0, 0
+    if c.offload:  # offload: N layers' activations of each micro-batch in flight on the host
+        act_host_first = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
+                                                           k.inflight_first)
+        act_host_last = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
+                                                          k.inflight_last)
+        act_first, act_last = act_first - act_host_first, act_last - act_host_last
+    first = stage_bytes(x, c, k, k.params_first, act_first, first_ends, k.expert_first,
+                        act_host_first)
+    last = stage_bytes(x, c, k, k.params_last, act_last, first_ends, k.expert_last,
+                       act_host_last)
+    is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
+    worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
+    stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
+    stage_experts = _ops.select(is_first, k.expert_first, k.expert_last)  # moe
+    if any_row(x.moe):  # moe: the expert parameters per GPU, shown for MoE models
+        stage_experts = note("expert_stage_params", stage_experts)
+    weights = note("weights_bytes", worst[0])
+    grads = note("gradients_bytes", worst[1])
+    optimizer = note("optimizer_bytes", worst[2])
+    activations = note("activations_bytes", worst[3])
+    overhead = note("overhead_bytes", worst[4])
+    return SimpleNamespace(
+        is_first=is_first, stage_params=stage_params, stage_experts=stage_experts,
+        weights=weights, grads=grads, optimizer=optimizer, activations=activations,
+        overhead=overhead,
+        total_bytes=note("total_bytes", weights + grads + optimizer + activations + overhead),
+        allocated_bytes=worst[5], reserved_bytes=worst[6],
+        host_bytes=note("host_bytes", worst[7]) if c.offload else 0)  # offload
