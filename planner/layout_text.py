@@ -107,8 +107,8 @@ def merge_layout(text: str, given: dict[str, Any]) -> dict[str, Any]:
         if value is None or key not in fields:
             continue
         mine = fields[key]
-        same = (str(mine).lower() == str(value).lower() if isinstance(mine, str)
-                else mine == value)
+        same = (bool(value) == mine if isinstance(mine, bool)
+                else str(mine).lower() == str(value).strip().lower())
         if not same:
             flag = _FLAG.get(key, f"--{key.replace('_', '-')}")
             shown = value if not isinstance(value, bool) else ("on" if value else "off")
@@ -122,16 +122,16 @@ def _shown(value: Any) -> str:
 
 
 def explain_args(model: str, hw: str, config, framework: str | None = None,
-                 model_seq_len: int | None = None) -> list[str]:
+                 seq_len_given: bool = False) -> list[str]:
     """The `plan3d explain` arguments that reproduce `config` (a PlanConfig the search costed):
     the model and profile as the user named them, its GPU count, the layout as the table spells
     it (`--plan`), the global batch, and each setting the layout string does not carry where it
     differs from explain's default. `framework`: the one the user asked for (None: the default).
-    model_seq_len: the model's own sequence length (--seq-len is passed when the plan's differs)."""
+    seq_len_given: whether the search was given --seq-len (then explain is given it too)."""
     c = config
     args = ["explain", "--model", model, "--gpus", str(c.n_gpus), "--hw", hw,
             "--plan", c.short_label(), "--gbs", str(c.gbs)]
-    if model_seq_len is None or c.seq_len != model_seq_len:
+    if seq_len_given:
         args += ["--seq-len", str(c.seq_len)]
     if framework:
         args += ["--framework", framework]

@@ -41,7 +41,7 @@ COMMANDS: dict[str, list[str]] = {
                         "--dp-shard", "auto", *_S],
     "search-70b-offload-auto": ["search", "--model", "70b", "--gpus", "16", "--hw",
                                 "a100-nvlink", "--offload", "auto", *_S],
-    "search-70b-budget": ["search", *_E70, "--train-tokens", "15T", "--gpu-hour-price", "2.5",
+    "search-70b-budget": ["search", *_E70, "--train-tokens", "15T", "--price", "2.5",
                           *_S],
     "search-deepseek-v3": ["search", "--model", "deepseek-v3", "--gpus", "2048", *_S],
     "search-qwen3-30b": ["search", "--model", "qwen3-30b-a3b", "--gpus", "64", *_S],

@@ -18,6 +18,7 @@ from .flags import (
     GbsOpt,
     GoodputOpt,
     GradOpt,
+    HeadroomOpt,
     JsonOpt,
     ModelOpt,
     OverlapOpt,
@@ -49,8 +50,7 @@ def compare(
     gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
     precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True,
-    headroom: Annotated[float, typer.Option(
-        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    headroom: HeadroomOpt = None,
     json_: JsonOpt = False,
     chart: Annotated[str | None, typer.Option(
         help="Draw days and cost against GPUs to an .svg or .png file (needs matplotlib: "
@@ -70,6 +70,9 @@ def compare(
             if fmt not in ("svg", "png"):
                 raise PlanError(f"--chart writes .svg or .png: give a path ending in one of them, "
                                 f"got '{chart}'")
+            from ..compare import check_chart
+
+            check_chart()  # before computing: the chart extra may be missing
         names = [s.strip() for s in hw.split(",") if s.strip()]
         counts = int_list(gpus, "gpus", MAX_GPUS) or []
         req = _request(max(counts, default=1), None, None, None, None, None, None, None, None,

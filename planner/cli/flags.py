@@ -169,7 +169,17 @@ TrainTokensOpt = Annotated[str | None, typer.Option(
     help="Tokens to train on (e.g. 15T, 300B): adds days, GPU-hours, cost, energy.")]
 
 
-PriceOpt = Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")]
+PriceOpt = Annotated[float | None, typer.Option(
+    "--price", help="Price of one GPU-hour, for the cost (compare: per profile too).")]
+HeadroomOpt = Annotated[float | None, typer.Option(
+    help="Memory a recommended plan leaves free, as a fraction of capacity (default 0.1: the "
+    "estimate's own error and NCCL buffers beyond it); a plan that fits only inside it is "
+    "marked m and never ranked first.")]
+WhyOpt = Annotated[bool, typer.Option(
+    "--why", help="After the table: every row against row 1 and every option weighed.")]
+PlanOpt = Annotated[str | None, typer.Option(
+    "--plan", help="A layout as search's table prints it, e.g. \"dp128 tp2 pp1 cp2 z3 sel\" "
+    "(quoted): its degrees, ZeRO stage, recompute and the rest in one argument.")]
 
 
 PowerOpt = Annotated[float | None, typer.Option(

@@ -11,6 +11,7 @@ from ..errors import (
     NoFeasiblePlan,
     PlanError,
 )
+from ..layout_text import explain_args
 from .app import app
 from .common import (
     EMIT_SEARCH_DEPTH,
@@ -46,6 +47,7 @@ from .flags import (
     GoodputOpt,
     GpusOpt,
     GradOpt,
+    HeadroomOpt,
     HwOpt,
     JsonOpt,
     MbsOpt,
@@ -59,6 +61,7 @@ from .flags import (
     OffloadOptimizerOpt,
     OffloadParamsOpt,
     OverlapOpt,
+    PlanOpt,
     PowerOpt,
     PpOpt,
     PrecisionOpt,
@@ -71,6 +74,7 @@ from .flags import (
     TpOpt,
     TrainTokensOpt,
     VppOpt,
+    WhyOpt,
     ZeroOpt,
     _mfu_convention,
 )
@@ -80,8 +84,8 @@ from .flags import (
 def explain(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
-    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = "selective",
-    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
+    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None, plan: PlanOpt = None,
     tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False, emit: EmitOpt = None,
@@ -138,6 +142,10 @@ def _explained(o) -> SimpleNamespace:
                         f"got '{o.timeline_out}'")
     run = SimpleNamespace(convention=_mfu_convention(o.mfu_convention),
                           sections=_sections(o.section), picture=None, svg=None)
+    if o.plan is not None:
+        _apply_layout(o)
+    if o.recompute is None:
+        o.recompute = "selective"
     if o.zero is None:  # the framework's own default: ZeRO-1 for Megatron, FSDP for torchtitan
         from ..frameworks import FRAMEWORKS
         from ..search.options import resolve_framework
@@ -164,6 +172,25 @@ def _explained(o) -> SimpleNamespace:
     run.constants = (None if o.json_ or o.brief
                      else api.explain_constants(o.model, o.hw, run.plan))
     return run
+
+
+LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp", "ep", "etp",
+                  "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
+                  "offload_optimizer", "offload_params", "offload_activations")
+"""explain's options a layout string (--plan) can set."""
+
+
+def _apply_layout(o) -> None:
+    """explain --plan: the layout string's settings into explain's options; an option given
+    beside it that contradicts it is an error naming both (planner.layout_text)."""
+    from ..layout_text import merge_layout
+
+    fields = merge_layout(o.plan, {k: getattr(o, k) for k in LAYOUT_OPTIONS})
+    for key, value in fields.items():
+        if key in LAYOUT_OPTIONS:
+            typed = isinstance(value, bool) or key.startswith("offload") or key in (
+                "precision", "gbs", "seq_len")  # options typed as numbers, not degree lists
+            setattr(o, key, value if typed else str(value))
 
 
 def _timeline_picture(o, plan):
@@ -235,8 +262,7 @@ def search(
         "doubling up to --gpus) whose best plan steps within --target-step-s.")] = "time",
     target_step_s: Annotated[float | None, typer.Option(
         help="With --sort gpus: the step time to reach, in seconds.")] = None,
-    headroom: Annotated[float, typer.Option(
-        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    headroom: HeadroomOpt = None, why: WhyOpt = False,
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
@@ -278,7 +304,9 @@ def _searched(o) -> SimpleNamespace:
                                 target_step_s=target_step_s)
     plans = [_extras(plan, o.model, o.hw, None, o.train_tokens, o.gpu_hour_price, o.gpu_power_w,
                      o.goodput)[0] for plan in result.plans]
-    run.result = result.model_copy(update={"plans": plans})
+    run.result = result.model_copy(update={"plans": plans, "explain_args": [
+        explain_args(o.model, o.hw, p.config, o.framework, o.seq_len is not None)
+        for p in plans]})
     run.launch = None
     if o.emit:
         try:
@@ -309,7 +337,23 @@ def _show_searched(o, run) -> None:
     _notice(run.framework_note)
     # with --emit, stdout carries the settings alone; the table goes to stderr
     out = render.console(stderr=run.launch is not None)
-    render.render_search(run.result, out, mfu_convention=run.convention)
+    render.render_search(run.result, out, mfu_convention=run.convention, why=o.why,
+                         footer=_footer(run.result, o.why))
     if run.launch is not None:
         render.render_launch_notes(run.launch, out)
         render.write_settings(run.launch)
+
+
+def _footer(result, why: bool) -> list[str]:
+    """The command that runs row 1 as printed, and where the rest of the reasoning is."""
+    import shlex
+
+    if not result.explain_args:
+        return []
+    # a layout in double quotes, as the issue and the README write it; anything else as shlex does
+    words = [f'"{a}"' if " " in a and '"' not in a and "$" not in a and "`" not in a
+             else shlex.quote(a) for a in result.explain_args[0]]
+    lines = ["Run row 1: plan3d " + " ".join(words)]
+    if not why:
+        lines.append("--why: every row against row 1, and every option weighed.")
+    return lines

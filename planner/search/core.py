@@ -52,6 +52,9 @@ class SearchResult(BaseModel):
     # it, `reason` the whole reasoning (--why)
     answer: str = ""
     summary: list[str] = []
+    # each row's `plan3d explain` arguments, which reproduce it exactly (filled by the CLI, which
+    # knows the names the user gave the model and the profile)
+    explain_args: list[list[str]] = []
 
 
 def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:

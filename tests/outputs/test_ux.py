@@ -44,7 +44,7 @@ def run(*args, columns: int | None = None):
 
 COMMANDS = [
     SEARCH,
-    SEARCH + ["--train-tokens", "15T", "--gpu-hour-price", "2.5"],
+    SEARCH + ["--train-tokens", "15T", "--price", "2.5"],
     EXPLAIN,
     EXPLAIN + ["--timeline"],
     ["validate"],
@@ -81,7 +81,7 @@ def test_search_keeps_the_layout_and_decisive_numbers_at_80_columns():
 # ---- 2. the answer first -----------------------------------------------------------------------
 
 def test_explain_opens_with_the_verdict_then_sections():
-    out = run(*EXPLAIN, "--train-tokens", "15T", "--gpu-hour-price", "2").stdout
+    out = run(*EXPLAIN, "--train-tokens", "15T", "--price", "2").stdout
     lines = out.splitlines()
     assert lines[1].startswith("Fits: 38.5 of 79.6 GiB per GPU")
     assert lines[2].startswith("Peak at the first stage's first backward")
