@@ -15,16 +15,27 @@ from .app import app
 from .common import _checked_json, _fail, _request, _write_file
 from .flags import (
     AttnOpt,
+    CpOpt,
+    DpOpt,
+    FrameworkOpt,
     GbsOpt,
     GoodputOpt,
     GradOpt,
     HeadroomOpt,
     JsonOpt,
+    MbsOpt,
     ModelOpt,
     OverlapOpt,
+    PpOpt,
     PrecisionOpt,
+    RecomputeOpt,
+    ScheduleOpt,
     SeqOpt,
+    SpOpt,
     TokensOpt,
+    TpOpt,
+    VppOpt,
+    ZeroOpt,
 )
 
 
@@ -47,6 +58,10 @@ def compare(
     deadline_days: Annotated[float | None, typer.Option(
         help="Size each profile: the fewest GPUs whose best plan trains the tokens within this "
         "many days.")] = None,
+    framework: FrameworkOpt = None,
+    dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
+    schedule: ScheduleOpt = None, sp: SpOpt = None,
     gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
     precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True,
@@ -75,9 +90,9 @@ def compare(
             check_chart()  # before computing: the chart extra may be missing
         names = [s.strip() for s in hw.split(",") if s.strip()]
         counts = int_list(gpus, "gpus", MAX_GPUS) or []
-        req = _request(max(counts, default=1), None, None, None, None, None, None, None, None,
-                       None, None, gbs, tokens_per_step, seq_len, precision, grad_dtype,
-                       attention, overlap_grad_reduce)
+        req = _request(max(counts, default=1), dp, tp, pp, cp, vpp, mbs, zero, recompute,
+                       schedule, sp, gbs, tokens_per_step, seq_len, precision, grad_dtype,
+                       attention, overlap_grad_reduce, framework=framework)
         result = api.compare_request(model, names, counts, req, token_count(train_tokens),
                                      price, gpu_power_w, goodput, deadline_days, headroom)
         data = _checked_json(result.model_dump(mode="json"))

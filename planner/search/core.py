@@ -105,6 +105,11 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
     headroom: the memory margin a recommended plan leaves free (None: DEFAULT_HEADROOM).
     sort = "gpus" finds the fewest GPUs whose row 1 meets target_step_s."""
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
+    asked = [d for d in (req.ep or []) + (req.etp or []) if d != 1]
+    if model.n_experts <= 1 and asked:  # the real cause first, not a count of removed layouts
+        raise PlanError(f"{model.name} has no routed experts, so there is nothing to split over "
+                        "expert parallelism: ep = etp = 1 is the only value that works; leave "
+                        "--ep and --etp out")
     if sort not in SORT_KEYS:
         raise PlanError(f"unknown sort '{sort}' (choose from {', '.join(SORT_KEYS)})")
     if sort == "gpus":
