@@ -11,7 +11,7 @@ from ..errors import (
     NoFeasiblePlan,
     PlanError,
 )
-from .app import app
+from .app import PanelledHelp, app
 from .common import _checked_json, _fail, _request, _write_file
 from .flags import (
     AttnOpt,
@@ -39,7 +39,7 @@ from .flags import (
 )
 
 
-@app.command()
+@app.command(cls=PanelledHelp)
 def compare(
     model: ModelOpt,
     hw: Annotated[str, typer.Option(

@@ -12,7 +12,7 @@ from ..errors import (
     PlanError,
 )
 from ..layout_text import explain_args
-from .app import app
+from .app import PanelledHelp, app
 from .common import (
     EMIT_SEARCH_DEPTH,
     MAX_TIMELINE_BLOCKS,
@@ -80,7 +80,7 @@ from .flags import (
 )
 
 
-@app.command()
+@app.command(cls=PanelledHelp)
 def explain(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
@@ -245,7 +245,7 @@ def _show_explained(o, run) -> None:
         raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
 
 
-@app.command()
+@app.command(cls=PanelledHelp)
 def search(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
@@ -255,13 +255,15 @@ def search(
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True,
     allow_tp_across_nodes: Annotated[bool, typer.Option(
-        help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
-    top: Annotated[int, typer.Option(help="How many plans to show.", min=1)] = 10,
+        rich_help_panel="Layout", help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
+    top: Annotated[int, typer.Option(help="How many plans to show.", min=1,
+                                     rich_help_panel="Ranking")] = 10,
     sort: Annotated[str, typer.Option(
-        help="Rank by: time, memory, mfu; or gpus: the fewest GPUs (whole NVLink domains, "
-        "doubling up to --gpus) whose best plan steps within --target-step-s.")] = "time",
+        rich_help_panel="Ranking", help="Rank by: time, memory, mfu; or gpus: the fewest GPUs "
+        "(whole NVLink domains, doubling up to --gpus) whose row 1 steps within "
+        "--target-step-s.")] = "time",
     target_step_s: Annotated[float | None, typer.Option(
-        help="With --sort gpus: the step time to reach, in seconds.")] = None,
+        rich_help_panel="Ranking", help="With --sort gpus: the step time to reach, in seconds.")] = None,
     headroom: HeadroomOpt = None, why: WhyOpt = False,
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
