@@ -48,6 +48,10 @@ COMMANDS: dict[str, list[str]] = {
     "search-mixtral-8x7b": ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--hw",
                             "a100-nvlink", *_S],
     "search-70b-no-fit": ["search", "--model", "405b", "--gpus", "8", "--json"],
+    # the recommendation rule (issue 19): another memory margin; a row read back by explain
+    "search-70b-headroom": ["search", *_E70, "--headroom", "0.3", *_S],
+    "explain-70b-plan": ["explain", *_E70, "--plan", "dp128 tp2 pp1 cp2 z3 sel", "--gbs", "512",
+                         "--json"],
     # search --emit: the launch settings of each format in the JSON
     "search-70b-emit-megatron": ["search", *_E70, "--emit", "megatron", *_S],
     "search-70b-emit-nemo": ["search", *_E70, "--emit", "nemo", *_S],

@@ -459,9 +459,9 @@ def layout_cell(plan: Plan) -> str:
     return plan.config.short_label()
 
 
-LAYOUT_LEGEND = ("# 1= within the model's uncertainty of the row its group starts with, m fits "
-                 "only inside the memory margin, ! a warning; z ZeRO stage, v virtual stages, "
-                 "sel/full recompute (none when absent), nosp no sequence parallelism")
+RANK_LEGEND = "# 1= a tie with its group's first row, m inside the memory margin, ! a warning"
+LAYOUT_LEGEND = (RANK_LEGEND + "; layout: z = ZeRO stage, v = virtual stages, sel/full = "
+                 "recompute (none when absent), nosp = no sequence parallelism")
 
 
 def bubble_share(plan: Plan) -> float:
@@ -517,9 +517,9 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     title = (f"{len(plans)} of {result.feasible:,} plans that fit "
              f"({result.considered:,} considered)")
     out.print(fitted_table(out, columns, title))
-    out.print(LAYOUT_LEGEND + (f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
-                               "bubble = T_bubble/T_step, the step's idle fill and drain."
-                               if why else "."))
+    out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
+              "bubble = T_bubble/T_step, the step's idle fill and drain." if why else
+              RANK_LEGEND + ".")
     lines = list(result.summary) if result.summary else ([] if why else [result.reason])
     if why:
         lines += [result.reason] if result.reason else []

@@ -45,8 +45,7 @@ def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
     head = (f"Row 1, the plan to run: {_name(plan)}" if any_safe else
             f"No plan fits with the {headroom:.0%} memory margin (--headroom); row 1 is the "
             f"fastest that fits at all: {_name(plan)}")
-    return (f"{head} — {plan.time.step_s:.3g} s a step, {gib(plan)} of "
-            f"{m.capacity_bytes / GIB:.1f} GiB ({share:.0%}).")
+    return f"{head}, {plan.time.step_s:.3g} s a step, {share:.0%} of memory."
 
 
 def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
@@ -62,9 +61,8 @@ def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
     ranked = [i for i, lab in enumerate(labels) if i and lab != MARGIN_MARK]
     if ties:
         n = len(ties)
-        lines.append(f"{n} plan{'s are' if n > 1 else ' is'} within the model's uncertainty "
-                     f"(±{band:.1%}) of it, marked 1=; the nearest, {_name(plans[ties[0]])}, is "
-                     f"{_vs(best, plans[ties[0]])}.")
+        lines.append(f"{n} more within the model's uncertainty, ±{band:.1%} (1=); the "
+                     f"nearest, {_name(plans[ties[0]])}: {_vs(best, plans[ties[0]])}.")
     elif ranked:
         i = ranked[0]
         lines.append(f"Row {i + 1}, {_name(plans[i])}, is {_vs(best, plans[i])}.")

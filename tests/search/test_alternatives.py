@@ -103,7 +103,9 @@ def test_a_plan_that_fits_never_reads_100_percent(needed, shown):
 
 def test_cli_shows_and_json_carries_the_alternatives():
     args = ["search", "--model", "405b", "--gpus", "16384", "--hw", "h100-nvlink", "--top", "3"]
-    out = runner.invoke(app, args, env={"COLUMNS": "80"})
+    # short by default (issue 19): the options weighed are behind --why
+    assert "Also weighed:" not in runner.invoke(app, args, env={"COLUMNS": "80"}).stdout
+    out = runner.invoke(app, [*args, "--why"], env={"COLUMNS": "80"})
     assert out.exit_code == 0, out.output
     text = out.stdout
     assert "Also weighed:" in text
