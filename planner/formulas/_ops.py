@@ -140,3 +140,17 @@ def log2(x):
     if _is_array(x):
         return np.log2(x)
     return math.log2(x)
+
+
+def smallest(values):
+    """min of several values on any backend: one n-ary Min for symbols (nested binary ones make
+    sympy compare every pair as it builds them), numpy's reduce for arrays."""
+    values = list(values) if isinstance(values, (list, tuple)) or hasattr(values, "__next__") \
+        else [values]
+    if _is_symbolic(*values):
+        import sympy
+
+        return sympy.Min(*values, evaluate=False)
+    if _is_array(*values):
+        return np.minimum.reduce(np.broadcast_arrays(*values))
+    return min(values)

@@ -22,7 +22,9 @@ def test_profile_is_plausible(name):
     for link in (hw.fast, hw.network):
         assert link.busbw_gb_per_s <= link.gb_per_s  # achievable ≤ nominal
         assert 0.1 <= link.latency_us <= 100
-    assert hw.fast.busbw_gb_per_s > 4 * hw.network.busbw_gb_per_s  # NVLink ≫ a NIC
+    # NVLink ≫ a NIC: 4x on every profile but the export-limited H800, whose NVLink (160 GB/s,
+    # DeepSeek-V3 report §3.2.2) is 3.5x its 400 Gb/s NIC's 46 GB/s
+    assert hw.fast.busbw_gb_per_s > 3 * hw.network.busbw_gb_per_s
     assert 0.2 <= hw.efficiency.gemm.bf16 <= 0.9 and 0.5 <= hw.efficiency.hbm <= 1
     assert 0 < hw.runtime.reserved_gib < 10
 

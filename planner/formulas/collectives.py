@@ -1,0 +1,458 @@
+"""Collectives as NCCL's tuner prices and picks them: each algorithm and protocol's latency and
+bandwidth, and the fastest of those enabled.
+
+Source, for every constant and rule here: NVIDIA/nccl at tag v2.30.7-1 (commit 73cf112295c3),
+src/graph/tuning.cc — ncclTopoTuneModel (the latency and bandwidth of each collective, algorithm
+and protocol) and ncclTopoGetAlgoTime (time = latency + bytes / algorithm bandwidth) — with
+src/include/enqueue.h ncclFuncMaxSendRecvCount (the bytes the tuner is asked about) and
+src/include/device.h, src/enqueue.cc for send/recv. The tuner's model, as NCCL writes it:
+
+    time = latency + B / algbw,     algbw = busbw · ratio,
+
+B the collective's whole buffer (the all-reduce's buffer, the all-gather's output, the
+reduce-scatter's input: n × the per-rank count for the last two), busbw the bus bandwidth of
+the algorithm and protocol, ratio = n / nsteps for the ring, NVLS and NVLS-tree (nsteps = 2(n − 1)
+for an all-reduce, n − 1 for a reduce-scatter or all-gather), 1/2 for the tree and CollNet
+all-reduce, and 1 (no conversion) for the non-ring reduce-scatter and all-gather (PAT, NVLS).
+The tuner then takes the smallest time over the enabled (algorithm, protocol) pairs.
+
+Bandwidth: plan3d knows the ring/Simple bus bandwidth W of the link a group crosses (measured
+nccl-tests figures in the profile, placed by planner/formulas/comm.py); NCCL's own number is
+nChannels × per-channel bandwidth of the topology search, which W stands for. Each other
+algorithm and protocol follows from W by the tuner's refinements (`*_busbw` below). The
+per-channel caps (nChannels × perChMax…Bw) are left out: at the 16–32 channels NCCL opens on
+NVSwitch and multi-NIC nodes they lie above W (e.g. 32 × 36.7 GB/s for Hopper ring LL128).
+
+Latency: NCCL's constants (µs) per algorithm and protocol — a base latency, plus per step a
+hardware latency of the link the step crosses (NVLink inside a node, the network between nodes).
+`n` is the ranks, `k` the nodes NCCL counts (NVLink domains in plan3d's terms: a multi-node
+NVLink rack is one NCCL node), n/k the ranks per node.
+
+Runs on floats, numpy arrays and sympy symbols: what depends on values (PAT needs one rank per
+node, the tree's correction by size, whether the group leaves the node) goes through `_ops`;
+what is a property of the cluster (NVLS present, SHARP enabled) picks which candidates exist.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from . import _ops
+
+US = 1e-6
+GB = 1e9
+
+
+class Algo(Enum):
+    TREE = "tree"
+    RING = "ring"
+    COLLNET_DIRECT = "collnet-direct"
+    COLLNET_CHAIN = "collnet-chain"
+    NVLS = "nvls"
+    NVLS_TREE = "nvls-tree"
+    PAT = "pat"
+
+
+class Proto(Enum):
+    """NCCL's protocols, in its order (LL, LL128, Simple): LL moves 8-byte flag+data words (low
+    latency, half the bandwidth), LL128 128-byte lines with 8 bytes of flags, Simple plain
+    copies with a fence per chunk."""
+
+    LL = 0
+    LL128 = 1
+    SIMPLE = 2
+
+
+class Coll(Enum):
+    ALL_REDUCE = "all-reduce"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_GATHER = "all-gather"
+
+
+class Gen(Enum):
+    """The GPU generation, which picks the LL protocol's one-node ceiling (llMaxBws)."""
+
+    VOLTA = "volta"
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+
+
+class Cpu(Enum):
+    """The host CPU's vendor, which picks the multi-node LL ceiling and the network overhead."""
+
+    INTEL = "intel"
+    AMD = "amd"
+
+
+class Intra(Enum):
+    """The link between the GPUs of a node: NVLink (through NVSwitch) or PCIe."""
+
+    NVLINK = "nvlink"
+    PCI = "pci"
+
+
+BASE_LATENCY_US = {
+    Algo.TREE: (6.8, 14.0, 8.4), Algo.RING: (6.6, 14.0, 8.4),
+    Algo.COLLNET_DIRECT: (0, 0, 0), Algo.COLLNET_CHAIN: (0, 0, 0),
+    Algo.NVLS: (0, 0, 0), Algo.NVLS_TREE: (0, 0, 0), Algo.PAT: (8.0, 8.0, 8.0)}
+"""ncclTunerConstantsDefaults.baseLatencies (µs), per algorithm (LL, LL128, Simple)."""
+
+HW_LATENCY_US = {
+    "nvlink": {Algo.TREE: (0.6, 1.25, 4.0), Algo.RING: (0.6, 1.9, 3.4),
+               Algo.COLLNET_DIRECT: (0, 0, 3.7), Algo.COLLNET_CHAIN: (0, 0, 2.8),
+               Algo.NVLS: (0, 0, 25), Algo.NVLS_TREE: (0, 0, 25), Algo.PAT: (0, 0, 4.0)},
+    "pci": {Algo.TREE: (1.0, 1.9, 4.0), Algo.RING: (1.0, 2.5, 5.7),
+            Algo.COLLNET_DIRECT: (0, 0, 3.7), Algo.COLLNET_CHAIN: (0, 0, 2.8),
+            Algo.NVLS: (0, 0, 0), Algo.NVLS_TREE: (0, 0, 0), Algo.PAT: (0, 0, 4.0)},
+    "net": {Algo.TREE: (5.0, 8.5, 14), Algo.RING: (2.7, 4.0, 14.0),
+            Algo.COLLNET_DIRECT: (0, 0, 31), Algo.COLLNET_CHAIN: (0, 0, 30),
+            Algo.NVLS: (0, 0, 18), Algo.NVLS_TREE: (0, 0, 20.9), Algo.PAT: (0, 0, 14)},
+}
+"""ncclTunerConstantsDefaults.hwLatencies (µs): per link kind, algorithm, (LL, LL128, Simple)."""
+
+LL_MAX_BUSBW_GB = {
+    # one node: by GPU generation (N1)
+    "volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0,
+}
+"""llMaxBws (GB/s) on one node, by GPU generation: the LL protocol's bus bandwidth ceiling."""
+
+LL_MAX_BUSBW_MULTINODE_GB = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
+"""llMaxBws on 2 nodes and on more (N2, N4), chosen by the host CPU's vendor: rows 0 and 1 of
+the table (the tuner indexes the row by CPU vendor once the job spans nodes)."""
+
+NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
+"""nvlsEfficiency: NVLS's share of the NVLink bandwidth per channel, by generation."""
+
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+"""getNetOverhead: a multi-node ring's per-step floor (×3 for Simple), by host CPU vendor."""
+
+TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0,
+     1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9,
+     1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9))
+"""treeCorrectionFactor[protocol][log2(B/64)] for B from 64 B to 256 MiB: the tree all-reduce's
+bandwidth at medium sizes (applied for log2 index 0–22; 1 outside)."""
+
+RING_PLATEAU_FACTOR = 1.4
+"""ncclTopoGetAlgoTime: a multi-node ring/Simple all-reduce's latency ×1.4 on sm80+ once each
+channel and rank get 64 bytes or more ("plateau effect of ring")."""
+
+P2P_LL_THRESHOLD_BYTES = 16384
+"""src/enqueue.cc NCCL_P2P_LL_THRESHOLD: send/recv of up to 16 KiB use LL, larger Simple."""
+
+P2P_PEERS_PER_BATCH = 8
+"""src/include/device.h NCCL_MAX_DEV_WORK_P2P_PER_BATCH: send/recv pairs one work batch of a
+channel carries at once; an all-to-all's n − 1 peers go out in ⌈(n − 1)/8⌉ such rounds."""
+
+
+# ---- steps ---------------------------------------------------------------------------------
+
+def ring_steps(coll: Coll, n_ranks):
+    """nsteps: 2(n − 1) for an all-reduce (reduce-scatter then all-gather), n − 1 otherwise."""
+    return (2 if coll is Coll.ALL_REDUCE else 1) * (n_ranks - 1)
+
+
+def ring_inter_steps(coll: Coll, n_nodes):
+    """nInterSteps: the ring steps that cross between nodes, 2(k − 1) or k − 1 (0 on one node)."""
+    return (2 if coll is Coll.ALL_REDUCE else 1) * (n_nodes - 1)
+
+
+def floor_log2(x):
+    """log2i: ⌊log₂ x⌋ (exact for the powers of two node counts usually are)."""
+    return -_ops.ceil(-_ops.log2(x))
+
+
+def one_node(n_nodes):
+    """1 when the group lies in one node (NCCL's nNodes = 1), else 0."""
+    return _ops.le(n_nodes, 1)
+
+
+def one_rank_per_node(n_ranks, n_nodes):
+    """1 when every node holds one rank of the group (ppn = 1), else 0."""
+    return _ops.le(n_ranks, n_nodes)
+
+
+# ---- latency (seconds) ---------------------------------------------------------------------
+
+def ring_latency_s(coll: Coll, proto: Proto, n_ranks, n_nodes, net_overhead_us=1.0,
+                   intra: Intra = Intra.NVLINK):
+    """base + (nsteps − nInter)·intraLat + nInter·interLat, with intraLat raised to the network
+    overhead (NET_OVERHEAD_US: 1 µs Intel, 2 µs AMD; ×3 for Simple) once the ring leaves the
+    node, and interLat the network's ring latency (the tree's where ppn = 1: every step then
+    crosses the network)."""
+    p = proto.value
+    overhead = net_overhead_us * (3 if proto is Proto.SIMPLE else 1)
+    multi = 1 - one_node(n_nodes)
+    intra_us = _ops.maximum(HW_LATENCY_US[intra.value][Algo.RING][p], multi * overhead)
+    inter_us = _ops.select(one_rank_per_node(n_ranks, n_nodes), HW_LATENCY_US["net"][Algo.TREE][p],
+                           HW_LATENCY_US["net"][Algo.RING][p])
+    steps, inter = ring_steps(coll, n_ranks), ring_inter_steps(coll, n_nodes)
+    return (BASE_LATENCY_US[Algo.RING][p] + (steps - inter) * intra_us + inter * inter_us) * US
+
+
+def tree_latency_s(proto: Proto, n_ranks, n_nodes, intra: Intra = Intra.NVLINK):
+    """All-reduce only: base + 2·((n/k − 1)·intraLat + ⌊log₂k⌋·interLat) — a chain inside each
+    node, a double binary tree across the nodes, up then down."""
+    p = proto.value
+    return (BASE_LATENCY_US[Algo.TREE][p]
+            + 2 * ((n_ranks / n_nodes - 1) * HW_LATENCY_US[intra.value][Algo.TREE][p]
+                   + floor_log2(n_nodes) * HW_LATENCY_US["net"][Algo.TREE][p])) * US
+
+
+def nvls_latency_s(n_nodes):
+    """NVLS (Simple only): the NVLink switch's multicast, 25 µs, plus the network's 18 µs when it
+    spans nodes (through CollNet)."""
+    s = Proto.SIMPLE.value
+    return (HW_LATENCY_US["nvlink"][Algo.NVLS][s]
+            + (1 - one_node(n_nodes)) * HW_LATENCY_US["net"][Algo.NVLS][s]) * US
+
+
+def nvls_tree_latency_s(n_nodes):
+    """NVLS inside each node and a tree across nodes: 25 + 2·⌊log₂k⌋·20.9 µs."""
+    s = Proto.SIMPLE.value
+    return (HW_LATENCY_US["nvlink"][Algo.NVLS_TREE][s]
+            + 2 * floor_log2(n_nodes) * HW_LATENCY_US["net"][Algo.NVLS_TREE][s]) * US
+
+
+def collnet_direct_latency_s(n_ranks, n_nodes):
+    """SHARP through every GPU's NIC: 2·(min(1, ppn − 1)·3.7 + (ppn − 1)·0.4) + 31 µs (the 0.4 µs
+    the tuner calls arity serialisation)."""
+    ppn = n_ranks / n_nodes
+    return (2 * (_ops.minimum(1, ppn - 1) * HW_LATENCY_US["nvlink"][Algo.COLLNET_DIRECT][2]
+                 + (ppn - 1) * 0.4) + HW_LATENCY_US["net"][Algo.COLLNET_DIRECT][2]) * US
+
+
+def collnet_chain_latency_s(n_ranks, n_nodes):
+    """SHARP at the end of a chain through the node: 2·(ppn − 1)·2.8 + 30 µs."""
+    return (2 * (n_ranks / n_nodes - 1) * HW_LATENCY_US["nvlink"][Algo.COLLNET_CHAIN][2]
+            + HW_LATENCY_US["net"][Algo.COLLNET_CHAIN][2]) * US
+
+
+def pat_latency_s(n_ranks, n_nodes):
+    """PAT (reduce-scatter/all-gather, one rank per node, Simple): 8 + ⌊log₂k⌋·14/3.5 + 2.8·n µs
+    — logarithmic in the nodes, with the linear part the tuner keeps ("hopefully we'll manage to
+    remove it")."""
+    return (BASE_LATENCY_US[Algo.PAT][2]
+            + floor_log2(n_nodes) * HW_LATENCY_US["net"][Algo.TREE][2] / 3.5
+            + 2.8 * n_ranks) * US
+
+
+# ---- bus bandwidth per algorithm and protocol (bytes/s), from the ring/Simple figure W -------
+
+def ll_max_busbw(generation: Gen, n_nodes, cpu: Cpu = Cpu.INTEL):
+    """llMaxBw: the generation's figure on one node, the CPU vendor's on 2 or more nodes."""
+    two, more = LL_MAX_BUSBW_MULTINODE_GB[cpu.value]
+    multi = _ops.select(_ops.le(n_nodes, 2), two, more)
+    return _ops.select(one_node(n_nodes), LL_MAX_BUSBW_GB[generation.value], multi) * GB
+
+
+def ring_busbw(proto: Proto, busbw, ll_max):
+    """Ring: LL min(llMax, W/2), LL128 0.92·W (120 of 128 bytes are data), Simple W."""
+    if proto is Proto.LL:
+        return _ops.minimum(ll_max, 0.5 * busbw)
+    return (0.92 if proto is Proto.LL128 else 1.0) * busbw
+
+
+def tree_busbw(proto: Proto, busbw, ll_max, n_nodes):
+    """Tree all-reduce: 0.92·W, then LL min(·/3.8, llMax), LL128 ×7/9 on one node, ×120/128
+    across nodes."""
+    tree = 0.92 * busbw
+    if proto is Proto.LL:
+        return _ops.minimum(tree / 3.8, ll_max)
+    if proto is Proto.LL128:
+        return tree * _ops.select(one_node(n_nodes), 7 / 9, 120 / 128)
+    return tree
+
+
+def tree_correction(proto: Proto, buffer_bytes):
+    """treeCorrectionFactor at i = ⌊log₂(B/64)⌋ for 0 ≤ i < 23, else 1, as steps at the sizes
+    where the table's value changes: 1 + Σ_k (c_k − c_(k−1))·1[B ≥ 64·2^(i_k)], with 1 below
+    64 B and from 2^23·64 B on."""
+    table = (*TREE_CORRECTION[proto.value], 1.0)
+    factor, previous = 1, 1.0
+    for i, c in enumerate(table):
+        if c != previous:
+            factor = factor + (c - previous) * _ops.le(64 * 2 ** i, buffer_bytes)
+            previous = c
+    return factor
+
+
+def nvls_busbw(coll: Coll, nvls_allreduce_busbw, n_ranks_per_node):
+    """NVLS: the all-reduce pipelines two operations (intraBw × 2); a reduce-scatter or an
+    all-gather gets intraBw·(ppn − 1)/ppn. With the profile's measured NVLS all-reduce bus
+    bandwidth X₂ = 2·intraBw: all-reduce X₂, others X₂/2·(ppn − 1)/ppn."""
+    if coll is Coll.ALL_REDUCE:
+        return nvls_allreduce_busbw
+    # ppn = 1 (one rank per node) never runs NVLS: the divisor is kept positive there
+    return nvls_allreduce_busbw / 2 * _ops.maximum(n_ranks_per_node - 1, 1) / n_ranks_per_node
+
+
+def nvls_tree_busbw(nvls_allreduce_busbw, net_busbw, n_nodes):
+    """NVLS-tree all-reduce: min(NVLS inside, network × (2 on two nodes, else 1))."""
+    return _ops.minimum(nvls_allreduce_busbw,
+                        net_busbw * _ops.select(_ops.le(n_nodes, 2), 2, 1))
+
+
+def collnet_direct_busbw(busbw, n_ranks_per_node, nics_per_node, hopper_or_later: bool = True):
+    """CollNet-direct all-reduce: W / f with f = r − (r − 1)/2, r = GPUs per NIC ("requires all
+    GPUs to have a local NIC to work at full speed"), × 0.85 on sm90+."""
+    ratio = n_ranks_per_node / nics_per_node
+    return busbw / (ratio - (ratio - 1) / 2) * (0.85 if hopper_or_later else 1.0)
+
+
+def pat_busbw(busbw):
+    """PAT: 0.75·W."""
+    return 0.75 * busbw
+
+
+def algbw(coll: Coll, algo: Algo, busbw, n_ranks):
+    """Bus → algorithm bandwidth: × n/nsteps for ring, NVLS, NVLS-tree; × 1/2 for tree and
+    CollNet; unchanged for a non-ring reduce-scatter or all-gather."""
+    if coll is not Coll.ALL_REDUCE and algo is not Algo.RING:
+        return busbw
+    if algo in (Algo.RING, Algo.NVLS, Algo.NVLS_TREE):
+        # n = 1 moves nothing (nccl_time_s gives 0): the divisor is kept positive there
+        return busbw * n_ranks / _ops.maximum(ring_steps(coll, n_ranks), 1)
+    return busbw / 2
+
+
+# ---- time of one collective, per algorithm and protocol, and the tuner's pick ---------------
+
+DISABLED_S = 1e9
+"""The time given to a candidate the tuner cannot use for these values (bandwidth 0 in NCCL):
+large enough never to be the minimum, finite so that it multiplies by 0 on every backend."""
+
+
+def ring_time_s(coll: Coll, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                net_overhead_us=1.0, n_channels=32):
+    """Ring: ring latency (×1.4 for a multi-node Simple all-reduce once B ≥ 64·nChannels·n) +
+    B / (ring busbw · n/nsteps)."""
+    latency = ring_latency_s(coll, proto, n_ranks, n_nodes, net_overhead_us)
+    if coll is Coll.ALL_REDUCE and proto is Proto.SIMPLE:
+        plateau = (1 - one_node(n_nodes)) * _ops.le(64 * n_channels * n_ranks, buffer_bytes)
+        latency = latency * (1 + (RING_PLATEAU_FACTOR - 1) * plateau)
+    return latency + buffer_bytes / algbw(coll, Algo.RING, ring_busbw(proto, busbw, ll_max),
+                                          n_ranks)
+
+
+def tree_time_s(proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max):
+    """Tree all-reduce: tree latency + B / (tree busbw · correction(B) / 2)."""
+    bw = tree_busbw(proto, busbw, ll_max, n_nodes) * tree_correction(proto, buffer_bytes)
+    return (tree_latency_s(proto, n_ranks, n_nodes)
+            + buffer_bytes / algbw(Coll.ALL_REDUCE, Algo.TREE, bw, n_ranks))
+
+
+def _available(coll: Coll, algo: Algo, proto: Proto, nvls: bool = False, sharp: bool = False,
+              ll128: bool = True) -> bool:
+    """Whether the tuner weighs (algo, proto) for this collective on this cluster at all:
+    all-reduce: ring and tree × (LL, LL128, Simple), NVLS and NVLS-tree (Simple) where the switch
+    has NVLS, CollNet direct and chain (Simple) where SHARP is enabled; reduce-scatter and
+    all-gather: ring × 3 protocols, PAT (Simple), NVLS (Simple) where present. LL128 is on by
+    default on Hopper and later (ll128 = False where the path rules it out)."""
+    if proto is Proto.LL128 and not ll128:
+        return False
+    if algo is Algo.RING:
+        return True
+    if proto is not Proto.SIMPLE and algo is not Algo.TREE:
+        return False
+    if coll is Coll.ALL_REDUCE:
+        return (algo is Algo.TREE or (nvls and algo in (Algo.NVLS, Algo.NVLS_TREE))
+                or (sharp and algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)))
+    return algo is Algo.PAT or (nvls and algo is Algo.NVLS)
+
+
+def candidate_time_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw,
+                     ll_max, net_busbw, nvls_bw, nics_per_node, net_overhead_us=1.0,
+                     collnet_efficiency=0.85, n_channels=32):
+    """The time the tuner predicts for one (algorithm, protocol) — DISABLED_S where it does not
+    apply at these values (PAT needs one rank per node, NVLS one node, NVLS-tree and CollNet more
+    than one) or at all (a pair `_available` leaves out). ll_max = ll_max_busbw(…); net_busbw the
+    network's ring bus bandwidth (NVLS-tree), nvls_bw the measured NVLS all-reduce bus bandwidth,
+    collnet_efficiency CollNet-direct's 0.85 on sm90+ (1 before)."""
+    multi = 1 - one_node(n_nodes)
+    ppn = n_ranks / n_nodes
+    if algo is Algo.RING:
+        return ring_time_s(coll, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                           net_overhead_us, n_channels)
+    if algo is Algo.TREE and coll is Coll.ALL_REDUCE:
+        return tree_time_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max)
+    if proto is not Proto.SIMPLE:
+        return DISABLED_S
+    if algo is Algo.PAT and coll is not Coll.ALL_REDUCE:
+        pat = pat_latency_s(n_ranks, n_nodes) + buffer_bytes / pat_busbw(busbw)
+        return _ops.select(one_rank_per_node(n_ranks, n_nodes) * multi, pat, DISABLED_S)
+    if algo is Algo.NVLS:
+        nvls = nvls_latency_s(n_nodes) + buffer_bytes / algbw(
+            coll, Algo.NVLS, nvls_busbw(coll, nvls_bw, ppn), n_ranks)
+        return _ops.select(one_node(n_nodes), nvls, DISABLED_S)
+    if coll is not Coll.ALL_REDUCE:
+        return DISABLED_S
+    if algo is Algo.NVLS_TREE:
+        bw = nvls_tree_busbw(nvls_bw, net_busbw, n_nodes)
+        t = nvls_tree_latency_s(n_nodes) + buffer_bytes / algbw(coll, algo, bw, n_ranks)
+    elif algo is Algo.COLLNET_DIRECT:
+        bw = collnet_direct_busbw(busbw, ppn, nics_per_node) / 0.85 * collnet_efficiency
+        t = collnet_direct_latency_s(n_ranks, n_nodes) + buffer_bytes / algbw(coll, algo, bw,
+                                                                              n_ranks)
+    else:  # CollNet chain
+        t = collnet_chain_latency_s(n_ranks, n_nodes) + buffer_bytes / algbw(coll, algo, busbw,
+                                                                             n_ranks)
+    return _ops.select(multi, t, DISABLED_S)
+
+
+def _candidates(coll: Coll, nvls: bool = False, sharp: bool = False, ll128: bool = True) -> list:
+    """The (algorithm, protocol) pairs the tuner weighs for coll on this cluster (`_available`)."""
+    return [(a, p) for a in Algo for p in Proto if _available(coll, a, p, nvls, sharp, ll128)]
+
+
+def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_busbw, nvls_bw,
+                nics_per_node, net_overhead_us=1.0, nvls: bool = False, sharp: bool = False):
+    """The tuner's pick: the smallest time over the available pairs (topoGetAlgoInfo takes the
+    minimum of its cost table). One rank (n = 1) sends nothing and costs 0."""
+    best = _ops.smallest(
+        candidate_time_s(coll, algo, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                         net_busbw, nvls_bw, nics_per_node, net_overhead_us)
+        for algo, proto in _candidates(coll, nvls, sharp))
+    return (1 - _ops.le(n_ranks, 1)) * best
+
+
+# ---- point to point ---------------------------------------------------------------------------
+
+def send_recv_time_s(message_bytes, bw, inside):
+    """One send/recv of B bytes, as one ring step on its link (the tuner does not model
+    send/recv; this is plan3d's reading of its constants): LL up to 16 KiB (P2P_LL_THRESHOLD),
+    Simple above, each with the ring's base latency and one step's hardware latency (NVLink
+    inside the domain, inside = 1; the network otherwise), bandwidth W/2 for LL (the LL words carry
+    half data), W for Simple."""
+    ll, simple = Proto.LL.value, Proto.SIMPLE.value
+    step = {p: _ops.select(inside, HW_LATENCY_US["nvlink"][Algo.RING][p],
+                           HW_LATENCY_US["net"][Algo.RING][p]) for p in (ll, simple)}
+    t_ll = (BASE_LATENCY_US[Algo.RING][ll] + step[ll]) * US + message_bytes / (0.5 * bw)
+    t_simple = (BASE_LATENCY_US[Algo.RING][simple] + step[simple]) * US + message_bytes / bw
+    return _ops.select(_ops.le(message_bytes, P2P_LL_THRESHOLD_BYTES), t_ll, t_simple)
+
+
+def all_to_all_latency_s(n_ranks, inside):
+    """An all-to-all's latency: n − 1 send/recv pairs in one group, ⌈(n − 1)/8⌉ rounds of a work
+    batch (P2P_PEERS_PER_BATCH), each a Simple step on the link, after one base latency."""
+    s = Proto.SIMPLE.value
+    step = _ops.select(inside, HW_LATENCY_US["nvlink"][Algo.RING][s],
+                       HW_LATENCY_US["net"][Algo.RING][s])
+    rounds = _ops.ceil((n_ranks - 1) / P2P_PEERS_PER_BATCH)
+    return (1 - _ops.le(n_ranks, 1)) * (BASE_LATENCY_US[Algo.RING][s] + rounds * step) * US
+
+
+def all_to_all_time_s(bytes_per_rank, n_ranks, bw, inside):
+    """All-to-all of B bytes per rank (each peer gets B/n): latency + (n − 1)/n · B / W, W the
+    per-rank bus bandwidth (nccl-tests: all-to-all busbw = algbw·(n − 1)/n)."""
+    return (all_to_all_latency_s(n_ranks, inside)
+            + (n_ranks - 1) / n_ranks * bytes_per_rank / bw)
+
+
+def many_collectives_s(n_calls, one_call_s):
+    """A step's worth of the same collective issued n times (per-layer gathers, buckets,
+    per-micro-batch sends): n × the time of one — every call pays its own latency."""
+    return n_calls * one_call_s

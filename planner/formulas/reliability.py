@@ -1,0 +1,142 @@
+"""Training at scale as clusters really run: the slowest of N ranks sets the step (stragglers), and
+failures, checkpoints and restarts take their share of the wall clock (goodput).
+
+Stragglers. Identical GPUs do not run at identical speed: power management and manufacturing
+spread give each GPU its own clock under load. A synchronous step ends when the slowest rank
+ends (every parallel dimension synchronises: TP and CP inside each layer, PP at every
+micro-batch boundary, the data-parallel gradient reduction once per step over all N ranks), so
+with per-rank compute times ~ normal(μ, σ) the step's compute is E[max of N] ≈ μ + σ·z(N).
+
+Failures. Interruptions arrive at a rate proportional to the GPUs (a job fails when any part of
+it does), so the job's mean time between failures is M = 1 / (N · λ). A checkpoint of δ seconds
+every τ seconds, and a restart of R seconds plus, on average, half an interval of lost work per
+failure, leave the goodput — the share of wall-clock time that trains — of
+(τ/(τ + δ)) · (1 − (R + (τ + δ)/2) / M), best at the Young/Daly interval.
+
+Runs on floats, numpy arrays and sympy symbols (`_ops` for the choices)."""
+
+from __future__ import annotations
+
+from . import _ops
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+# ---- stragglers ------------------------------------------------------------------------------
+
+GPU_SPEED_CV = 0.08 / 5.4
+"""Per-GPU variability of compute speed, σ/μ ≈ 1.5 %. Sinha et al. 2022, "Not All GPUs Are
+Created Equal: Characterizing Variability in Large-Scale, Accelerator-Rich Systems" (SC22,
+arXiv 2208.11035): over >90 % of the GPUs of five clusters (Summit, Vortex, Frontera, Longhorn,
+Corona), the same SKU shows 8 % average performance variation (max 22 %), outliers up to 1.5×
+slower than the median. Their variation is the spread between the box plot's whiskers (the
+non-outlier range) relative to the median; for a normal spread the whiskers (Q1 − 1.5·IQR,
+Q3 + 1.5·IQR) lie ±2.70σ apart from the median, 5.4σ in all: σ/μ = 0.08/5.4. Cross-check, not
+fitted: at 65,536 GPUs this gives 1.48 % × z(65,536) = 1.48 % × 4.31 ≈ 6.4 % added to the
+compute, the order of the 9 % GPU time variability Golden et al. 2025 (PRISM, arXiv 2510.15596)
+observe at 64k GPUs."""
+
+EULER_GAMMA = 0.5772156649015329
+
+
+def expected_max_normal(n):
+    """E[max of n standard normals] by the extreme-value (Gumbel) limit (Cramér 1946; e.g.
+    David & Nagaraja, "Order Statistics", §10.5): with a = √(2 ln n),
+        z(n) ≈ a − (ln ln n + ln 4π) / (2a) + γ / a,
+    γ Euler's constant; exact E[max] is 1.4236 at n = 8 and 3.855 at n = 10⁴, where this gives
+    1.522 and 3.873. One rank waits for nobody: z(1) = 0 (n = 1 is kept off the logarithm)."""
+    import math
+
+    many = _ops.maximum(n, 2)
+    ln_n = _log(many)
+    a = ln_n ** 0.5 * math.sqrt(2)
+    z = a - (_log(ln_n) + math.log(4 * math.pi)) / (2 * a) + EULER_GAMMA / a
+    return (1 - _ops.le(n, 1)) * z
+
+
+def _log(x):
+    """ln x on any backend, from the namespace's log₂."""
+    import math
+
+    return _ops.log2(x) * math.log(2)
+
+
+def straggler_s(compute_s, n_ranks, cv):
+    """Time the slowest of n ranks adds to a step's compute of compute_s per rank:
+    compute · (σ/μ) · z(n). Communication is not scaled (the links, not the GPU clocks, set
+    it); the ranks that synchronise are all N of the job, since the data-parallel reduction
+    (or, without it, the pipeline's flush) joins every rank once a step."""
+    return compute_s * cv * expected_max_normal(n_ranks)
+
+
+# ---- failures --------------------------------------------------------------------------------
+
+LLAMA3_INTERRUPTIONS = 419
+LLAMA3_DAYS = 54
+LLAMA3_GPUS = 16384
+FAILURES_PER_GPU_HOUR = LLAMA3_INTERRUPTIONS / (LLAMA3_DAYS * 24 * LLAMA3_GPUS)
+"""Unexpected interruptions per GPU-hour: 419 in a 54-day snapshot of Llama 3 405B pre-training
+on 16,384 H100 (Dubey et al. 2024, "The Llama 3 Herd of Models", §3.3.4 text):
+419 / (54 · 24 · 16,384) = 1.973·10⁻⁵ per GPU-hour — one every 50,700 GPU-hours, 7.8 a day at
+16,384 GPUs. (Only the text's totals are used here.)"""
+
+STORAGE_WRITE_GB_PER_S_PER_GPU = 2000.0 / 24576
+"""Checkpoint write bandwidth per GPU when every GPU saves its shard at once: Llama 3's
+Tectonic storage sustains 2 TB/s (7 TB/s peak) for its 24K-GPU clusters, and "checkpoint
+writes saturate the storage fabric for short durations" (Dubey et al. 2024 §3.3.1):
+2,000 GB/s / 24,576 GPUs = 0.0814 GB/s each. The default where a profile states none."""
+
+RESTART_S = 600.0
+"""Relaunch after an interruption (reschedule, rendezvous, NCCL set-up; the checkpoint's load is
+added from its size): 10 minutes, an assumption — no published per-restart figure for the runs
+above was found. Shown as such in `explain`; the goodput's sensitivity to it is a test."""
+
+
+def interruptions_per_day(n_gpus, failures_per_gpu_hour):
+    """Expected interruptions a day at N GPUs: 24 · N · λ."""
+    return 24 * n_gpus * failures_per_gpu_hour
+
+
+def mtbf_s(n_gpus, failures_per_gpu_hour):
+    """The job's mean time between interruptions: M = 3600 / (N · λ) seconds."""
+    return HOUR_S / (n_gpus * failures_per_gpu_hour)
+
+
+def checkpoint_bytes(params, bytes_per_weight, optimizer_bytes_per_param=12):
+    """What a checkpoint holds: the weights (w bytes each) and the optimizer states (fp32 master
+    weights and Adam's m and v, 12 bytes per parameter): (w + 12)·Ψ."""
+    return (bytes_per_weight + optimizer_bytes_per_param) * params
+
+
+def checkpoint_write_s(total_bytes, n_gpus, write_bytes_per_s_per_gpu):
+    """A distributed checkpoint (Megatron dist-checkpointing fully-parallel save, PyTorch DCP):
+    every GPU writes its own share at once, δ = bytes / (N · b)."""
+    return total_bytes / (n_gpus * write_bytes_per_s_per_gpu)
+
+
+def checkpoint_load_s(total_bytes, n_gpus, read_bytes_per_s_per_gpu):
+    """Reading it back after a restart, likewise in parallel: bytes / (N · b)."""
+    return total_bytes / (n_gpus * read_bytes_per_s_per_gpu)
+
+
+def young_daly_interval_s(checkpoint_s, mtbf):
+    """The checkpoint interval that maximises goodput (Young 1974, "A first order approximation
+    to the optimum checkpoint interval"; Daly 2006, "A higher order estimate of the optimum
+    checkpoint interval for restart dumps", eq. 37 for δ < 2M):
+        τ = √(2δM) · (1 + √(δ/(2M))/3 + δ/(18M)) − δ."""
+    ratio = checkpoint_s / (2 * mtbf)
+    return (2 * checkpoint_s * mtbf) ** 0.5 * (1 + ratio ** 0.5 / 3 + ratio / 9) - checkpoint_s
+
+
+def goodput(interval_s, checkpoint_s, restart_s, mtbf):
+    """The share of wall-clock time that trains, to first order in 1/M (Young's model):
+    τ/(τ + δ) of the time between failures is not spent writing checkpoints, and each failure,
+    one per M seconds, costs the restart R and on average half an interval (τ + δ)/2 of work
+    lost: goodput = τ/(τ + δ) · (1 − (R + (τ + δ)/2)/M), never below 0."""
+    return _ops.maximum(0, interval_s / (interval_s + checkpoint_s)
+                        * (1 - (restart_s + (interval_s + checkpoint_s) / 2) / mtbf))
+
+
+def wall_clock_s(train_s, goodput_fraction):
+    """Time to train on the wall clock: the failure-free time over the goodput."""
+    return train_s / goodput_fraction

@@ -1,0 +1,121 @@
+"""NCCL's tuner model (planner/formulas/collectives.py): hand-derived cases for every algorithm
+at small and large rank counts (tests/cases/collectives.toml, the arithmetic beside each), the
+tuner's pick, and the same formulas on arrays and symbols."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from planner.formulas import collectives as K
+from planner.model.nccl import Cluster, nccl_pick
+
+CASES = tomllib.loads((Path(__file__).parents[1] / "cases" / "collectives.toml").read_text())
+GB, US = 1e9, 1e-6
+# the cases' cluster: Hopper, Intel hosts, NVLS at 480 GB/s, SHARP, 8 NICs per node
+NVLS_BW, NICS = 480 * GB, 8
+
+
+def _coll(name):
+    return next(c for c in K.Coll if c.value == name)
+
+
+def _times(case, sharp=True):
+    """Every available (algorithm, protocol) of the case's collective, with its time."""
+    coll, n, k, bw = _coll(case["coll"]), case["n"], case["k"], case["busbw_gb"] * GB
+    ll_max = K.ll_max_busbw(K.Gen.HOPPER, k)
+    net = case.get("net_busbw_gb", case["busbw_gb"]) * GB
+    return {(a, p): K.candidate_time_s(coll, a, p, case["bytes"], n, k, bw, ll_max, net, NVLS_BW,
+                                       NICS)
+            for a, p in K._candidates(coll, nvls=True, sharp=sharp)}
+
+
+def _cluster(case, sharp):
+    return Cluster(K.Gen.HOPPER, K.Cpu.INTEL, NVLS_BW, sharp, NICS,
+                   case.get("net_busbw_gb", case["busbw_gb"]) * GB)
+
+
+@pytest.mark.parametrize("case", CASES["case"], ids=lambda c: f"{c['algo']}-{c['proto']}-{c['n']}")
+def test_each_algorithm_and_protocol_by_hand(case):
+    key = (K.Algo(case["algo"]), K.Proto[case["proto"]])
+    assert _times(case)[key] / US == pytest.approx(case["expected_us"], rel=1e-6)
+
+
+@pytest.mark.parametrize("case", CASES["pick"], ids=lambda c: f"{c['algo']}-{c['n']}")
+def test_the_tuner_picks_the_fastest_enabled(case):
+    sharp = case.get("sharp", False)
+    algo, proto, t = nccl_pick(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
+                               case["busbw_gb"] * GB, _cluster(case, sharp))
+    assert (algo.value, proto.name) == (case["algo"], case["proto"])
+    assert t == min(_times(case, sharp).values())
+    # the vectorised minimum is the same number
+    assert K.nccl_time_s(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
+                         case["busbw_gb"] * GB, K.ll_max_busbw(K.Gen.HOPPER, case["k"]),
+                         case["busbw_gb"] * GB, NVLS_BW, NICS, nvls=True, sharp=sharp) == t
+
+
+def test_send_recv_and_all_to_all_by_hand():
+    for case in CASES["send_recv"]:
+        t = K.send_recv_time_s(case["bytes"], case["busbw_gb"] * GB, case["inside"])
+        assert t / US == pytest.approx(case["expected_us"], rel=1e-6)
+    for case in CASES["all_to_all"]:
+        t = K.all_to_all_time_s(case["bytes"], case["n"], case["busbw_gb"] * GB, case["inside"])
+        assert t / US == pytest.approx(case["expected_us"], rel=1e-6)
+
+
+def test_what_cannot_run_is_never_picked():
+    # PAT needs one rank per node; NVLS-tree and CollNet need more than one node; NVLS one node
+    one_node = _times(dict(coll="all-reduce", bytes=1e6, n=8, k=1, busbw_gb=370.0))
+    for algo in (K.Algo.NVLS_TREE, K.Algo.COLLNET_DIRECT, K.Algo.COLLNET_CHAIN):
+        assert one_node[(algo, K.Proto.SIMPLE)] == K.DISABLED_S
+    gather = _times(dict(coll="all-gather", bytes=1e3, n=16, k=2, busbw_gb=368.0))
+    assert gather[(K.Algo.PAT, K.Proto.SIMPLE)] == K.DISABLED_S  # 8 ranks per node
+    assert (K.Algo.TREE, K.Proto.LL) not in gather  # the tree is all-reduce only
+    plain = K._candidates(K.Coll.ALL_REDUCE)
+    assert {a for a, _ in plain} == {K.Algo.RING, K.Algo.TREE}  # no NVLS, no SHARP
+    assert K.nccl_time_s(K.Coll.ALL_REDUCE, 1e6, 1, 1, 370 * GB, 141 * GB, 46 * GB, 0, 8) == 0
+
+
+def test_a_thousand_small_collectives_cost_a_thousand_latencies():
+    # 1 GB reduced in 1,000 buckets of 1 MB over 512 ranks on 64 nodes costs more than in one go
+    # by about 999 latencies: ring LL's 6.6 + 448·1.0 + 63·2.7 (reduce-scatter, 624.7 µs) each
+    args = (512, 64, 368 * GB, K.ll_max_busbw(K.Gen.HOPPER, 64), 368 * GB, NVLS_BW, NICS)
+    one = K.nccl_time_s(K.Coll.REDUCE_SCATTER, 1e9, *args, nvls=True)
+    many = K.many_collectives_s(1000, K.nccl_time_s(K.Coll.REDUCE_SCATTER, 1e6, *args,
+                                                    nvls=True))
+    assert many - one > 999 * 624.7 * US * 0.7
+    # and the latency grows with the ranks: linear for the ring, ~log for the tree
+    ring = [K.ring_latency_s(K.Coll.ALL_REDUCE, K.Proto.SIMPLE, 8 * k, k) for k in (2, 4, 8, 16)]
+    tree = [K.tree_latency_s(K.Proto.SIMPLE, 8 * k, k) for k in (2, 4, 8, 16)]
+    assert np.all(np.diff(ring) > 0) and np.allclose(np.diff(tree), 2 * 14 * US)
+
+
+def test_arrays_agree_with_floats_row_by_row():
+    sizes = np.array([1e3, 1e5, 1e6, 3e7, 1e9, 4e9])
+    ranks = np.array([8.0, 64, 512, 64, 1024, 16])
+    nodes = np.array([1.0, 8, 64, 64, 128, 2])
+    for coll in K.Coll:
+        vec = K.nccl_time_s(coll, sizes, ranks, nodes, 368 * GB,
+                            K.ll_max_busbw(K.Gen.HOPPER, nodes), 368 * GB, NVLS_BW, NICS,
+                            nvls=True, sharp=True)
+        one = [K.nccl_time_s(coll, float(b), float(n), float(k), 368 * GB,
+                             K.ll_max_busbw(K.Gen.HOPPER, float(k)), 368 * GB, NVLS_BW, NICS,
+                             nvls=True, sharp=True) for b, n, k in zip(sizes, ranks, nodes)]
+        assert np.allclose(vec, one, rtol=1e-12)
+
+
+def test_symbols_give_the_papers_ring_and_tree():
+    m, k, B, W = sp.symbols("m k B W", positive=True)
+    n = m + 2  # two ranks or more
+    # one node: ring Simple all-reduce = 8.4 + 2(n − 1)·3.4 µs + B·2(n − 1)/(n·W)
+    ring = K.ring_time_s(K.Coll.ALL_REDUCE, K.Proto.SIMPLE, B, n, 1, W, 141 * GB)
+    want = (sp.Rational(84, 10) + 2 * (n - 1) * sp.Rational(34, 10)) * sp.Float(US) \
+        + B * 2 * (n - 1) / (n * W)
+    assert sp.simplify(ring - want).evalf(chop=True) == 0
+    # tree latency: 2((n/k − 1)·4.0 + log2(k)·14) + 8.4, for k a power of two
+    lat = K.tree_latency_s(K.Proto.SIMPLE, n, k)
+    assert lat.subs({m: 62, k: 8}) == pytest.approx(148.4 * US)
