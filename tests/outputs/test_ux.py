@@ -203,8 +203,10 @@ def test_validate_picks_the_runs_of_the_profile_gpu():
     h100 = run("validate", "--hw", "h100-nvlink", "--json")
     data = json.loads(h100.stdout)
     assert data["gpu"] == "H100" and len(data["cases"]) == 24
-    a100 = json.loads(run("validate", "--json").stdout)
+    a100 = json.loads(run("validate", "--hw", "a100-nvlink", "--json").stdout)
     assert a100["gpu"] == "A100" and len(a100["cases"]) == 20
+    # validate defaults like every other command (issue 19): h100-nvlink
+    assert json.loads(run("validate", "--json").stdout)["gpu"] == "H100"
     none = run("validate", "--hw", "b200-nvlink")
     assert none.exit_code == 2 and "no published runs were measured on NVIDIA B200" in none.stderr
 

@@ -91,7 +91,7 @@ def test_row_1_is_the_fastest_plan_that_fits_with_the_margin():
     safe = [p for p, lab in zip(result.plans, result.ranks) if not lab.endswith("m")]
     assert result.plans[0].time.step_s == min(p.time.step_s for p in safe)
     assert result.summary[0].startswith(f"Row 1, the plan to run: "
-                                        f"{result.plans[0].config.short_label()} — ")
+                                        f"{result.plans[0].config.short_label()}, ")
 
 
 @pytest.mark.parametrize("needed, shown", [(0.996, "99%"), (0.5, "50%"), (1.0, "100%"),
