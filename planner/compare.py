@@ -1,12 +1,13 @@
-"""The same training job over several hardware profiles and GPU counts: the best plan of each
-cell, what it costs to train, and which cell is cheapest and which fastest (`plan3d compare`).
+"""The same training job over several hardware profiles and GPU counts: the recommended plan
+(search's row 1) of each cell, what it costs to train, and which cell is cheapest and which
+fastest (`plan3d compare`).
 
 Every cell trains the same job: the same model, tokens and global batch (in sequences), so that
 the cells differ only in the hardware and the number of GPUs. Each cell's plan is the search's
 row 1 (`search.search`: the recommendation rule of planner.ranking, the same as `search` shows
 for that profile and GPU count) and its days, GPU-hours, cost and energy come from
 `estimate.with_budget` (formulas/budget.py), with a goodput for interruptions. With a deadline,
-each profile is sized instead: the fewest GPUs whose best plan trains the tokens in time."""
+each profile is sized instead: the fewest GPUs whose row 1 trains the tokens in time."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ MAX_CELLS = 256  # profiles × GPU counts: each cell is a whole search
 
 
 class CompareCell(BaseModel):
-    """One (profile, GPU count): its best plan with the budget, or why there is none."""
+    """One (profile, GPU count): its recommended plan (row 1) with the budget, or why there is none."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -133,14 +134,15 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
             powers_w: Mapping[str, float] | float | None = None,
             goodput: float = DEFAULT_GOODPUT, deadline_days: float | None = None,
             headroom: float | None = None) -> CompareResult:
-    """The best plan of `model` on each (profile, GPU count), budgeted for train_tokens.
+    """The recommended plan (search's row 1) of `model` on each (profile, GPU count), budgeted
+    for train_tokens.
 
     profiles: (the name the user gave, the profile) pairs; prices and powers_w: one number for
     all, or a mapping keyed by either name (power defaults to the profile's TDP). The global
     batch is req's (--gbs or --tokens-per-step), else the default batch of the largest GPU count
     considered, the same in every cell. With deadline_days, each profile is sized: its counts
     are tried in increasing order (one count given: whole NVLink domains, doubling up to it, as
-    `search --sort gpus`) and the first whose best plan trains in at most deadline_days is
+    `search --sort gpus`) and the first whose row 1 trains in at most deadline_days is
     chosen; the answer then ranks the chosen cells."""
     if not profiles:
         raise PlanError("--hw named no profile; give one or more, e.g. h100-nvlink,b200-nvlink")
