@@ -11,6 +11,7 @@ search's own arrays; hybrid sharding, outside the default space, is tried on the
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import numpy as np
@@ -146,7 +147,13 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
             continue
         out.append(_compare(option, fastest(uses), fastest(~uses), plan_at, band,
                             none_fit=f"none of its {int(uses.sum()):,} candidates fits"))
-    out += _context_kinds(framework, cols, fits, plan_at, fastest, band)
+    kinds = _context_kinds(framework, cols, fits, plan_at, fastest, band)
+    first = fastest(np.ones(len(cols["cp"]), dtype=bool))  # row 1: the fastest plan weighed
+    if first is not None and cols["cp"][first] == 1:  # a kind's verdict is not about row 1
+        kinds = [k.model_copy(update={"why": "among layouts with context parallelism only (row "
+                                             "1 has none): " + k.why})
+                 if k.verdict in ("wins", "ties", "loses") else k for k in kinds]
+    out += kinds
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
     return out
@@ -309,6 +316,9 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
             if plan.memory.fits:
                 tried.append(plan)
     if not tried:
+        # the framework's reason, without its advice about --dp-shard: the user did not give it
+        refusal = re.split(r"[;,] (?:or )?(?:leave|use) --", refusal)[0].replace(
+            "--dp-shard", "hybrid sharding")
         why = (f"refused: {refusal}" if refusal else
                f"on the {len(best)} fastest layouts, no hybrid shard group (whole NVLink "
                "domains) fits")

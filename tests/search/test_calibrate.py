@@ -406,9 +406,11 @@ def test_fit_is_fast_and_deterministic(h100):
     first = calibrate(runs, h100)
     elapsed = time.perf_counter() - start
     second = calibrate(runs, h100)
-    # 3 s, not the former 1 s: the fit now chooses its factors (forward and backward selection,
-    # issue 19), up to ten small least-squares fits instead of one; ~0.6 s alone on this machine
-    assert elapsed < 3.0
+    # 10 s, not the former 1 s: the fit now chooses its factors (forward and backward selection,
+    # issue 19), up to ten small least-squares fits instead of one: ~0.6 s alone on this 2-core
+    # machine, 3.3 s seen under the full suite with other sessions running; the bound only
+    # catches an order-of-magnitude regression (speed figures belong in benchmarks/)
+    assert elapsed < 10.0
     assert first == second
     assert np.isfinite([f.after for f in first.factors]).all()
 

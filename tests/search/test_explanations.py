@@ -64,3 +64,20 @@ def test_the_issues_deepseek_case_names_the_exposed_communication():
     assert "exposed all-to-all (EP) −" in diff and "compute +" in diff and " = −" in diff
     total = float(diff.rsplit("= ", 1)[1].split()[0].replace("−", "-"))
     assert total == pytest.approx(interleaved.step_s - interleaved.versus_step_s, abs=5e-4)
+
+
+def test_no_advice_about_flags_not_given_and_no_verdict_pinned_on_row_1():
+    # issue 19: "leave --dp-shard out" when it was never given; Ulysses "wins" when row 1 has no
+    # context parallelism
+    result = search(load_model("deepseek-v3"), load_hardware("h100-nvlink"),
+                    PlanRequest(gpus=2048), top=5)
+    assert result.plans[0].config.cp == 1
+    words = " ".join(a.why for a in result.alternatives) + " ".join(result.summary)
+    assert "--dp-shard" not in words
+    for a in result.alternatives:
+        if a.option.startswith(("context parallelism", "hierarchical context")) and \
+                a.verdict in ("wins", "ties", "loses"):
+            assert a.why.startswith("among layouts with context parallelism only (row 1 has none)")
+    # and no line of the summary names a plan other than as the table spells it
+    labels = {p.config.short_label() for p in result.plans}
+    assert any(label in result.summary[0] for label in labels)
