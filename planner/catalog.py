@@ -242,12 +242,120 @@ def model_from_hf_config(data: dict, where: str) -> ModelSpec:
     if missing:
         keys = ", ".join(f"'{k}'" for k in missing)
         raise PlanError(f"{where}: Hugging Face config lacks {keys} (needed for {arch})")
+    spec.update(hf_architecture_fields(data, where, arch, model_type))
     try:
         model = ModelSpec(**spec)
     except ValidationError as err:
         raise PlanError(_format_validation(err, f"{where} (as imported)", ModelSpec)) from None
     _check_ranges(model, MODEL_LIMITS, where)
     return model
+
+
+HF_READ = frozenset({
+    # shape (read by model_from_hf_config and _hf_moe_spec)
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "max_position_embeddings", "attention_bias",
+    "tie_word_embeddings", "attention_dropout", "num_local_experts", "num_experts_per_tok",
+    "experts_per_token", "num_experts", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+    "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
+    "scoring_func", "n_group", "topk_group", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+    "qk_rope_head_dim", "v_head_dim", "initial_context_length", "n_embd", "n_layer", "n_head",
+    "n_inner", "n_positions", "resid_pdrop",
+    # architecture details (hf_architecture_fields)
+    "rope_theta", "rope_scaling", "rms_norm_eps", "layer_norm_epsilon", "norm_topk_prob",
+    "routed_scaling_factor", "topk_method", "num_nextn_predict_layers", "hidden_act",
+    "activation_function", "layer_types"})
+"""config.json keys plan3d reads into the model."""
+
+HF_NOT_ARCHITECTURE = frozenset({
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
+    "pretraining_tp", "output_router_logits", "router_aux_loss_coef", "router_z_loss_coef",
+    "aux_loss_alpha", "seq_aux", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj",
+    "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+    "task_specific_params", "_name_or_path", "auto_map", "quantization_config", "ep_size",
+    "max_window_layers", "use_sliding_window", "scale_attn_weights", "reorder_and_upcast_attn",
+    "scale_attn_by_inverse_layer_idx", "use_return_dict", "bias_dropout_fusion"})
+"""config.json keys that do not shape the trained model (token ids, initialisation, dtype of
+the checkpoint, training-loss coefficients, serving options)."""
+
+HF_GATED_ACTIVATIONS = {"silu", "swish"}  # hidden_act of a SwiGLU MLP (Llama, Qwen, DeepSeek)
+
+
+def _hf_rope(data: dict, where: str) -> dict:
+    """Rotary base and scaling: rope_theta and rope_scaling as transformers' rope utilities
+    name them (modeling_rope_utils.py: rope_type llama3 with factor, low_freq_factor,
+    high_freq_factor, original_max_position_embeddings; yarn with factor, beta_fast, beta_slow,
+    mscale, mscale_all_dim, original_max_position_embeddings). Other kinds are refused."""
+    out: dict = {}
+    if data.get("rope_theta") is not None:
+        out["rope_theta"] = float(data["rope_theta"])
+    scaling = data.get("rope_scaling")
+    if not scaling:
+        return out
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if kind == "default":
+        return out
+    if kind not in ("llama3", "yarn"):
+        raise PlanError(f"{where}: rope_scaling type '{kind}' is not supported (llama3, yarn); "
+                        "write a plan3d model file instead")
+    names = {"factor": "rope_factor", "original_max_position_embeddings":
+             "rope_original_max_positions", "low_freq_factor": "rope_low_freq_factor",
+             "high_freq_factor": "rope_high_freq_factor", "beta_fast": "rope_beta_fast",
+             "beta_slow": "rope_beta_slow", "mscale": "rope_mscale",
+             "mscale_all_dim": "rope_mscale_all_dim"}
+    out["rope_scaling"] = kind
+    for key, value in scaling.items():
+        if key in ("rope_type", "type"):
+            continue
+        if key in names:
+            out[names[key]] = value
+        elif value not in (None, False, 0, ""):  # passed through by name, never dropped
+            out.setdefault("unmodelled", []).append(f"rope_scaling.{key}={json.dumps(value)}")
+    return out
+
+
+def hf_architecture_fields(data: dict, where: str, arch: str, model_type: str | None) -> dict:
+    """The ModelSpec fields a framework needs to build the same model, beyond its shape:
+    rotary base and scaling, norm epsilon, QK-norm, q/k/v biases, router details, MTP; and the
+    config's other non-empty keys, by name, in `unmodelled`."""
+    out = _hf_rope(data, where)
+    eps = data.get("rms_norm_eps", data.get("layer_norm_epsilon"))
+    if eps is not None:
+        out["norm_eps"] = float(eps)
+    family = (model_type or "").lower()
+    # Qwen3 attention normalises q and k per head (modeling_qwen3.py q_norm/k_norm); Qwen2 has
+    # biases on q, k, v (modeling_qwen2.py, bias=True) and no attention_bias key
+    out["qk_norm"] = family in ("qwen3", "qwen3_moe") or arch.startswith("Qwen3")
+    out["qkv_bias"] = family in ("qwen2", "qwen2_moe") or arch.startswith("Qwen2")
+    if data.get("norm_topk_prob") is not None:
+        out["norm_topk_prob"] = bool(data["norm_topk_prob"])
+    elif family in ("deepseek_v2",):
+        out["norm_topk_prob"] = False  # DeepSeek-V2: softmax over all experts, no renormalising
+    if data.get("routed_scaling_factor") is not None:
+        out["routed_scaling_factor"] = float(data["routed_scaling_factor"])
+    out["router_expert_bias"] = data.get("topk_method") == "noaux_tc"
+    out["mtp_layers"] = int(data.get("num_nextn_predict_layers") or 0)
+    act = data.get("hidden_act") or data.get("activation_function")
+    unmodelled = out.pop("unmodelled", [])
+    gated = "n_embd" not in data
+    if act is not None and gated and act not in HF_GATED_ACTIVATIONS:
+        unmodelled.append(f"hidden_act={act}")
+    types = data.get("layer_types") or []
+    if any(t != "full_attention" for t in types):
+        unmodelled.append("layer_types=" + ",".join(sorted(set(types))))
+    if family == "gpt_oss" or arch in HF_GPT_OSS_FAMILY:
+        unmodelled += ["attention sinks (learned, per head)", "router bias"]
+    for key in sorted(set(data) - HF_READ - HF_NOT_ARCHITECTURE):
+        value = data[key]
+        if value in (None, False, 0, "", [], {}) or (
+                key == "sliding_window" and data.get("use_sliding_window") is False):
+            continue
+        text = json.dumps(value) if not isinstance(value, str) else value
+        unmodelled.append(f"{key}={text if len(text) <= 40 else text[:37] + '...'}")
+    out["unmodelled"] = tuple(unmodelled)
+    return out
 
 
 def _hf_moe_spec(data: dict, where: str, arch: str, model_type: str | None, name: str, need,
@@ -290,6 +398,8 @@ def _hf_moe_spec(data: dict, where: str, arch: str, model_type: str | None, name
                     first_k_dense=data.get("first_k_dense_replace") or 0,
                     moe_layer_freq=optional("moe_layer_freq") or 1,
                     router="sigmoid" if data.get("scoring_func") == "sigmoid" else "softmax",
+                    # V3's bias-based balancing (topk_method noaux_tc, §2.1.2)
+                    balancing="aux_free" if data.get("topk_method") == "noaux_tc" else "aux_loss",
                     # group-limited routing (V2: group_limited_greedy, V3: noaux_tc); 1 group =
                     # none
                     n_expert_groups=(optional("n_group") if (data.get("n_group") or 1) > 1

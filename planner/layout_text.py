@@ -143,10 +143,14 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
     if not c.overlap_grad_reduce:
         args.append("--no-overlap-grad-reduce")
     if c.ep > 1 or c.etp > 1:
-        if c.moe_imbalance != 1.25:
+        if c.moe_imbalance is not None:  # None: derived from the model and the batch
             args += ["--moe-imbalance", f"{c.moe_imbalance:g}"]
         if c.moe_capacity_factor is not None:
             args += ["--moe-capacity-factor", f"{c.moe_capacity_factor:g}"]
         if c.moe_a2a_overlap:
             args.append("--moe-a2a-overlap")
+        if getattr(c, "moe_forced_balance", False):
+            args.append("--moe-forced-balance")
+        if getattr(c, "moe_dispatcher", None) is not None:
+            args += ["--moe-dispatcher", c.moe_dispatcher]
     return args

@@ -84,6 +84,10 @@ class ModelSpec(_Strict):
         "n_group); a token picks its experts within topk_groups of them.")
     topk_groups: PositiveInt | None = Field(
         None, description="Groups a token's experts may come from (DeepSeek topk_group).")
+    balancing: Literal["aux_loss", "aux_free"] = Field(
+        "aux_loss", description="How the router balances the experts: an auxiliary loss "
+        "(Switch, Mixtral, Qwen) or a per-expert score bias (DeepSeek-V3 §2.1.2, HF topk_method "
+        "noaux_tc); sets the busiest rank's load (formulas.moe_layer.MAX_VIOLATION).")
     # ---- multi-head latent attention (DeepSeek-V2 §2.1); kv_lora_rank set = MLA --------------
     q_lora_rank: PositiveInt | None = Field(
         None, description="MLA query compression rank d_c'; None: queries projected from h.")
@@ -94,6 +98,41 @@ class ModelSpec(_Strict):
     qk_rope_head_dim: PositiveInt | None = Field(
         None, description="MLA per-head decoupled rotary width d_h^R (key part shared by heads).")
     v_head_dim: PositiveInt | None = Field(None, description="MLA per-head value width.")
+    # ---- architecture details the cost model does not need but a launch does (issue 20) -----
+    # Each is what a framework must be told to build the same model; the Hugging Face names are
+    # in planner/catalog.py (model_from_hf_config), the framework flags in planner/frameworks/.
+    rope_theta: PositiveFloat | None = Field(
+        None, description="Rotary base θ (HF rope_theta); None: the framework's default 10,000.")
+    rope_scaling: Literal["llama3", "yarn"] | None = Field(
+        None, description="Rotary scaling kind (HF rope_scaling.rope_type / type).")
+    rope_factor: PositiveFloat | None = Field(None, description="Rotary scaling factor.")
+    rope_original_max_positions: PositiveInt | None = Field(
+        None, description="Context length the rotary scaling extends from "
+        "(original_max_position_embeddings).")
+    rope_low_freq_factor: PositiveFloat | None = Field(None, description="llama3 scaling.")
+    rope_high_freq_factor: PositiveFloat | None = Field(None, description="llama3 scaling.")
+    rope_beta_fast: PositiveFloat | None = Field(None, description="YaRN β_fast.")
+    rope_beta_slow: PositiveFloat | None = Field(None, description="YaRN β_slow.")
+    rope_mscale: float | None = Field(None, description="YaRN mscale (DeepSeek).")
+    rope_mscale_all_dim: float | None = Field(None, description="YaRN mscale_all_dim.")
+    norm_eps: PositiveFloat = Field(1e-5, description="Norm epsilon (rms_norm_eps).")
+    qk_norm: bool = Field(False, description="RMSNorm on each head's query and key (Qwen3).")
+    qkv_bias: bool = Field(False, description="Biases on the q, k, v projections only (Qwen2); "
+                           "`bias` is every linear layer's.")
+    norm_topk_prob: bool = Field(
+        True, description="The top-k router probabilities renormalised to sum to 1 "
+        "(HF norm_topk_prob; Mixtral's softmax over the top-k logits is the same).")
+    routed_scaling_factor: PositiveFloat = Field(
+        1.0, description="Routed experts' output scale (DeepSeek-V3 2.5).")
+    router_expert_bias: bool = Field(
+        False, description="Auxiliary-loss-free balancing: a per-expert bias added to the scores "
+        "for top-k selection only (DeepSeek-V3 topk_method noaux_tc, §2.1.2).")
+    mtp_layers: NonNegativeInt = Field(
+        0, description="Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); "
+        "not counted in the parameters or costs.")
+    unmodelled: tuple[str, ...] = Field(
+        (), description="Hugging Face config fields plan3d does not model, as name=value, "
+        "passed through by name to the launch notes.")
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -116,6 +155,10 @@ class ModelSpec(_Strict):
             raise ValueError(f"n_expert_groups ({self.n_expert_groups}) must divide n_experts "
                              f"({self.n_experts}) and be at least topk_groups "
                              f"({self.topk_groups})")
+        if self.rope_scaling is not None and self.rope_factor is None:
+            raise ValueError(f"rope_scaling {self.rope_scaling} needs rope_factor")
+        if self.rope_scaling is None and self.rope_factor is not None:
+            raise ValueError("rope_factor needs rope_scaling (llama3 or yarn)")
         mla = [self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim]
         if self.kv_lora_rank is not None and None in mla:
             raise ValueError("an MLA model (kv_lora_rank set) needs qk_nope_head_dim, "
@@ -475,9 +518,16 @@ class PlanConfig(_Strict):
     ep: PositiveInt = Field(1, description="Expert parallel: the routed experts split ep ways.")
     etp: PositiveInt = Field(1, description="Expert tensor parallel: each expert's matrices split "
                              "etp ways (Megatron's --expert-tensor-parallel-size).")
-    moe_imbalance: float = Field(
-        1.25, ge=1, le=64, description="Busiest expert-parallel rank's routed tokens over the "
-        "mean (formulas.moe.MOE_IMBALANCE: Switch Transformer's capacity factor 1.25).")
+    moe_imbalance: float | None = Field(
+        None, ge=1, le=64, description="Busiest expert-parallel rank's routed tokens over the "
+        "mean; None: from the model's balancing and the batch (formulas.moe_layer.rank_load).")
+    moe_forced_balance: bool = Field(
+        False, description="Routing forced to balance (Megatron --moe-router-force-load-"
+        "balancing, a benchmark setting): every rank gets the mean, λ = 1.")
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] | None = Field(
+        None, description="How tokens reach their experts: NCCL all-to-all, all-gather, or "
+        "DeepEP's node-limited kernels (Megatron --moe-token-dispatcher-type flex with the "
+        "deepep or hybridep backend); None: the framework's default (all-to-all).")
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=64, description="Token dropping at this capacity factor: an expert takes at "
         "most this multiple of its mean tokens, which bounds the imbalance (None: dropless).")
@@ -571,9 +621,12 @@ class PlanConfig(_Strict):
         return [f"hsdp{self.dp_shard}"] if self.dp_shard and self.dp_shard < self.dp else []
 
     @property
-    def moe_load_factor(self) -> float:
-        """The imbalance the cost model uses: the capacity factor caps it when tokens drop."""
-        if self.moe_capacity_factor is None:
+    def moe_load_factor(self) -> float | None:
+        """The imbalance the plan fixes (None: the cost model derives it, capped there by the
+        capacity factor when tokens drop)."""
+        if self.moe_forced_balance:
+            return 1.0
+        if self.moe_imbalance is None or self.moe_capacity_factor is None:
             return self.moe_imbalance
         return min(self.moe_imbalance, self.moe_capacity_factor)
 

@@ -19,11 +19,6 @@ MAX_LINES = 80
 # Functions longer than MAX_LINES, each with who splits it (issue 24). Take a function off the list
 # when it is split; the test fails on a name that is no longer long, so the list cannot go stale.
 LONG_FUNCTIONS: dict[str, str] = {
-    # the emitters (launch, issue 20)
-    "planner.frameworks.torchtitan._torchtitan": "launch",
-    "planner.frameworks.deepspeed._deepspeed": "launch",
-    "planner.frameworks.megatron._nemo": "launch",
-    "planner.frameworks.megatron._megatron": "launch",
 }
 
 

@@ -122,9 +122,20 @@ CpA2aOpt = _opt("Hierarchical CP: the all-to-all group, a divisor of cp (explain
                 "a list; default: those whose tp·group fits the NVLink domain).")
 
 
-MoeImbalanceOpt = Annotated[float, typer.Option(
-    help="Busiest expert-parallel rank's routed tokens over the mean (Switch Transformer's "
-    "capacity factor 1.25).", min=1.0, max=64.0)]
+MoeImbalanceOpt = Annotated[float | None, typer.Option(
+    help="Busiest expert-parallel rank's routed tokens over the mean; default: derived from "
+    "the model's balancing and the batch (formulas.moe_layer.rank_load).", min=1.0, max=64.0)]
+
+
+MoeForcedOpt = Annotated[bool, typer.Option(
+    "--moe-forced-balance/--no-moe-forced-balance",
+    help="Routing forced to balance (Megatron --moe-router-force-load-balancing, for "
+    "benchmarks): the busiest rank gets the mean.")]
+
+
+MoeDispatcherOpt = Annotated[str | None, typer.Option(
+    help="Token dispatcher: alltoall (NCCL), allgather, or deepep (DeepEP's node-limited, "
+    "de-duplicated kernels; also HybridEP); default alltoall.")]
 
 
 MoeCapacityOpt = Annotated[float | None, typer.Option(
@@ -134,7 +145,8 @@ MoeCapacityOpt = Annotated[float | None, typer.Option(
 
 MoeOverlapOpt = Annotated[bool, typer.Option(
     "--moe-a2a-overlap/--no-moe-a2a-overlap",
-    help="Overlap the all-to-all with another micro-batch's compute (DualPipe-style).")]
+    help="Overlap the all-to-all with another micro-batch's compute (Megatron "
+    "--overlap-moe-expert-parallel-comm; DualPipe with the dualpipev schedule).")]
 
 
 # offload: to host memory

@@ -54,6 +54,8 @@ from .flags import (
     MfuOpt,
     ModelOpt,
     MoeCapacityOpt,
+    MoeDispatcherOpt,
+    MoeForcedOpt,
     MoeImbalanceOpt,
     MoeOverlapOpt,
     OffloadActivationsOpt,
@@ -103,8 +105,9 @@ def explain(
         help="The sections to print after the answer, comma list of model, memory, pipeline, "
         "comm, time, constants (default: all).")] = None,
     mfu_convention: MfuOpt = "causal",
-    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
@@ -126,7 +129,8 @@ def _plan_request(o, **extra):
                     o.attention, o.overlap_grad_reduce, framework=o.framework, emit=o.emit,
                     ep=o.ep, etp=o.etp, moe_imbalance=o.moe_imbalance,
                     moe_capacity_factor=o.moe_capacity_factor,
-                    moe_a2a_overlap=o.moe_a2a_overlap, dp_shard=o.dp_shard,
+                    moe_a2a_overlap=o.moe_a2a_overlap, moe_forced_balance=o.moe_forced_balance,
+                    moe_dispatcher=o.moe_dispatcher, dp_shard=o.dp_shard,
                     dp_replicate=o.dp_replicate, cp_kind=o.cp_kind, cp_a2a=o.cp_a2a,
                     offload_optimizer=o.offload_optimizer, offload_params=o.offload_params,
                     offload_activations=o.offload_activations, **extra)
@@ -269,8 +273,9 @@ def search(
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
-    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = 1.25,
+    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,

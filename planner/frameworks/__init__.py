@@ -48,8 +48,9 @@ def get(name: str) -> Framework:
 
 
 def of_format(fmt: str) -> tuple[str, Framework]:
-    """The --emit format's canonical name and the framework that writes it."""
-    key = str(fmt).strip().lower()
+    """The --emit format's canonical name and the framework that writes it (a version suffix,
+    `torchtitan@0.2`, is the emitter's: planner.frameworks.emit)."""
+    key = str(fmt).strip().lower().split("@")[0]
     key = FORMAT_ALIASES.get(key, key)
     if key not in FORMATS:
         raise PlanError(f"unknown framework {fmt!r}; known: {', '.join(FORMATS)}")

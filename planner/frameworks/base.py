@@ -385,6 +385,8 @@ def yaml_scalar(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and "e" in repr(value) and "." not in repr(value):
+        return repr(value).replace("e", ".0e")  # YAML 1.1 (PyYAML) reads 1e-05 as a string
     if isinstance(value, int | float):
         return repr(value)
     text = str(value)

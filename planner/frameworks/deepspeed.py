@@ -140,10 +140,9 @@ OFFLOAD_RULES = (
 """What DeepSpeed offloads to host memory, and under what ZeRO stages (offload)."""
 
 
-def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
-    """A DeepSpeed JSON config, with the Megatron-DeepSpeed arguments for TP/PP in the notes."""
+def _ds_check(c: PlanConfig) -> None:
+    """What the DeepSpeed config cannot express, refused with the reason."""
     fw = "deepspeed"
-    notes = common_notes(c, m)
     if interleaved(c):
         raise PlanError(f"{fw}: the pipeline engine has no interleaved 1F1B schedule "
                         f"(vpp = {c.vpp}); re-plan with vpp 1")
@@ -162,6 +161,10 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
                         "--ds-sequence-parallel-size) cannot be combined with Megatron sequence "
                         "parallelism")
 
+
+def _ds_config(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, object]:
+    """The DeepSpeed JSON: batch, precision, ZeRO, offload, activation checkpointing."""
+    fw = "deepspeed"
     cfg: dict[str, object] = {
         "train_batch_size": c.gbs,
         "train_micro_batch_size_per_gpu": c.mbs,
@@ -205,7 +208,11 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
             "synchronize_checkpoint_boundary": False,
             "profile": False,
         }
+    return cfg
 
+
+def _ds_launch_args(c: PlanConfig, notes: list[str]) -> None:
+    """Megatron-DeepSpeed's arguments, where TP, PP, SP and recomputation are set (a note)."""
     # Megatron-DeepSpeed arguments: where TP, PP, SP and recomputation are set.
     a = Args()
     a.add("--tensor-model-parallel-size", c.tp)
@@ -236,6 +243,10 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
                  "DeepSpeed --tensor-model-parallel-size, passed to deepspeed.initialize as mpu), "
                  "PP from PipelineModule(num_stages=pp) in code; train_batch_size counts "
                  "data-parallel ranks only.")
+
+
+def _ds_notes(c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """What the JSON leaves to the model code."""
     if c.cp > 1:
         notes.append(f"cp = {c.cp} maps to DeepSpeed-Ulysses (all-to-all over heads, needs "
                      f"{m.n_heads} heads divisible by {c.cp}), not ring attention; activation "
@@ -260,7 +271,16 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
         notes.append("With bf16 at ZeRO stage 0 (and stage 1 under the pipeline engine) "
                      "DeepSpeed may pick its BF16_Optimizer, which partitions the fp32 master "
                      "weights and optimizer state over data-parallel ranks like ZeRO-1.")
-    return EmitResult(fw, "json", json.dumps(cfg, indent=2) + "\n", RELEASE, notes)
+
+
+def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
+    """A DeepSpeed JSON config, with the Megatron-DeepSpeed arguments for TP/PP in the notes."""
+    notes = common_notes(c, m)
+    _ds_check(c)
+    cfg = _ds_config(c, m, notes)
+    _ds_launch_args(c, notes)
+    _ds_notes(c, m, notes)
+    return EmitResult("deepspeed", "json", json.dumps(cfg, indent=2) + "\n", RELEASE, notes)
 
 
 FRAMEWORK = Framework(

@@ -11,6 +11,7 @@ difference goes into `EmitResult.notes`; where it cannot express the plan at all
 
 from __future__ import annotations
 
+from ..errors import PlanError
 from ..schema import ModelSpec, PlanConfig
 from . import FORMATS, of_format
 from .base import EmitResult, check_plan
@@ -21,16 +22,27 @@ FRAMEWORKS = tuple(FORMATS)
 
 def emit(fmt: str, config: PlanConfig, model: ModelSpec) -> EmitResult:
     """Launch settings for `config` (planned for `model`) in the format `fmt` (a framework's name,
-    or nemo for Megatron-Bridge).
+    or nemo for Megatron-Bridge; `NAME@VERSION` for an emitter in VERSIONED).
 
     Raises PlanError, naming the framework and the reason, when the framework cannot express the
     plan, and when the name is unknown (the message lists the known ones)."""
     key, framework = of_format(fmt)
+    version = str(fmt).partition("@")[2].strip() or None
     check_plan(key, config, framework.schedules)
     from .moe_launch import check_expressible  # which emitters express EP
 
     check_expressible(key, config, model)
-    return framework.emitters[key](config, model)
+    if version is None:
+        return framework.emitters[key](config, model)
+    if key not in VERSIONED:
+        raise PlanError(f"{key}: the emitter writes one interface ({framework.release[:60]}…); "
+                        f"drop '@{version}'")
+    return framework.emitters[key](config, model, version=version)
+
+
+VERSIONED = {"torchtitan"}
+"""Emitters that take `FORMAT@VERSION` (the README's table lists the versions each is tested
+against): torchtitan changed its configuration interface between 0.2 (TOML) and 0.3."""
 
 
 __all__ = ["FRAMEWORKS", "EmitResult", "emit"]

@@ -211,45 +211,22 @@ def _needs_layout(c: PlanConfig, m: ModelSpec) -> bool:
                          or c.pp * c.vpp > m.n_layers)
 
 
-def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec) -> None:
-    """The model's shape in Megatron-LM's argument names."""
-    a.add("--num-layers", m.n_layers)
-    a.add("--hidden-size", m.hidden)
-    a.add("--ffn-hidden-size", m.ffn)
-    a.add("--num-attention-heads", m.n_heads)
-    if m.kv_heads != m.n_heads:
-        a.add("--group-query-attention")
-        a.add("--num-query-groups", m.kv_heads)
-    if m.dim_head * m.n_heads != m.hidden and not m.is_mla:  # MLA gives its head widths itself
-        a.add("--kv-channels", m.dim_head)
-    a.add("--seq-length", c.seq_len)
-    a.add("--max-position-embeddings", max(m.positions, c.seq_len))
-    if m.mlp.value == "swiglu":
-        a.add("--swiglu")
-    if m.norm == "rmsnorm":
-        a.add("--normalization", "RMSNorm")
-    if m.position_embedding == "rotary":
-        a.add("--position-embedding-type", "rope")
-    if not m.tied_embeddings:
-        a.add("--untie-embeddings-and-output-weights")
-    if not m.bias:
-        a.add("--disable-bias-linear")
-    if not m.dropout:
-        a.add("--attention-dropout", "0.0")
-        a.add("--hidden-dropout", "0.0")
-    from .moe_launch import megatron_moe_args  # MoE and MLA arguments
+def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """The whole model in Megatron-LM's argument names: shape, architecture, MoE and MLA."""
+    from .model_settings import megatron_model_args, unmodelled_note, vocab_note
+    from .moe_launch import megatron_moe_args
 
-    for flag, value in megatron_moe_args(c, m):
+    for flag, value in megatron_model_args(c, m) + megatron_moe_args(c, m):
         a.add(flag, value)
+    notes.append(vocab_note(c, m))
+    extra = unmodelled_note(m)
+    if extra:
+        notes.insert(0, extra)
 
 
-def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
-    """Megatron-LM `pretrain_gpt.py` arguments."""
+def _pipeline_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """TP and PP sizes, and the split: an explicit layout, uneven first/last stages, or virtual stages."""
     fw = "megatron"
-    check_cp_seq(fw, c)
-    notes = common_notes(c, m)
-    a = Args()
-
     a.add("--tensor-model-parallel-size", c.tp)
     a.add("--pipeline-model-parallel-size", c.pp)
     layout = pipeline_layout(m.n_layers, c.pp, c.vpp) if _needs_layout(c, m) else None
@@ -276,6 +253,10 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
     gpipe = gpipe_note("Megatron-LM", c, "1F1B")
     if gpipe:
         notes.append(gpipe)
+
+
+def _context_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """Context parallelism (size and kind) and sequence parallelism."""
     a.add("--context-parallel-size", c.cp)
     for flag, value in cp_kind_args(c, notes):  # cp-kind
         a.add(flag, value)
@@ -284,14 +265,9 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
     elif c.sequence_parallel:
         notes.append("Sequence parallelism needs tp > 1; Megatron turns it off at tp = 1.")
 
-    a.add("--micro-batch-size", c.mbs)
-    a.add("--global-batch-size", c.gbs)
-    _megatron_model_args(a, c, m)
-    notes.append(
-        f"The vocabulary ({m.vocab}) comes from the tokenizer (--tokenizer-type/--tokenizer-model) "
-        "and is padded to a multiple of 128·tp; --vocab-size applies only to NullTokenizer.")
 
-    # Precision and gradient dtype.
+def _precision_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """Matmul precision and gradient dtype."""
     if c.precision is Precision.FP16:
         a.add("--fp16")
     else:
@@ -306,7 +282,9 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
     else:
         a.add("--accumulate-allreduce-grads-in-fp32")
 
-    # Activation recomputation.
+
+def _recompute_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """Activation recomputation."""
     if c.recompute is Recompute.SELECTIVE:
         a.add("--recompute-granularity", "selective")
     elif c.recompute is Recompute.FULL:
@@ -314,7 +292,10 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
         a.add("--recompute-method", "uniform")
         a.add("--recompute-num-layers", 1)
 
-    # Data-parallel sharding (ZeRO).
+
+def _zero_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """Data-parallel sharding (ZeRO 0-3, hybrid sharding) and gradient overlap."""
+    fw = "megatron"
     if c.zero_stage is ZeroStage.OPTIMIZER:
         a.add("--use-distributed-optimizer")
     elif c.zero_stage in (ZeroStage.GRADIENTS, ZeroStage.PARAMETERS):
@@ -353,6 +334,9 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
         if c.zero_stage >= ZeroStage.OPTIMIZER:
             a.add("--overlap-param-gather")
 
+
+def _kernel_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
+    """Attention backend and the CUDA connection note."""
     a.add("--attention-backend", "flash" if c.attention is Attention.FLASH else "unfused")
     if c.attention is Attention.FLASH:
         notes.append("--attention-backend fused (cuDNN) stores as little as flash and is often "
@@ -360,9 +344,23 @@ def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if (c.tp > 1 or c.cp > 1) and c.zero_stage < ZeroStage.GRADIENTS:
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it for TP/CP on "
                      "GPUs before Blackwell.")
+
+
+def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
+    """Megatron-LM `pretrain_gpt.py` arguments."""
+    check_cp_seq("megatron", c)
+    notes = common_notes(c, m)
+    a = Args()
+    _pipeline_args(a, c, m, notes)
+    _context_args(a, c, m, notes)
+    a.add("--micro-batch-size", c.mbs)
+    a.add("--global-batch-size", c.gbs)
+    _megatron_model_args(a, c, m, notes)
+    for part in (_precision_args, _recompute_args, _zero_args, _kernel_args):
+        part(a, c, m, notes)
     if c.offload:  # offload
         _offload_args(a, c, m, notes)
-    return EmitResult(fw, "args", a.render(), RELEASE, notes)
+    return EmitResult("megatron", "args", a.render(), RELEASE, notes)
 
 
 # ---- cp-kind: the context-parallel kind in Megatron's and Megatron-Bridge's names -------------
@@ -418,13 +416,10 @@ _MIXED_PRECISION = {
 }
 
 
-def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
-    """A Megatron-Bridge ConfigContainer override (YAML)."""
+def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, object]:
+    """model.*: parallel sizes, the split, the whole architecture, recomputation, attention."""
     fw = "nemo"
-    check_cp_seq(fw, c)
-    notes = common_notes(c, m)
     layout = pipeline_layout(m.n_layers, c.pp, c.vpp) if _needs_layout(c, m) else None
-
     model: dict[str, object] = {
         "tensor_model_parallel_size": c.tp,
         "pipeline_model_parallel_size": c.pp,
@@ -464,7 +459,14 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
     else:
         notes.append("Attention is left at the default backend (auto: Transformer Engine picks "
                      "a flash or cuDNN fused kernel, neither stores the s×s scores).")
+    from .model_settings import bridge_model_fields
 
+    model.update(bridge_model_fields(c, m))
+    return model
+
+
+def _bridge_doc(c: PlanConfig, m: ModelSpec, model: dict, notes: list[str]) -> dict:
+    """The ConfigContainer sections: train, dataset, precision, ddp, optimizer, dist, offload."""
     doc: dict[str, object] = {
         "model": model,
         "train": {"micro_batch_size": c.mbs, "global_batch_size": c.gbs},
@@ -499,7 +501,7 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
     doc["optimizer"] = optimizer
     cp_kind_overrides(model, doc, c, notes)  # cp-kind
     if c.offload:  # offload: OptimizerConfig and TransformerConfig fields (@ d98e8a64dd)
-        offload_refusal(fw, c, m, OFFLOAD_RULES)
+        offload_refusal("nemo", c, m, OFFLOAD_RULES)
         if c.offload_optimizer > 0:
             optimizer.update(optimizer_cpu_offload=True,
                              optimizer_offload_fraction=c.offload_optimizer,
@@ -508,7 +510,11 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
         if c.offload_activations > 0:
             model["cpu_offloading"] = True
             model["cpu_offloading_num_layers"] = c.offload_activations
+    return doc
 
+
+def _bridge_notes(c: PlanConfig, notes: list[str]) -> None:
+    """What the YAML cannot say, and the NeMo 2.0 names."""
     recipe_fp32 = c.precision is not Precision.FP16
     want_fp32 = c.grad_dtype == "fp32"
     if recipe_fp32 != want_fp32:
@@ -536,9 +542,17 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
         "recompute_num_layers; precision through trainer.plugins (the matching plugin in "
         "nemo.collections.llm.recipes.precision.mixed_precision).")
 
+
+def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
+    """A Megatron-Bridge ConfigContainer override (YAML)."""
+    check_cp_seq("nemo", c)
+    notes = common_notes(c, m)
+    model = _bridge_model(c, m, notes)
+    doc = _bridge_doc(c, m, model, notes)
+    _bridge_notes(c, notes)
     header = ("# Megatron-Bridge ConfigContainer overrides written by plan3d\n"
               f"# plan: dp{c.dp} tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp}, model {m.name}\n")
-    return EmitResult(fw, "yaml", header + yaml_text(doc), BRIDGE_RELEASE, notes)
+    return EmitResult("nemo", "yaml", header + yaml_text(doc), BRIDGE_RELEASE, notes)
 
 
 FRAMEWORK = Framework(

@@ -41,11 +41,7 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
                          model.n_shared_experts * model.shared_expert_ffn))
         if model.first_k_dense or model.moe_layer_freq != 1:
             args.append(("--moe-layer-freq", f'"{moe_layer_pattern(model)}"'))
-        if model.router != "softmax":
-            args.append(("--moe-router-score-function", model.router))
-        if model.n_expert_groups is not None:
-            args += [("--moe-router-num-groups", model.n_expert_groups),
-                     ("--moe-router-group-topk", model.topk_groups)]
+        args += router_args(model)
         args += [("--expert-model-parallel-size", config.ep),
                  # Megatron defaults the expert TP to the dense TP: always say it
                  ("--expert-tensor-parallel-size", config.etp),
@@ -54,6 +50,9 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
             args.append(("--moe-expert-capacity-factor", config.moe_capacity_factor))
         if config.moe_a2a_overlap:
             args.append(("--overlap-moe-expert-parallel-comm", None))
+    if model.mtp_layers:
+        # DeepSeek-V3's multi-token prediction (TransformerConfig.mtp_num_layers)
+        args.append(("--mtp-num-layers", model.mtp_layers))
     if model.is_mla:
         args.append(("--multi-latent-attention", None))
         if model.q_lora_rank is not None:
@@ -62,6 +61,36 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
                  ("--qk-head-dim", model.qk_nope_head_dim),
                  ("--qk-pos-emb-head-dim", model.qk_rope_head_dim),
                  ("--v-head-dim", model.v_head_dim)]
+    return args
+
+
+def router_args(model: ModelSpec) -> list[tuple[str, object]]:
+    """The router as Megatron computes it (core/transformer/moe/moe_utils.py @ d98e8a64dd
+    `topk_routing_with_score_function`): softmax over the top-k logits (renormalised top-k, the
+    default) or over all experts first (--moe-router-pre-softmax: no renormalising, and what
+    Megatron requires at k = 1); sigmoid scores renormalised over the top k whenever k > 1;
+    group-limited routing; the routed output scale; the aux-loss-free expert bias, which
+    Megatron allows with sigmoid scores only (transformer_config.py)."""
+    from ..errors import PlanError
+
+    args: list[tuple[str, object]] = []
+    if model.router != "softmax":
+        args.append(("--moe-router-score-function", model.router))
+        if not model.norm_topk_prob and model.top_k > 1:
+            raise PlanError(f"megatron: {model.name} routes by sigmoid without renormalising "
+                            "the top-k scores; Megatron always renormalises them for k > 1")
+    elif not model.norm_topk_prob or model.top_k == 1:
+        args.append(("--moe-router-pre-softmax", None))
+    if model.n_expert_groups is not None:
+        args += [("--moe-router-num-groups", model.n_expert_groups),
+                 ("--moe-router-group-topk", model.topk_groups)]
+    if model.routed_scaling_factor != 1.0:
+        args.append(("--moe-router-topk-scaling-factor", model.routed_scaling_factor))
+    if model.router_expert_bias:
+        if model.router == "softmax":
+            raise PlanError(f"megatron: {model.name}'s expert bias needs sigmoid scores "
+                            "(Megatron refuses --moe-router-enable-expert-bias with softmax)")
+        args.append(("--moe-router-enable-expert-bias", None))
     return args
 
 

@@ -45,13 +45,13 @@ from .base import (
 )
 
 RELEASE = (
-    "pytorch/torchtitan TOML job config: torchtitan/config/job_config.py @ 000204a "
-    "([training] local_batch_size/global_batch_size/seq_len, [parallelism] "
-    "fsdp_reshard_after_forward, pipeline_parallel_layers_per_stage, "
-    "pipeline_parallel_microbatch_size), models/llama3/infra/parallelize.py @ 018740b "
-    "(reshard policy; DDP only without TP/PP/CP), distributed/pipeline_parallel.py @ 02ef790 "
-    "(stage count = ceil((layers + 2) / layers_per_stage)); section layout of "
-    "models/llama3/train_configs/llama3_70b.toml @ 038d5fd.")
+    "torchtitan @ 0.3.0 (PyPI): --module/--config from the config registry, --section.key "
+    "overrides (torchtitan/config/manager.py, config/configs.py, trainer.py), pipeline split "
+    "from distributed/pipeline_parallel.py.")
+RELEASE_02 = (
+    "torchtitan @ 0.2.2 (PyPI): TOML job config, torchtitan/config/job_config.py ([model] "
+    "name/flavor/converters, [training], [parallelism], [activation_checkpoint]); pipeline "
+    "split from distributed/pipeline_parallel.py.")
 
 FP32 = 4  # bytes
 ADAM_MOMENTS = 8  # Adam m and v in fp32
@@ -140,24 +140,120 @@ V_SCHEDULES = (Schedule.ZBV, Schedule.DUALPIPEV)
 l.550-569)."""
 
 
-def _titan_split(n_layers: int, stages: int) -> tuple[int, int, int] | None:
-    """(layers_per_stage, first_less, last_less) that make torchtitan build exactly `stages`
-    stages. torchtitan weighs the embedding and the output as `first_less`/`last_less` layers
-    (pipeline_parallel_first/last_stage_less_layers, default 1 each) and builds
-    ceil((n_layers + first_less + last_less) / layers_per_stage) stages. The defaults come first,
-    then (0, 0), which is the plan's even split; None when nothing gives `stages`."""
+# ---- the pipeline split, as torchtitan makes it ---------------------------------------------
+
+
+def titan_stage_layers(n_layers: int, stages: int, first_less: int, last_less: int) -> list[int]:
+    """The transformer layers torchtitan puts on each of `stages` stages: it spreads
+    L + first_less + last_less "effective layers" (the embedding and the output weighed as that
+    many layers) as evenly as it can, the first (E mod S) stages one more, then takes the
+    weights off the first and the last stage (torchtitan/distributed/pipeline_parallel.py
+    `_generate_llm_fqn_per_model_part` @ 0.3.0, `generate_llm_fqn_per_model_part` @ 0.2.2; the
+    same rule in both). Raises ValueError where torchtitan refuses the split."""
+    if stages == 1:
+        return [n_layers]
+    effective = n_layers + first_less + last_less
+    base, extra = divmod(effective, stages)
+    if base == 0 or first_less > base or last_less > base:
+        raise ValueError(f"torchtitan cannot split {n_layers} layers into {stages} stages "
+                         f"with first/last less layers {first_less}/{last_less}")
+    out = [base + (i < extra) for i in range(stages)]
+    out[0] -= first_less
+    out[-1] -= last_less
+    return out
+
+
+def titan_stage_count(n_layers: int, per_stage: int, first_less: int, last_less: int) -> int:
+    """⌈(L + first_less + last_less) / layers_per_stage⌉ stages (pipeline_parallel.py @ 0.3.0
+    and 0.2.2, `pipeline_parallel_layers_per_stage` set)."""
+    return math.ceil((n_layers + first_less + last_less) / per_stage)
+
+
+def titan_rank_stages(rank: int, pp: int, stages: int, v_shape: bool) -> tuple[int, ...]:
+    """The stages a pipeline rank holds: looped (rank, rank + pp, …) or, for the V schedules,
+    (rank, 2·pp − 1 − rank) (`_get_pp_rank_to_stage_indices_mapping` @ 0.3.0)."""
+    if v_shape:
+        return (rank, stages - 1 - rank)
+    return tuple(rank + s * pp for s in range(stages // pp))
+
+
+def titan_split(n_layers: int, stages: int, cap: int) -> tuple[int, int, int] | None:
+    """(layers_per_stage, first_less, last_less) for which torchtitan builds exactly `stages`
+    stages with none over `cap` layers (plan3d's costed chunk, ⌈L/S⌉). torchtitan's default
+    weights (1, 1) first, when they keep to the cap; then (0, 0), the plan's own even split;
+    None when no weights do (the caller lists the modules of each stage instead)."""
     for first, last in ((1, 1), (0, 0), (1, 0), (0, 1)):
-        weighted = n_layers + first + last
-        per_stage = math.ceil(weighted / stages)
-        if math.ceil(weighted / per_stage) == stages:
+        per_stage = math.ceil((n_layers + first + last) / stages)
+        if titan_stage_count(n_layers, per_stage, first, last) != stages:
+            continue
+        try:
+            layers = titan_stage_layers(n_layers, stages, first, last)
+        except ValueError:
+            continue
+        if max(layers) <= cap and min(layers) >= 0:
             return per_stage, first, last
     return None
 
 
-def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
-    """torchtitan TOML sections: [model], [training], [parallelism], [activation_checkpoint]."""
-    fw = "torchtitan"
-    notes = common_notes(c, m)
+def _module_lists(n_layers: int, stages: int, version: str) -> list[list[str]]:
+    """parallelism.module_fqns_per_model_part: the plan's split written out, ⌈L/S⌉ layers on
+    the first L mod S stages (llama3's module names: tok_embeddings, layers.i, norm, and the
+    output projection, `lm_head` @ 0.3.0, `output` @ 0.2.2)."""
+    base, extra = divmod(n_layers, stages)
+    out, start = [], 0
+    for i in range(stages):
+        count = base + (i < extra)
+        out.append([f"layers.{j}" for j in range(start, start + count)])
+        start += count
+    out[0].insert(0, "tok_embeddings")
+    out[-1] += ["norm", "lm_head" if version == "0.3" else "output"]
+    return out
+
+
+# ---- the emitter: torchtitan 0.3 (config registry + overrides) and 0.2 (TOML) ------------------
+
+TESTED_VERSIONS = ("0.3", "0.2")
+"""torchtitan releases the emitter writes for, newest (the default) first: 0.3.0 (config
+registry: `--module M --config C` and `--section.key value` overrides,
+torchtitan/config/manager.py @ 0.3.0) and 0.2.2 (TOML job config, --job.config_file)."""
+
+REGISTRY = {
+    "llama-3.1-8b": ("llama3", "llama3_8b", "8B"),
+    "llama-3.1-70b": ("llama3", "llama3_70b", "70B"),
+    "llama-3.1-405b": ("llama3", "llama3_405b", "405B"),
+}
+"""plan3d presets that torchtitan's registry builds: (module, 0.3 config function, 0.2 flavor)
+— torchtitan/models/llama3/config_registry.py and __init__.py @ 0.3.0 (llama3_configs),
+models/llama3/__init__.py @ 0.2.2 (llama3_args). The parser suite compares each built model
+with plan3d's field by field."""
+
+FLOAT8_CONFIGS = {"llama3_405b"}
+"""0.3 registry entries whose model is converted to float8 (Float8LinearConverter, lm_head
+left in bf16; with torch.compile and async TP): config_registry.py @ 0.3.0 llama3_405b. Their
+precision is fixed: the plan's must match."""
+
+SHAPE = ("n_layers", "hidden", "n_heads", "kv_heads", "ffn", "vocab", "rope_theta",
+         "rope_scaling", "rope_factor", "norm_eps", "qk_norm", "tied_embeddings")
+
+
+def _registry_entry(fw: str, m: ModelSpec) -> tuple[str, str, str]:
+    """The registry entry that builds `m`: by preset name, or a model of the same shape."""
+    if m.name in REGISTRY:
+        return REGISTRY[m.name]
+    from ..catalog import load_model
+
+    for name, entry in REGISTRY.items():
+        known = load_model(name)
+        if all(getattr(known, f) == getattr(m, f) for f in SHAPE):
+            return entry
+    raise PlanError(
+        f"{fw}: torchtitan builds its models from its config registry, which has no "
+        f"{m.name} (plan3d knows {', '.join(REGISTRY)}); write a config_registry function "
+        "for it and pass it with --module, or use --emit megatron")
+
+
+def _check(fw: str, c: PlanConfig) -> None:
+    """What torchtitan cannot run, refused with the reason."""
     if c.precision is Precision.FP16:
         raise PlanError(f"{fw}: fp16 is not offered (training.mixed_precision_param is bfloat16 "
                         "or float32)")
@@ -176,117 +272,101 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
     divisor = c.tp * (2 * c.cp if c.cp > 1 else 1)
     if c.seq_len % divisor:
         raise PlanError(f"{fw}: seq_len {c.seq_len} must be a multiple of tp·2·cp = {divisor}")
-
     if c.zero_stage is ZeroStage.NONE and c.dp_replicate > 1:
         raise PlanError(f"{fw}: HSDP (dp_shard {c.dp_shard} < dp {c.dp}) is FSDP2 on a 2-D mesh; "
                         "re-plan with zero_stage 2 or 3")
-    parallelism: dict[str, object] = {}
-    if c.zero_stage is ZeroStage.NONE:
-        parallelism["data_parallel_replicate_degree"] = c.dp
-        parallelism["data_parallel_shard_degree"] = 1
-    else:
-        # HSDP: FSDP2 inside data_parallel_shard_degree ranks, replicated across the rest
-        parallelism["data_parallel_replicate_degree"] = c.dp_replicate
-        parallelism["data_parallel_shard_degree"] = c.dp // c.dp_replicate
-        if c.dp_replicate > 1:
-            notes.append(f"HSDP: FSDP2 shards over dp_shard·cp = {c.dp // c.dp_replicate}·{c.cp} "
-                         f"ranks and all-reduces the gradient shards across "
-                         f"{c.dp_replicate} replicas (mesh [\"pp\", \"dp_replicate\", "
-                         "\"dp_shard\", \"cp\", \"tp\"]).")
-        if c.zero_stage is ZeroStage.GRADIENTS:
-            parallelism["fsdp_reshard_after_forward"] = "never"
-            notes.append("ZeRO-2 is FSDP2 with reshard_after_forward off: weights stay gathered "
-                         "from forward to backward, gradients and optimizer state are sharded.")
-        else:
-            if c.pp > 1:
-                # the stage stays gathered across micro-batches, as the plan was costed
-                parallelism["fsdp_reshard_after_forward"] = "default"
-                notes.append("ZeRO-3 under PP is FSDP2 with the 'default' reshard policy, which "
-                             "keeps each stage's weights gathered across its micro-batches (no "
-                             "all-gather per micro-batch); gradients accumulate unsharded until "
-                             "the last micro-batch, as plan3d sized it.")
-            else:
-                parallelism["fsdp_reshard_after_forward"] = "always"
-                notes.append("ZeRO-3 is FSDP2 resharding after every forward ('always').")
-    parallelism["tensor_parallel_degree"] = c.tp
-    parallelism["pipeline_parallel_degree"] = c.pp
-    parallelism["context_parallel_degree"] = c.cp
 
-    training: dict[str, object] = {"seq_len": c.seq_len}
+
+def _data_parallel(c: PlanConfig, notes: list[str]) -> dict[str, object]:
+    """DDP, FSDP2 or HSDP degrees and FSDP2's reshard policy."""
+    if c.zero_stage is ZeroStage.NONE:
+        return {"data_parallel_replicate_degree": c.dp, "data_parallel_shard_degree": 1}
+    # HSDP: FSDP2 inside data_parallel_shard_degree ranks, replicated across the rest
+    out: dict[str, object] = {"data_parallel_replicate_degree": c.dp_replicate,
+                              "data_parallel_shard_degree": c.dp // c.dp_replicate}
+    if c.dp_replicate > 1:
+        notes.append(f"HSDP: FSDP2 shards over dp_shard·cp = {c.dp // c.dp_replicate}·{c.cp} "
+                     f"ranks and all-reduces the gradient shards across {c.dp_replicate} "
+                     "replicas (mesh [\"pp\", \"dp_replicate\", \"dp_shard\", \"cp\", \"tp\"]).")
+    if c.zero_stage is ZeroStage.GRADIENTS:
+        out["fsdp_reshard_after_forward"] = "never"
+        notes.append("ZeRO-2 is FSDP2 with reshard_after_forward off: weights stay gathered "
+                     "from forward to backward, gradients and optimizer state are sharded.")
+    elif c.pp > 1:
+        # the stage stays gathered across micro-batches, as the plan was costed
+        out["fsdp_reshard_after_forward"] = "default"
+        notes.append("ZeRO-3 under PP is FSDP2 with the 'default' reshard policy, which keeps "
+                     "each stage's weights gathered across its micro-batches (no all-gather per "
+                     "micro-batch); gradients accumulate unsharded until the last micro-batch, "
+                     "as plan3d sized it.")
+    else:
+        out["fsdp_reshard_after_forward"] = "always"
+        notes.append("ZeRO-3 is FSDP2 resharding after every forward ('always').")
+    return out
+
+
+def _pipeline(c: PlanConfig, m: ModelSpec, version: str, notes: list[str]) -> dict[str, object]:
+    """Schedule, and the split that places exactly the layers plan3d costed: at most ⌈L/S⌉ on
+    any stage (S = pp·vpp, or 2·pp for the V schedules)."""
+    v_shape = c.schedule in V_SCHEDULES
+    stages = c.pp * (2 if v_shape else c.vpp)
+    schedule = Schedule.INTERLEAVED if interleaved(c) else (
+        Schedule.ONE_F_ONE_B if c.schedule is Schedule.INTERLEAVED else c.schedule)
+    out: dict[str, object] = {"pipeline_parallel_schedule": _TITAN_SCHEDULES[schedule]}
+    cap = math.ceil(m.n_layers / stages)
+    split = titan_split(m.n_layers, stages, cap)
+    if split is None:
+        out["module_fqns_per_model_part"] = _module_lists(m.n_layers, stages, version)
+        layers = [len([n for n in part if n.startswith("layers.")])
+                  for part in out["module_fqns_per_model_part"]]
+    else:
+        per_stage, first, last = split
+        out.update(pipeline_parallel_layers_per_stage=per_stage,
+                   pipeline_parallel_first_stage_less_layers=first,
+                   pipeline_parallel_last_stage_less_layers=last)
+        layers = titan_stage_layers(m.n_layers, stages, first, last)
+    ranks = [sum(layers[s] for s in titan_rank_stages(r, c.pp, stages, v_shape))
+             for r in range(c.pp)]
+    notes.append(f"Pipeline: {stages} stages of {layers} layers; by rank {ranks} "
+                 f"({'V' if v_shape else 'looped'} placement), none over the "
+                 f"{cap} per stage plan3d costed.")
+    out["pipeline_parallel_microbatch_size"] = c.mbs
+    return out
+
+
+def _training(c: PlanConfig, notes: list[str]) -> dict[str, object]:
+    """Batch, sequence, CPU offload and mixed precision."""
+    out: dict[str, object] = {"seq_len": c.seq_len}
     if c.pp > 1:
-        stages = c.pp * (2 if c.schedule in V_SCHEDULES else c.vpp)
-        schedule = Schedule.ONE_F_ONE_B if c.schedule is Schedule.INTERLEAVED else c.schedule
-        if interleaved(c):
-            schedule = Schedule.INTERLEAVED
-        parallelism["pipeline_parallel_schedule"] = _TITAN_SCHEDULES[schedule]
-        split = _titan_split(m.n_layers, stages)
-        if split is None and c.vpp > 2:
-            raise PlanError(f"{fw}: no pipeline_parallel_layers_per_stage gives {stages} stages "
-                            f"for {m.n_layers} layers")
-        if split is None:
-            notes.append(f"pipeline_parallel_layers_per_stage is left unset: torchtitan's default "
-                         f"of {c.vpp} stage(s) per rank for this schedule is the plan's split.")
-        else:
-            per_stage, first, last = split
-            parallelism["pipeline_parallel_layers_per_stage"] = per_stage
-            if (first, last) != (1, 1):
-                parallelism["pipeline_parallel_first_stage_less_layers"] = first
-                parallelism["pipeline_parallel_last_stage_less_layers"] = last
-                notes.append(
-                    "pipeline_parallel_first/last_stage_less_layers need a torchtitan recent "
-                    "enough to have them (older releases count the embedding and output as one "
-                    "layer each, and no layers_per_stage gives this stage count there).")
-            if (first, last) == (0, 0) and m.n_layers % stages == 0:
-                notes.append(f"pipeline_parallel_layers_per_stage = {per_stage} gives the plan's "
-                             f"{stages} stages of {per_stage} layers.")
-            else:
-                notes.append(
-                    f"pipeline_parallel_layers_per_stage = {per_stage} gives {stages} stages "
-                    f"(ceil(({m.n_layers} + {first} + {last}) / {per_stage})); torchtitan counts "
-                    f"the embedding and the output as {first} and {last} layer(s) when it spreads "
-                    f"the {m.n_layers} layers, so stages differ from the plan's even "
-                    f"{m.n_layers / stages:g} layers by about one.")
-        parallelism["pipeline_parallel_microbatch_size"] = c.mbs
-        training["local_batch_size"] = c.mbs * c.n_micro
+        out["local_batch_size"] = c.mbs * c.n_micro
         notes.append(f"With PP the n_micro = {c.n_micro} micro-batches are carved out of "
                      "local_batch_size by pipeline_parallel_microbatch_size; no extra gradient "
                      "accumulation.")
     else:
-        training["local_batch_size"] = c.mbs
+        out["local_batch_size"] = c.mbs
         if c.n_micro > 1:
             notes.append(f"global_batch_size / (local_batch_size·dp) = {c.n_micro} gradient "
                          "accumulation steps.")
-    training["global_batch_size"] = c.gbs
+    out["global_batch_size"] = c.gbs
     if c.offload:  # offload: FSDP2 CPUOffloadPolicy
-        offload_refusal(fw, c, m, OFFLOAD_RULES)
-        training["enable_cpu_offload"] = True
+        out["enable_cpu_offload"] = True
         notes.append("training.enable_cpu_offload: FSDP2's CPUOffloadPolicy keeps the sharded "
                      "fp32 parameters, gradients and Adam states in pinned host memory and runs "
                      "the optimizer step on the CPU (torchtitan/distributed/fsdp.py @ b5bcd76).")
-    training["mixed_precision_param"] = "bfloat16"
-    training["mixed_precision_reduce"] = "float32"
+    out["mixed_precision_param"] = "bfloat16"
+    out["mixed_precision_reduce"] = "float32"
     if c.grad_dtype == "bf16":
         notes.append("torchtitan reduces gradients in float32 only (mixed_precision_reduce); the "
                      "plan's bf16 gradients cannot be expressed, so gradient traffic and the "
                      "sharded gradients are twice the plan's.")
+    return out
 
-    ac: dict[str, object] = {"mode": c.recompute.value}
+
+def _general_notes(c: PlanConfig, notes: list[str]) -> None:
     if c.recompute is Recompute.SELECTIVE:
-        ac["selective_ac_option"] = "op"
-        notes.append("Selective maps to per-op SAC ('op'): it saves matmul and attention outputs "
-                     "but recomputes pointwise ops and every second matmul, so memory is at or "
+        notes.append("Selective maps to per-op SAC: it saves matmul and attention outputs but "
+                     "recomputes pointwise ops and every second matmul, so memory is at or "
                      "below the plan's and recompute time above it.")
-
-    sections: dict[str, dict[str, object]] = {}
-    if c.precision is Precision.FP8:
-        sections["model"] = {"converters": ["float8"]}
-        notes.append("FP8 uses torchao Float8Linear via model.converters = [\"float8\"]; the "
-                     "scaling recipe lives in [float8] (newer releases: "
-                     "[quantize.linear.float8]) recipe_name.")
-    sections["training"] = training
-    sections["parallelism"] = parallelism
-    sections["activation_checkpoint"] = ac
-
     if c.tp > 1 and not c.sequence_parallel:
         notes.append("torchtitan's TP always shards norms and residuals over the sequence "
                      "(sequence parallel); activations are smaller than the plan's.")
@@ -296,13 +376,99 @@ def _torchtitan(c: PlanConfig, m: ModelSpec) -> EmitResult:
     if c.overlap_grad_reduce is False:
         notes.append("FSDP2 always overlaps its collectives with compute; that cannot be "
                      "switched off.")
-    notes.append("Older torchtitan (before mid-2025) names training.local_batch_size "
-                 "training.batch_size and has no training.global_batch_size.")
-    header = ("# torchtitan job-config sections written by plan3d; merge into your "
-              "train_configs/*.toml\n"
-              f"# plan: dp{c.dp} tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp}, model {m.name} (set "
-              "[model] name/flavor to match)\n")
-    return EmitResult(fw, "toml", header + toml_tables(sections), RELEASE, notes)
+
+
+def _sections(c: PlanConfig, m: ModelSpec, version: str, notes: list[str]) -> dict[str, dict]:
+    """The settings by section, in torchtitan's key names (the same in 0.2 and 0.3)."""
+    _check("torchtitan", c)
+    if c.offload:
+        offload_refusal("torchtitan", c, m, OFFLOAD_RULES)
+    parallelism = _data_parallel(c, notes)
+    parallelism.update(tensor_parallel_degree=c.tp, pipeline_parallel_degree=c.pp,
+                       context_parallel_degree=c.cp)
+    if c.pp > 1:
+        parallelism.update(_pipeline(c, m, version, notes))
+    training = _training(c, notes)
+    if c.pp > 1 and version == "0.3":
+        # CUDA graphs do not run under PP (trainer.py _validate_cuda_graphs @ 0.3.0)
+        training["disable_cuda_graphs"] = True
+    _general_notes(c, notes)
+    return {"training": training, "parallelism": parallelism}
+
+
+def _titan_02(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
+    """torchtitan 0.2 (TOML-era): [model] [training] [parallelism] [activation_checkpoint]
+    (torchtitan/config/job_config.py @ 0.2.2)."""
+    module, _, flavor = _registry_entry("torchtitan", m)
+    sections: dict[str, dict[str, object]] = {"model": {"name": module, "flavor": flavor}}
+    if c.precision is Precision.FP8:
+        sections["model"]["converters"] = ["quantize.linear.float8"]
+        notes.append("FP8: torchao Float8Linear via model.converters (recipe in "
+                     "[quantize.linear.float8] recipe_name; tensorwise by default).")
+    sections.update(_sections(c, m, "0.2", notes))
+    ac: dict[str, object] = {"mode": c.recompute.value}
+    if c.recompute is Recompute.SELECTIVE:
+        ac["selective_ac_option"] = "op"
+    sections["activation_checkpoint"] = ac
+    return ("# torchtitan 0.2 job config written by plan3d (--job.config_file job.toml)\n"
+            f"# plan: dp{c.dp} tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp}, model {m.name}\n"
+            + toml_tables(sections))
+
+
+def _override_value(value: object) -> str:
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        return " ".join(",".join(part) for part in value)  # list[list[str]]: A,B C,D
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _titan_03(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
+    """torchtitan 0.3: `--module M --config C` and `--section.key value` overrides (booleans
+    as bare switches), the activation-checkpointing policy as tyro's subcommand
+    `activation-checkpoint:{none,selective,full}` (trainer.py Trainer.Config @ 0.3.0)."""
+    module, config, _ = _registry_entry("torchtitan", m)
+    fp8_entry = config in FLOAT8_CONFIGS
+    if (c.precision is Precision.FP8) != fp8_entry:
+        raise PlanError(
+            f"torchtitan: 0.3 sets float8 through the registry's model converters (model_spec is "
+            f"not a command-line section), and {config} trains in "
+            f"{'float8' if fp8_entry else 'bf16'}; plan with --precision "
+            f"{'fp8' if fp8_entry else 'bf16'}, write a config_registry function, or use "
+            "--emit torchtitan@0.2")
+    if fp8_entry:
+        notes.append(f"{config} converts the linear layers to torchao Float8Linear (tensorwise "
+                     "scaling, lm_head in bf16) and compiles the model with async TP, as its "
+                     "registry entry sets.")
+    lines = [f"--module {module}", f"--config {config}"]
+    for section, keys in _sections(c, m, "0.3", notes).items():
+        for key, value in keys.items():
+            flag = f"--{section}.{key}"
+            if value is True:
+                lines.append(flag)
+            elif value is False:
+                lines.append(f"--{section}.no-{key.replace('_', '-')}")
+            else:
+                lines.append(f"{flag} {_override_value(value)}")
+    lines.append(f"activation-checkpoint:{c.recompute.value}")
+    notes.append("Pass these after `torchrun ... -m torchtitan.train`; the activation-"
+                 "checkpoint policy is a subcommand and stays last.")
+    return "    " + " \\\n    ".join(lines) + "\n"
+
+
+def _torchtitan(c: PlanConfig, m: ModelSpec, version: str | None = None) -> EmitResult:
+    """torchtitan settings for `version` (0.3, the default: command-line overrides of a config
+    registry entry; 0.2: a TOML job config)."""
+    version = version or TESTED_VERSIONS[0]
+    version = ".".join(version.split(".")[:2])
+    if version not in TESTED_VERSIONS:
+        raise PlanError(f"torchtitan: version {version} is not one plan3d writes for (tested: "
+                        f"{', '.join(TESTED_VERSIONS)})")
+    notes = common_notes(c, m)
+    if version == "0.2":
+        text = _titan_02(c, m, notes)
+        return EmitResult("torchtitan", "toml", text, RELEASE_02, notes)
+    return EmitResult("torchtitan", "args", _titan_03(c, m, notes), RELEASE, notes)
 
 
 FRAMEWORK = Framework(

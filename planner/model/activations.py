@@ -43,7 +43,7 @@ def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute
         s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
         x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
     dispatch = 0 if recompute is Recompute.FULL else x.moe * MO.moe_dispatch_activation_bytes(
-        s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, x.moe_load,
+        s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, k.lam,
         x.act_bytes)
     return x.mla * mla + dispatch
 
@@ -57,7 +57,7 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     # moe: a MoE layer stores k routed expert widths (× the busiest rank's load) and the shared
     # experts'; an MLA layer its own tensors (formulas/moe.py); the dispatcher keeps the k − 1
     # extra token copies and the router's scores
-    moe_width = MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, x.moe_load)
+    moe_width = MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, k.lam)
     routed_ffn = pick(lambda: _ops.select(x.moe, moe_width, x.ffn), routed_ffn)
 
     def saved(recompute):
@@ -118,10 +118,10 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     act_last = inflight_last * layers * layer_act + loss_act + bwd_phase
     # moe: the dispatcher's send and receive buffers of the all-to-all in flight,
     # 2·T·k·load·h·act with T = b·s/(c·t) tokens per GPU (0 for a dense model)
-    moe_tokens = b * s / (cp * t)
+    moe_tokens = k.moe_tokens
     if k.moe_model:
         dispatch_buffers = note("moe_dispatch_buffer_bytes", x.moe * 2 * moe_tokens
-                                * x.top_k * x.moe_load * h * x.act_bytes)
+                                * x.top_k * k.lam * h * x.act_bytes)
         act_first = act_first + dispatch_buffers
         act_last = act_last + dispatch_buffers
     return SimpleNamespace(routed_ffn=lay.routed_ffn, layer_act=layer_act,

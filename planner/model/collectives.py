@@ -11,6 +11,8 @@ from ..formulas import _ops
 from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import timing as T
+from ..formulas.choices import Schedule
+from . import moe as MOE
 from .context import context_links, context_part_traffic, context_time
 from .links import group_links
 from .numbers import Choices, same
@@ -93,26 +95,25 @@ def tensor_and_context_times(x, c: Choices, k: SimpleNamespace, note=same) -> Si
 
 
 def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
-    """moe: expert parallelism's all-to-all, per MoE layer and micro-batch: dispatch and combine
-    forward, their transposes backward (4), plus with etp > 1 the all-gather of the tokens over
-    the etp ranks and its reduce-scatter (4 × (etp − 1)·T·k·load·h·act on NVLink: etp sits inside
-    the domain). Exposed unless overlapped with another micro-batch's compute; 0 for a dense
-    model."""
+    """moe: expert parallelism's exchange, per MoE layer and micro-batch: dispatch and combine
+    forward, their transposes backward (4), by the plan's dispatcher (model/moe.py: NCCL
+    all-to-all, all-gather or DeepEP), plus with etp > 1 the all-gather of the tokens over the
+    etp ranks on NVLink. Exposed unless the plan overlaps it with another micro-batch's compute
+    (Megatron's 1F1B merge, DualPipe); 0 for a dense model."""
     if not k.moe_model:
         return SimpleNamespace(ep_mb_s=0, ep_bytes=0, ep_inside=0)
-    h, m, g, moe_tokens = k.h, k.m, k.links, k.moe_tokens
-    a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, x.moe_load)
-    etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * x.moe_load * h * x.act_bytes
+    h, m, g, moe_tokens, lam = k.h, k.m, k.links, k.moe_tokens, k.lam
+    a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, lam)
+    etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * lam * h * x.act_bytes
     ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
-    a2a_s = note("all_to_all_s", MO.all_to_all_time_s(
-        a2a_bytes, x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, g.domain), x.fast_bw, x.net_bw,
-        _ops.select(ep_span_inside, x.fast_lat, x.net_lat)))
-    etp_s = etp_bytes / x.fast_bw + (1 - _ops.le(x.etp, 1)) * x.fast_lat
-    ep_layer_exposed = x.moe * MO.overlapped_all_to_all_s(4 * (a2a_s + etp_s), k.fwd_s + k.bwd_s,
-                                                          x.a2a_overlap)
+    # one dispatch (or combine) by the plan's dispatcher, the etp all-gather beside it
+    a2a_s = note("all_to_all_s", MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
+                                                k.t))
+    ep_layer_exposed = x.moe * MOE.exposed_exchange_s(
+        x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, a2a_s, k.fwd_s + k.bwd_s)
     # the all-to-all keeps its link busy too (on NVLink when the ep·etp group fits a domain, else
     # counted on the network, whose NICs it leaves on)
-    ep_busy_mb = x.moe * k.moe_last * 4 * (a2a_s + etp_s)
+    ep_busy_mb = x.moe * k.moe_last * 4 * a2a_s
     return SimpleNamespace(
         ep_mb_s=k.moe_last * ep_layer_exposed,
         ep_bytes=note("ep_bytes", x.moe * m * k.moe_last * 4 * (a2a_bytes + etp_bytes)),

@@ -11,6 +11,7 @@ from ..formulas import flops as F
 from ..formulas import moe as MO
 from ..formulas import timing as T
 from ..formulas.choices import Attention, Recompute
+from . import moe as MOE
 from .numbers import Choices, moe_picker, same
 
 
@@ -27,14 +28,14 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, note=same):
         tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ne_ffn, x.n_mlp, t,
         _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
     rows_per_expert = MO.expert_tokens(k.moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
-                                       x.moe_load)
+                                       k.lam)
     expert_wave = note("expert_wave_efficiency", _ops.select(
         has_sm * x.moe, MO.expert_layer_wave_efficiency(
             rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp,
             MO.local_experts(x.n_experts, x.ep), _ops.maximum(x.n_sm, 1), x.tile_rows,
             x.tile_cols), 1))
     expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
-        F.layer_matmul_flops(k.moe_tokens * x.top_k * x.moe_load, 1, x.expert_matmul),
+        F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul),
         x.peak_flops, x.gemm_eff * expert_wave))
     return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
                              x.gemm_eff * ne_wave) + expert_s)
@@ -67,7 +68,10 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     core_s = note("attention_core_s", T.memory_bound_time_s(T.attention_core_bytes(
         s, b, x.n_heads, t, cp, x.dropout, materialised, x.act_bytes), x.hbm_bw, x.hbm_eff))
     launch_s = T.kernel_overhead_s(T.KERNELS_PER_LAYER_FORWARD, x.kernel_s)
-    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s)
+    # moe: the router's and the permutation's HBM traffic and kernels (model/moe.py)
+    moe_extra_s = (note("moe_router_permute_s", x.moe * MOE.forward_extra_s(
+        x, c.moe_dispatcher, k.moe_tokens, k.lam, t)) if k.moe_model else 0)
+    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s)
     att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
     bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,

@@ -13,9 +13,11 @@ from ..formulas import comm as C
 from ..formulas import flops as F
 from ..formulas import params as P
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.moe_layer import Dispatcher
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import Framework
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
+from . import moe as MOE
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
@@ -37,11 +39,14 @@ class Choices:
     # are built; otherwise none), and whether the parameters live there
     offload: bool = False
     offload_params: bool = False
+    moe_dispatcher: Dispatcher = MOE.DEFAULT_DISPATCHER  # moe: how tokens reach their experts
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name != "framework"},
-                   framework=FRAMEWORKS[config.framework])
+        own = ("framework", "moe_dispatcher")
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name not in own},
+                   framework=FRAMEWORKS[config.framework],
+                   moe_dispatcher=MOE.dispatcher_of(config.moe_dispatcher))
 
 
 def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
@@ -97,6 +102,7 @@ def moe_numbers(model: ModelSpec) -> dict:
         else model.ffn,
         q_rank=model.q_lora_rank or 0, kv_rank=model.kv_lora_rank or 0,
         rope_dim=model.qk_rope_head_dim or 0, v_dim=model.value_head_dim,
+        **MOE.model_numbers(model),  # the balancing's skew, group-limited routing
     )
 
 
@@ -163,8 +169,7 @@ def config_numbers(config: PlanConfig) -> dict:
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
         overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
-        ep=config.ep, etp=config.etp, moe_load=config.moe_load_factor,
-        a2a_overlap=int(config.moe_a2a_overlap),
+        ep=config.ep, etp=config.etp, **MOE.config_numbers(config),
         cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group
         # offload: the optimizer fraction and the activation layers on the host
         offload_optimizer=config.offload_optimizer,

@@ -9,6 +9,7 @@ from ..formulas import _ops
 from ..formulas import moe as MO
 from ..formulas import params as P
 from ..formulas import pipeline as PL
+from . import moe as MOE
 from .links import shard_group_ranks
 from .numbers import Choices, any_row, moe_picker, same
 
@@ -25,10 +26,15 @@ def stage_layout(x, c: Choices, note=same) -> SimpleNamespace:
     # pipeline layout), v·⌈L/(p·v)⌉ where each of its v chunks is cut the same
     layers = note("stage_layers", P.layers_per_gpu(L, p) if c.framework.stage_split == "flexible"
                   else P.layers_per_stage(L, p, v))
-    # moe: a MoE/MLA model (any row's, when models are stacked) builds its own expressions
+    # moe: a MoE/MLA model (any row's, when models are stacked) builds its own expressions; the
+    # tokens a GPU feeds a MoE layer per micro-batch, T = b·s/(c·t), and λ, the busiest
+    # expert-parallel rank's share of their routed copies over the mean (model/moe.py)
+    moe_model = any_row(x.moe_mla)
+    moe_tokens = b * s / (cp * t)
+    lam = note("moe_load", MOE.load(x, moe_tokens)) if moe_model else 1
     return SimpleNamespace(L=L, h=h, s=s, b=b, t=t, p=p, cp=cp, v=v, m=m, d_shard=d_shard,
-                           single_stage=single_stage, layers=layers,
-                           moe_model=any_row(x.moe_mla))
+                           single_stage=single_stage, layers=layers, moe_model=moe_model,
+                           moe_tokens=moe_tokens, lam=lam)
 
 
 def parameters(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:

@@ -88,7 +88,7 @@ def reported(x, c: Choices, k: SimpleNamespace, mem, dp, opt, sched, step, note=
         # which link each kind of traffic crosses: 1 = inside the NVLink domain, 0 = network
         tp_inside=k.tp_inside, cp_inside=k.cp_inside, dp_inside=k.dp_inside, pp_inside=k.pp_inside,
         # moe: expert parallelism's traffic, exposed time and link; expert parameters per GPU
-        ep_bytes=k.ep_bytes, ep_exposed_s=ex.ep, ep_inside=k.ep_inside,
+        ep_bytes=k.ep_bytes, ep_exposed_s=ex.ep, ep_inside=k.ep_inside, moe_load=k.lam,
         expert_stage_params=mem.stage_experts,
         # the bus bandwidth each group's collectives get, its share of the link, and how busy
         # each link is (C.link_share, C.link_utilisation)

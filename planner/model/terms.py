@@ -142,6 +142,12 @@ TERMS: dict[str, TermInfo] = {
     "moe_dispatch_buffer_bytes": TermInfo("A_a2a", "bytes", "memory",
                                           "all-to-all send and receive buffers of k token "
                                           "copies in flight"),
+    "moe_load": TermInfo("λ", "fraction", "time",
+                         "busiest expert-parallel rank's routed tokens over the mean: the "
+                         "balancing's skew over ep ranks plus the batch's sampling noise"),
+    "moe_router_permute_s": TermInfo("T_route", "s", "time",
+                                     "one MoE layer's router and token permutation (HBM-bound) "
+                                     "and their kernels, forward"),
     "expert_wave_efficiency": TermInfo("w_exp", "fraction", "time",
                                        "grouped expert GEMMs: tokens per expert padded to "
                                        "tiles, tiles in waves"),

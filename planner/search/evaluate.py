@@ -12,6 +12,7 @@ from ..errors import PlanError
 from ..formulas.choices import Precision, Recompute, Schedule
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
+from ..model import moe as MOE
 from ..model.numbers import Choices, dtype_numbers, hardware_numbers, model_numbers
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_in_chunks
@@ -43,9 +44,9 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
             **dtype_numbers(framework, req.grad_dtype),
             "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
             "gbs": req.global_batch(model), "seq_len": seq,
-            # moe: the load the expert terms use, and the all-to-all overlap switch
-            "moe_load": min(req.moe_imbalance, req.moe_capacity_factor or req.moe_imbalance),
-            "a2a_overlap": int(req.moe_a2a_overlap),
+            # moe: the load settings the expert terms use, and the all-to-all overlap switch
+            **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,
+                               req.moe_forced_balance, req.moe_a2a_overlap),
             **req.fixed_offload()}  # offload: what the request fixes (default: none)
 
 
@@ -111,7 +112,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 sequence_parallel=sp, attention=req.attention,
                                 framework=framework, offload=offload_fixed,
                                 offload_params=bool(base["offload_params"]),
-                                cp_kind=search_cp_kind(req))  # cp-kind
+                                cp_kind=search_cp_kind(req),  # cp-kind
+                                moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher))
         outs = costs_in_chunks(base, f, group_choices, zeros,
                                KEPT_COSTS + (OFFLOAD_KEPT if auto else ()))
         for z, out in zip(zeros, outs):

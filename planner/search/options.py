@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from ..errors import PlanError, problem_text
 from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.moe_layer import Dispatcher
 from .request import (
     MAX_DIM,
     MAX_GBS,
@@ -87,8 +88,9 @@ def validation_message(err: ValidationError) -> str:
 def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
                   tokens_per_step, seq_len, precision, grad_dtype, attention,
                   overlap_grad_reduce, allow_tp_across_nodes=False,
-                  framework: str = "megatron", ep=None, etp=None, moe_imbalance=1.25,
-                  moe_capacity_factor=None, moe_a2a_overlap=False,
+                  framework: str = "megatron", ep=None, etp=None, moe_imbalance=None,
+                  moe_capacity_factor=None, moe_a2a_overlap=False, moe_forced_balance=False,
+                  moe_dispatcher=None,
                   dp_shard=None, dp_replicate=None, cp_kind=None, cp_a2a=None,
                   offload_optimizer=None,
                   offload_params=None, offload_activations=None,
@@ -133,6 +135,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         framework=framework,
         ep=int_list(ep, "ep"), etp=int_list(etp, "etp"), moe_imbalance=moe_imbalance,
         moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
+        moe_forced_balance=moe_forced_balance,
+        moe_dispatcher=(None if moe_dispatcher is None
+                        else one_enum(moe_dispatcher, Dispatcher, "moe-dispatcher").value),
         dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
                   else int_list(dp_shard, "dp-shard")),
         dp_replicate=int_list(dp_replicate, "dp-replicate"),

@@ -62,7 +62,9 @@ class PlanRequest(BaseModel):
     # divisors of the routed experts, and etp 1), load imbalance, capacity factor, a2a overlap
     ep: list[Dim] | None = None
     etp: list[Dim] | None = None
-    moe_imbalance: float = Field(1.25, ge=1, le=64)
+    moe_imbalance: float | None = Field(None, ge=1, le=64)
+    moe_forced_balance: bool = False
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] | None = None
     moe_capacity_factor: float | None = Field(None, gt=0, le=64)
     moe_a2a_overlap: bool = False
     # hybrid sharding: the shard group over dp (None: all of dp shards, as without HSDP; explain
@@ -217,4 +219,5 @@ def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None
     return dict(ep=ep if ep is not None else _one(req.ep, "ep", 1),
                 etp=etp if etp is not None else _one(req.etp, "etp", 1),
                 moe_imbalance=req.moe_imbalance, moe_capacity_factor=req.moe_capacity_factor,
-                moe_a2a_overlap=req.moe_a2a_overlap)
+                moe_a2a_overlap=req.moe_a2a_overlap, moe_forced_balance=req.moe_forced_balance,
+                moe_dispatcher=req.moe_dispatcher)

@@ -217,7 +217,7 @@ def test_torchtitan_writes_its_v_schedules_with_two_stages_per_rank(schedule, na
     config = PlanConfig(dp=8, tp=1, pp=4, vpp=1, mbs=1, n_micro=8, gbs=64, seq_len=8192,
                         sequence_parallel=False, schedule=schedule,
                         zero_stage=ZeroStage.PARAMETERS, framework="torchtitan")
-    par = tomllib.loads(emit("torchtitan", config, load_model("8b")).text)["parallelism"]
+    par = tomllib.loads(emit("torchtitan@0.2", config, load_model("8b")).text)["parallelism"]
     assert par["pipeline_parallel_schedule"] == name
     assert par["pipeline_parallel_layers_per_stage"] == 4
 

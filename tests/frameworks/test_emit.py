@@ -62,9 +62,12 @@ def parse_args(text: str) -> dict[str, str | None]:
         last = i == len(lines) - 1
         assert line.endswith(" \\") != last, f"continuation wrong on line {i}: {line!r}"
         tokens = shlex.split(line.removesuffix(" \\"))
-        assert tokens[0].startswith("--") and len(tokens) in (1, 2), line
+        # torchtitan 0.3 ends on a subcommand (activation-checkpoint:MODE) and takes a list of
+        # lists as space-separated values
+        subcommand = last and len(tokens) == 1 and ":" in tokens[0]
+        assert tokens[0].startswith("--") or subcommand, line
         assert tokens[0] not in flags, f"duplicate {tokens[0]}"
-        flags[tokens[0]] = tokens[1] if len(tokens) == 2 else None
+        flags[tokens[0]] = " ".join(tokens[1:]) if len(tokens) > 1 else None
     return flags
 
 
@@ -160,11 +163,12 @@ def test_frameworks_listed():
 
 
 @pytest.mark.parametrize("framework,fmt", [("megatron", "args"), ("nemo", "yaml"),
-                                           ("torchtitan", "toml"), ("deepspeed", "json")])
+                                           ("torchtitan", "args"), ("torchtitan@0.2", "toml"),
+                                           ("deepspeed", "json")])
 def test_result_fields(framework, fmt, llama70b):
     r = emit(framework, ZERO3_NO_PP, llama70b)
     assert isinstance(r, EmitResult)
-    assert (r.framework, r.format) == (framework, fmt)
+    assert (r.framework, r.format) == (framework.split("@")[0], fmt)
     assert r.text.endswith("\n") and r.text.strip()
     assert "@" in r.version_note  # names a revision
     assert r.notes and all(isinstance(n, str) and n for n in r.notes)
@@ -297,7 +301,7 @@ def test_yaml_subset_reader_rejects_garbage():
 
 @pytest.mark.parametrize("config", [ZERO3_NO_PP, GPIPE_ZERO2, INTERLEAVED_ZERO3_CP])
 def test_torchtitan_toml_round_trip(config, llama70b):
-    doc = tomllib.loads(emit("torchtitan", config, llama70b).text)
+    doc = tomllib.loads(emit("torchtitan@0.2", config, llama70b).text)
     par, tr = doc["parallelism"], doc["training"]
     assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == config.dp
     assert par["data_parallel_shard_degree"] == config.dp  # ZeRO-2/3 shard over all of dp
@@ -322,12 +326,12 @@ def test_torchtitan_toml_round_trip(config, llama70b):
 
 
 def test_torchtitan_schedules(llama70b):
-    par = tomllib.loads(emit("torchtitan", GPIPE_ZERO2, llama70b).text)["parallelism"]
+    par = tomllib.loads(emit("torchtitan@0.2", GPIPE_ZERO2, llama70b).text)["parallelism"]
     assert par["pipeline_parallel_schedule"] == "GPipe"
-    par = tomllib.loads(emit("torchtitan", INTERLEAVED_ZERO3_CP, llama70b).text)["parallelism"]
+    par = tomllib.loads(emit("torchtitan@0.2", INTERLEAVED_ZERO3_CP, llama70b).text)["parallelism"]
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
     one_f = replace(INTERLEAVED_ZERO3_CP, {"vpp": 1, "schedule": "1f1b"})
-    par = tomllib.loads(emit("torchtitan", one_f, llama70b).text)["parallelism"]
+    par = tomllib.loads(emit("torchtitan@0.2", one_f, llama70b).text)["parallelism"]
     assert par["pipeline_parallel_schedule"] == "1F1B"
     assert titan_stages(par, llama70b.n_layers) == 4
 
@@ -335,13 +339,15 @@ def test_torchtitan_schedules(llama70b):
 def test_torchtitan_zero0_pure_ddp(llama70b):
     ddp = PlanConfig(dp=8, mbs=1, n_micro=4, gbs=32, seq_len=2048, zero_stage=0,
                      recompute="none", sequence_parallel=False)
-    par = tomllib.loads(emit("torchtitan", ddp, llama70b).text)["parallelism"]
+    par = tomllib.loads(emit("torchtitan@0.2", ddp, llama70b).text)["parallelism"]
     assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (8, 1)
 
 
 def test_torchtitan_fp8_and_selective(llama70b):
-    doc = tomllib.loads(emit("torchtitan", INTERLEAVED_ZERO3_CP, llama70b).text)
-    assert doc["model"]["converters"] == ["float8"]
+    doc = tomllib.loads(emit("torchtitan@0.2", INTERLEAVED_ZERO3_CP, llama70b).text)
+    # torchtitan 0.2.2 registers float8 as "quantize.linear.float8"
+    # (components/quantization/float8.py register_model_converter)
+    assert doc["model"]["converters"] == ["quantize.linear.float8"]
     assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
 

@@ -206,12 +206,12 @@ def test_framework_rules(framework, zero, runs):
 
 def test_torchtitan_emit_round_trip():
     c = config(framework="torchtitan", dp_shard=8, cp=1)
-    par = tomllib.loads(emit("torchtitan", c, MODEL).text)["parallelism"]
+    par = tomllib.loads(emit("torchtitan@0.2", c, MODEL).text)["parallelism"]
     # 8 replicas × 8 shard ranks = dp 64
     assert par["data_parallel_replicate_degree"] == 8
     assert par["data_parallel_shard_degree"] == 8
     assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == c.dp
-    flat = tomllib.loads(emit("torchtitan", config(framework="torchtitan"), MODEL).text)
+    flat = tomllib.loads(emit("torchtitan@0.2", config(framework="torchtitan"), MODEL).text)
     assert flat["parallelism"]["data_parallel_replicate_degree"] == 1
     assert flat["parallelism"]["data_parallel_shard_degree"] == 64
 

@@ -62,11 +62,16 @@ def test_moe_keeps_activations_for_top_k_experts():
     r = costs("mixtral-8x7b", "h100-nvlink", dp=1, mbs=1, n_micro=1, gbs=1, seq_len=4096,
               recompute="selective", sequence_parallel=False, moe_imbalance=1.0)
     assert r["layer_activation_bytes"] == 956_432_384
-    # at the default imbalance 1.25 the busiest rank holds 2.5 expert copies per token:
+    # without expert parallelism the derived load is 1 (one GPU holds every expert and runs
+    # exactly T·k rows: formulas.moe_layer.rank_load at ep = 1), so the default gives the same
+    r = costs("mixtral-8x7b", "h100-nvlink", dp=1, mbs=1, n_micro=1, gbs=1, seq_len=4096,
+              recompute="selective", sequence_parallel=False)
+    assert r["layer_activation_bytes"] == 956_432_384
+    # a fixed imbalance 1.25 makes the busiest rank hold 2.5 expert copies per token:
     # sharded 8192·(10,240 + 3·14336·2.5) = 964,689,920; dispatcher 4096·(1.5·8192 + 32)
     # = 50,462,720; total 134,217,728 + 964,689,920 + 50,462,720 = 1,149,370,368
     r = costs("mixtral-8x7b", "h100-nvlink", dp=1, mbs=1, n_micro=1, gbs=1, seq_len=4096,
-              recompute="selective", sequence_parallel=False)
+              recompute="selective", sequence_parallel=False, moe_imbalance=1.25)
     assert r["layer_activation_bytes"] == 1_149_370_368
 
 

@@ -56,7 +56,7 @@ def test_deepseek_expert_memory_by_hand():
 
 
 def test_deepseek_all_to_all_by_hand():
-    r = costs("deepseek-v3", **DSV3)
+    r = costs("deepseek-v3", **DSV3, moe_imbalance=1.25)
     # T = b·s/(c·t) = 4096/2 = 2048 tokens per GPU; per all-to-all 1.25·2048·8·7168·2·63/64 =
     # 288,964,608·... = 1.25·2048·8·7168·2·63/64 bytes; 4 per MoE layer and micro-batch;
     # the last stage's 4 MoE layers, 16 micro-batches
@@ -68,13 +68,13 @@ def test_deepseek_all_to_all_by_hand():
     assert r["ep_exposed_s"] == pytest.approx(16 * 4 * 4 * t_a2a, rel=1e-9)
     assert r["ep_inside"] == 0
     # overlapped (DualPipe-style), only what a layer's compute cannot cover shows
-    ov = costs("deepseek-v3", **DSV3, moe_a2a_overlap=True)
+    ov = costs("deepseek-v3", **DSV3, moe_imbalance=1.25, moe_a2a_overlap=True)
     assert 0 <= ov["ep_exposed_s"] < r["ep_exposed_s"]
     assert ov["step_s"] < r["step_s"]
 
 
 def test_ep_inside_one_node_rides_nvlink():
-    r = costs("deepseek-v3", **dict(DSV3, ep=8))
+    r = costs("deepseek-v3", **dict(DSV3, ep=8), moe_imbalance=1.25)
     assert r["ep_inside"] == 1
     per_a2a = 1.25 * 2048 * 8 * 7168 * 2 * 7 / 8
     t_a2a = per_a2a / H100.fast.busbw_bytes_per_s + H100.fast.latency_s
@@ -93,12 +93,26 @@ def test_expert_parallelism_trades_memory_for_all_to_all():
 
 
 def test_capacity_factor_caps_the_imbalance():
-    drop = PlanConfig(**DSV3, moe_capacity_factor=1.0)
+    drop = PlanConfig(**DSV3, moe_imbalance=1.25, moe_capacity_factor=1.0)
     assert drop.moe_load_factor == 1.0
-    assert PlanConfig(**DSV3).moe_load_factor == MO.MOE_IMBALANCE
+    assert PlanConfig(**DSV3).moe_load_factor is None  # derived in the cost model
+    assert PlanConfig(**DSV3, moe_forced_balance=True).moe_load_factor == 1.0
     r1 = costs("deepseek-v3", **DSV3, moe_capacity_factor=1.0)
-    r2 = costs("deepseek-v3", **DSV3)
+    r2 = costs("deepseek-v3", **DSV3, moe_imbalance=1.25)
     assert r1["ep_bytes"] == pytest.approx(r2["ep_bytes"] / 1.25, rel=1e-12)
+    assert r1["moe_load"] == 1.0  # the derived λ (1.04, below) capped at 1
+
+
+def test_derived_load_deepseek_v3():
+    # aux-loss-free balancing (MaxVio 0.04): skew 0.04·√(64/256·ln 64/ln 256) = 0.0173205;
+    # the EP group's N = 64·2048 tokens route 1,048,576 copies over 64 ranks: sampling noise
+    # √(2·ln 64·64/1,048,576) = 0.0225323 → λ = 1.0398528
+    r = costs("deepseek-v3", **DSV3)
+    assert r["moe_load"] == pytest.approx(1.0398528, rel=1e-6)
+    per_a2a = r["moe_load"] * 2048 * 8 * 7168 * 2 * 63 / 64
+    assert r["ep_bytes"] == pytest.approx(16 * 4 * 4 * per_a2a, rel=1e-12)
+    # forced balance (a benchmark setting) is exactly the mean
+    assert costs("deepseek-v3", **DSV3, moe_forced_balance=True)["moe_load"] == 1.0
 
 
 def test_grouped_gemm_wave_by_hand():

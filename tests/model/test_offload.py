@@ -293,12 +293,12 @@ def test_emit_deepspeed(llama70b):
 
 
 def test_emit_torchtitan(llama70b):
-    text = emit("torchtitan", PlanConfig(**(BASE | dict(framework="torchtitan", zero_stage=3)),
+    text = emit("torchtitan@0.2", PlanConfig(**(BASE | dict(framework="torchtitan", zero_stage=3)),
                                          offload_optimizer=1, offload_params=True),
                 llama70b).text
     assert tomllib.loads(text)["training"]["enable_cpu_offload"] is True
     with pytest.raises(PlanError, match="together"):
-        emit("torchtitan", PlanConfig(**(BASE | dict(framework="torchtitan", zero_stage=3)),
+        emit("torchtitan@0.2", PlanConfig(**(BASE | dict(framework="torchtitan", zero_stage=3)),
                                       offload_optimizer=1), llama70b)
 
 

@@ -1,0 +1,138 @@
+"""The expert-parallel token exchange by dispatcher, on the links it crosses, and the share of it
+each framework's overlap hides.
+
+Notation as in formulas/moe.py and moe_layer.py: T tokens per GPU and micro-batch, h hidden, k
+experts per token, ep the expert-parallel degree, g GPUs per NVLink domain (node), N = ep/g the
+nodes an EP group spans, M the most nodes a token may reach (node-limited routing), act the bytes
+of a dispatched value (1 for FP8 dispatch, 2 for bf16).
+
+Sources:
+- DeepSeek-AI 2024, DeepSeek-V3 Technical Report (arXiv:2412.19437): §2.1.2 node-limited routing
+  (each token to at most M = 4 nodes), §3.2.1 DualPipe (all-to-all hidden under the paired
+  chunk's compute), §3.2.2 the dispatch kernels: a token crosses InfiniBand once per target node,
+  to the GPU of the same in-node index, which forwards it over NVLink to its experts' GPUs
+  (de-duplicated), on 20 SMs.
+- deepseek-ai/DeepEP @ dd758caf45: README.md (V2: 4–6 SMs for V3-like training) and
+  docs/legacy.md (V1 on H800, CX7 400 Gb/s ≈ 50 GB/s, NVLink ≈ 160 GB/s: normal kernels 153 GB/s
+  intranode, 43–58 GB/s RDMA internode; low-latency kernels 39–98 GB/s).
+- NVIDIA/Megatron-LM @ d98e8a64dd: megatron/core/transformer/moe/README.md (EP A2A overlap
+  "merging FWD-BWD passes of adjacent microbatches", --overlap-moe-expert-parallel-comm;
+  --moe-shared-expert-overlap runs the shared experts beside the dispatch),
+  token_dispatcher.py (the all-gather dispatcher gathers over tp·ep and reduce-scatters back).
+"""
+
+from __future__ import annotations
+
+from . import _ops
+
+DEEPEP_RDMA_EFFICIENCY = 43 / 50
+"""DeepEP V1 normal kernels' measured RDMA bottleneck bandwidth over the NIC's ~50 GB/s, the
+lowest of its internode rows (EP16: 43 GB/s dispatch and combine; EP32: 58, EP64: 51, which count
+forwarded local traffic as well): DeepEP docs/legacy.md @ dd758caf45, H800 + CX7."""
+
+DEEPEP_NVLINK_EFFICIENCY = 153 / 160
+"""DeepEP V1 intranode (EP8) dispatch bottleneck bandwidth over H800's ~160 GB/s NVLink:
+153 GB/s (combine 158): DeepEP docs/legacy.md @ dd758caf45."""
+
+DEEPEP_SMS = {"v1": 24, "v2": 6}
+"""SMs DeepEP's normal kernels occupy in DeepSeek-V3-like training: 24 for V1 (DeepEP legacy
+tests' default; DeepSeek-V3 §3.2.2 reports 20 for its own kernels), 4–6 for V2 (README @
+dd758caf45, "SM usage reduced from 24 to 4 - 6"); the upper end is taken."""
+
+DEEPEP_LOW_LATENCY_GB_PER_S = {8: 98, 16: 63, 32: 48, 64: 43, 128: 39, 256: 39}
+"""DeepEP V1 low-latency dispatch, achieved RDMA bandwidth by EP size (128 tokens, h = 7168,
+top-8, FP8): DeepEP docs/legacy.md @ dd758caf45. Pure RDMA, no NVLink forwarding, no
+de-duplication: meant for inference decoding."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the copies go
+
+
+def distinct_reached(top_k, n_bins):
+    """Expected distinct bins (nodes, GPUs) k experts chosen uniformly fall in:
+    n·(1 − (1 − 1/n)^k)  (the complement of a bin missed by all k). 1 for one bin."""
+    return n_bins * (1 - (1 - 1 / n_bins) ** top_k)
+
+
+def nodes_reached(top_k, n_nodes, max_nodes):
+    """Nodes one token's k experts sit on, under node-limited routing to at most M nodes:
+    min(M, N·(1 − (1 − 1/N)^k)). M ≥ N leaves it unlimited."""
+    return _ops.minimum(max_nodes, distinct_reached(top_k, n_nodes))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes one GPU sends in one dispatch (the combine returns as many)
+
+
+def nccl_a2a_copies(tokens, top_k, ep, load=1):
+    """Token copies an NCCL all-to-all sends off the GPU: every copy for an expert on another
+    rank, none de-duplicated:  λ·T·k·(ep − 1)/ep  (moe.all_to_all_bytes in rows)."""
+    return load * tokens * top_k * (ep - 1) / ep
+
+
+def deepep_rdma_copies(tokens, top_k, n_nodes, max_nodes, load=1):
+    """Token copies DeepEP's normal kernels send over the network: one per remote node reached
+    (de-duplicated within a node, DeepSeek-V3 §3.2.2):  λ·T·nodes·(N − 1)/N."""
+    return load * tokens * nodes_reached(top_k, n_nodes, max_nodes) * (n_nodes - 1) / n_nodes
+
+
+def deepep_nvlink_copies(tokens, top_k, ep, gpus_per_node, load=1):
+    """Token copies DeepEP moves over NVLink: each distinct destination GPU (de-duplicated per
+    GPU) that is not the GPU the token lands on in its node, forwarded from there:
+    λ·T·G·(g − 1)/g, with G = distinct_reached(k, ep) GPUs."""
+    return load * tokens * distinct_reached(top_k, ep) * (gpus_per_node - 1) / gpus_per_node
+
+
+# ---------------------------------------------------------------------------------------------
+# Time of one dispatch (or combine)
+
+
+def deepep_time_s(rdma_bytes, nvlink_bytes, rdma_bw, nvlink_bw, latency_s):
+    """DeepEP's normal kernels run the RDMA sends and the NVLink forwarding at once, pipelined
+    (DeepSeek-V3 §3.2.2), so the slower link governs, each at DeepEP's measured efficiency:
+        max(rdma / (η_rdma·B_net), nvlink / (η_nvl·B_nvl)) + latency"""
+    return _ops.maximum(rdma_bytes / (DEEPEP_RDMA_EFFICIENCY * rdma_bw),
+                        nvlink_bytes / (DEEPEP_NVLINK_EFFICIENCY * nvlink_bw)) + latency_s
+
+
+def allgather_dispatch_bytes(tokens, hidden, group, act_bytes=2):
+    """Bytes each GPU receives in the all-gather dispatcher's gather over the tp·ep ranks (and
+    sends back in its reduce-scatter): the other ranks' T tokens of h values, (n − 1)·T·h·act.
+    Megatron's combine reduce-scatters in the probabilities' dtype (fp32 with
+    --moe-router-dtype fp32): pass act = 4 for it."""
+    return (group - 1) * tokens * hidden * act_bytes
+
+
+def low_latency_time_s(tokens, top_k, hidden, act_bytes, achieved_bw):
+    """DeepEP's low-latency dispatch: every copy by RDMA, at the bandwidth its README measured
+    for the EP size (DEEPEP_LOW_LATENCY_GB_PER_S, which already folds in the latency):
+    T·k·h·act / B_ll."""
+    return tokens * top_k * hidden * act_bytes / achieved_bw
+
+
+# ---------------------------------------------------------------------------------------------
+# Overlap
+
+
+def merged_pass_share(n_micro):
+    """Share of the micro-batches whose all-to-all Megatron's EP A2A overlap can hide: it merges
+    the forward of micro-batch i + 1 with the backward of i (1F1B), so m − 1 of the m
+    forward/backward pairs on the critical stage overlap; the first forward and the last
+    backward run alone:  (m − 1)/m."""
+    return (n_micro - 1) / n_micro
+
+
+def exposed_a2a_s(a2a_s, window_s, share):
+    """All-to-all time left on the critical path when a `share` of it runs under `window_s` of
+    independent compute (another micro-batch's pass, or the shared experts):
+        a2a − share·min(a2a, window)
+    share = 0 exposes it all; share = 1 with a window at least as long hides it all."""
+    return a2a_s - share * _ops.minimum(a2a_s, window_s)
+
+
+def sm_contention_s(overlapped_s, comm_sms, n_sms):
+    """Compute slowed by the SMs a communication kernel holds while it overlaps: for the
+    overlapped time the compute runs on n − c of n SMs, so it stretches by
+    overlapped · c/(n − c)."""
+    return overlapped_s * comm_sms / (n_sms - comm_sms)

@@ -1,0 +1,94 @@
+"""What a MoE layer and an MLA attention keep for the backward pass as torchtitan runs them
+eagerly (bf16 activations, fp32 router), exact to the byte against the PyTorch oracle
+(tests/oracle/test_moe_mla_layers.py), per GPU and micro-batch.
+
+T tokens the layer sees, R rows its local experts receive (T·k without expert parallelism; with
+it the busiest rank's λ·T·k, moe_layer.rank_load), h hidden, E experts, k experts per token,
+f_e expert width, n_s shared experts of width f_s; MLA's r_q, r_kv, d_n, d_r, d_qk = d_n + d_r,
+d_v and a heads. The layer's input (the norm's output) is counted by the caller, as for a
+dense MLP.
+
+Structure: torchtitan @ b5bcd76, torchtitan/models/common/moe.py (TokenChoiceTopKRouter,
+GroupedExperts, MoE), torchtitan/models/common/token_dispatcher.py (LocalTokenDispatcher),
+torchtitan/models/deepseek_v3/model.py (Attention, MLA). What autograd keeps follows from
+PyTorch's derivative formulas (tools/autograd/derivatives.yaml): a product keeps each operand
+the other's gradient needs, an index keeps its indices, a cast nothing.
+"""
+
+from __future__ import annotations
+
+INDEX_BYTES = 8
+"""int64 indices (topk, argsort)."""
+
+FP32 = 4
+
+
+def router_saved_bytes(tokens, hidden, n_experts, top_k, route_norm=1):
+    """The router: the fp32 copy of the input the gate GEMM runs on under fp32 autocast (4h a
+    token) and the gate's fp32 weight copy (4·E·h, once), the score function's output (4E),
+    the top-k indices the gather keeps (8k), and with normalisation (route_norm = 1) the
+    gathered scores and their sum (4k + 4):
+        T·(4h + 4E + 8k + route_norm·(4k + 4)) + 4·E·h"""
+    return (tokens * (FP32 * hidden + FP32 * n_experts + INDEX_BYTES * top_k
+                      + route_norm * (FP32 * top_k + FP32))
+            + FP32 * n_experts * hidden)
+
+
+def sort_saved_bytes(tokens, top_k):
+    """The local reorder: argsort's order (gathering the scores) and the token index of each
+    row (gathering the inputs, scatter-adding the outputs), int64 each:  16·T·k."""
+    return 2 * INDEX_BYTES * tokens * top_k
+
+
+def expert_saved_bytes(rows, hidden, expert_ffn, act_bytes=2):
+    """The grouped SwiGLU experts on R rows: the sorted input rows (the w1 and w3 GEMMs' A),
+    w1's output (silu's input), silu's output and w3's output (the product's operands) and the
+    product (w2's A):  R·act·(h + 4·f_e). Every row counts, so the busiest rank's R sets it."""
+    return rows * act_bytes * (hidden + 4 * expert_ffn)
+
+
+def combine_saved_bytes(rows, hidden):
+    """The combine: the expert outputs are scaled by their scores in fp32, so the product keeps
+    the fp32 copy of the outputs (4h a row) and the scores (4 a row):  R·(4h + 4)."""
+    return rows * (FP32 * hidden + FP32)
+
+
+def shared_expert_saved_bytes(tokens, shared_ffn, n_shared_experts, act_bytes=2):
+    """The shared experts, one SwiGLU MLP of width n_s·f_s on all T tokens (its input is the
+    layer's): w1's output, silu's output, w3's output, the product:  T·act·4·n_s·f_s."""
+    return tokens * act_bytes * 4 * n_shared_experts * shared_ffn
+
+
+def moe_saved_bytes(tokens, rows, hidden, n_experts, top_k, expert_ffn, shared_ffn,
+                    n_shared_experts, route_norm=1, act_bytes=2):
+    """A torchtitan MoE layer's MLP half, eager, no AC:
+        router + sort + experts(R) + combine(R) + shared
+    With ep = 1, R = T·k."""
+    return (router_saved_bytes(tokens, hidden, n_experts, top_k, route_norm)
+            + sort_saved_bytes(tokens, top_k)
+            + expert_saved_bytes(rows, hidden, expert_ffn, act_bytes)
+            + combine_saved_bytes(rows, hidden)
+            + shared_expert_saved_bytes(tokens, shared_ffn, n_shared_experts, act_bytes))
+
+
+def rmsnorm_saved_bytes(tokens, width, act_bytes=2):
+    """An fp32-computed RMSNorm (torchtitan's `_norm(x.float()).type_as(x) * weight`): the fp32
+    input copy, the fp32 1/rms, the normalised value cast back (the weight product's operand)
+    and the product (the next GEMM's input):  T·(4w + 4 + 2·act·w)."""
+    return tokens * (FP32 * width + FP32 + 2 * act_bytes * width)
+
+
+def mla_saved_bytes(tokens, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+                    qk_rope_head_dim, v_head_dim, act_bytes=2):
+    """torchtitan's MLA attention with a flash kernel, eager, no AC (its input counted by the
+    caller): the two latent norms (rmsnorm_saved_bytes of r_q and r_kv; the latents themselves
+    are not kept: the norms keep their fp32 copies), the kernel's Q and K (a·d_qk each), V as a
+    view of the whole wkv_b output (a·(d_n + d_v): K's no-PE half shares its buffer), the
+    output (a·d_v, wo's input too) and the fp32 log-sum-exp (a):
+        norms + T·(act·a·(2·d_qk + d_n + 2·d_v) + 4a)
+    RoPE multiplies by constant angles and keeps nothing; the rotary key k_R lives in K."""
+    qk = qk_nope_head_dim + qk_rope_head_dim
+    return (rmsnorm_saved_bytes(tokens, q_lora_rank, act_bytes)
+            + rmsnorm_saved_bytes(tokens, kv_lora_rank, act_bytes)
+            + tokens * (act_bytes * n_heads * (2 * qk + qk_nope_head_dim + 2 * v_head_dim)
+                        + FP32 * n_heads))

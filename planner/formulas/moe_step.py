@@ -1,0 +1,116 @@
+"""One MoE layer's terms on one GPU per micro-batch, composed from formulas/moe_layer.py and
+formulas/moe_dispatch.py: the busiest rank's load, the memory-bound router and permutation, the
+kernels they launch, one dispatch (or combine) by dispatcher on its links, and what the
+framework's overlap leaves exposed. Pure: floats, arrays and symbols alike; the dispatcher and
+the overlap kind are discrete choices that pick the expression.
+
+The kernel counts are Megatron-Core's as measured for DeepSeek-V3 (NVIDIA/Megatron-LM
+docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md @ b6bf017a0f,
+§2.1.4 and §2.2.1): 72 kernels in the router and the dispatch preprocessing unfused, 31 with
+--moe-router-fusion, 17 with DeepEP's fused preprocessing.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from . import _ops
+from . import moe_dispatch as D
+from . import moe_layer as L
+from .moe import all_to_all_bytes, all_to_all_time_s
+from .moe_layer import Dispatcher
+
+ROUTER_KERNELS = {(Dispatcher.ALL_TO_ALL, False): 72, (Dispatcher.ALL_TO_ALL, True): 31,
+                  (Dispatcher.ALL_GATHER, False): 72, (Dispatcher.ALL_GATHER, True): 31,
+                  (Dispatcher.DEEPEP, False): 17, (Dispatcher.DEEPEP, True): 17}
+"""Kernels of the router and the dispatch preprocessing in one MoE layer's forward, by
+dispatcher and router fusion (the module docstring's source; the all-gather dispatcher is taken
+as the all-to-all's)."""
+
+EXPERT_KERNELS = 6
+"""Kernels of the routed experts around the dispatch: permute, the grouped fc1, the activation,
+the grouped fc2, unpermute, and the probabilities' multiply (megatron/core/transformer/moe/
+experts.py TEGroupedMLP and moe_utils.permute/unpermute @ d98e8a64dd, fused permutation)."""
+
+
+class A2AOverlap(str, Enum):
+    """What hides the expert-parallel exchange."""
+
+    NONE = "none"
+    MERGED_1F1B = "1f1b"  # Megatron --overlap-moe-expert-parallel-comm: F(i+1) merged with B(i)
+    DUALPIPE = "dualpipe"  # DeepSeek-V3 §3.2.1: every chunk pair overlapped
+
+
+def layer_load(max_violation, ep, n_experts, tokens, top_k, forced_balance):
+    """λ of the layer: 1 with forced balance (Megatron's --moe-router-force-load-balancing, a
+    benchmark setting), else moe_layer.rank_load over the EP group's ep·T tokens.
+    forced_balance is 0 or 1."""
+    return _ops.select(forced_balance, 1.0,
+                       L.rank_load(max_violation, ep, n_experts, ep * tokens, top_k))
+
+
+def memory_bound_bytes(tokens, top_k, hidden, n_experts, n_local_experts, dispatcher: Dispatcher,
+                       router_passes, tp, ep, load, act_bytes=2):
+    """HBM bytes one forward of a MoE layer moves outside its GEMMs: the router's and the
+    permutation's (moe_layer.router_elementwise_bytes + permutation_bytes)."""
+    return (L.router_elementwise_bytes(tokens, n_experts, top_k, router_passes)
+            + L.permutation_bytes(tokens, top_k, hidden, n_local_experts, dispatcher, tp, ep,
+                                  load, act_bytes))
+
+
+def layer_kernels(dispatcher: Dispatcher, router_fused: bool):
+    """Kernels one MoE layer's forward adds to a dense MLP's: the router and dispatch
+    preprocessing (ROUTER_KERNELS) and the experts' (EXPERT_KERNELS)."""
+    return ROUTER_KERNELS[(dispatcher, router_fused)] + EXPERT_KERNELS
+
+
+def ep_nodes(ep, ep_ranks_in_domain):
+    """NVLink domains (nodes) one EP group spans: ep / (its ranks per domain)."""
+    return ep / ep_ranks_in_domain
+
+
+def node_limit(n_nodes, n_expert_groups, topk_groups):
+    """M, the most nodes a token's experts may sit on under group-limited routing, when the
+    expert groups are laid over the nodes (DeepSeek-V3 §2.1.2: 8 groups, 4 of them, EP64 over 8
+    nodes): a token takes topk_groups of n_groups groups, each spanning N/n_groups nodes (or
+    inside one node when groups outnumber nodes):  min(N, topk_groups · max(1, N/n_groups)).
+    A model without groups passes n_groups = topk_groups = 1: M = N."""
+    return _ops.minimum(n_nodes, topk_groups * _ops.maximum(1, n_nodes / n_expert_groups))
+
+
+def dispatch_time_s(dispatcher: Dispatcher, tokens, top_k, hidden, ep, ep_in_domain, tp,
+                    max_nodes, fast_bw, net_bw, fast_lat, net_lat, load=1, act_bytes=2):
+    """One dispatch (or its combine) on the busiest GPU, by dispatcher:
+    all-to-all: moe.all_to_all_time_s of λ·T·k·h·act·(ep − 1)/ep, split NVLink/network by how
+      many of the ep ranks share the domain;
+    all-gather: the tp·ep group's all-gather of T tokens, on the network when the group leaves
+      the domain (moe_dispatch.allgather_dispatch_bytes over the slower link);
+    DeepEP: moe_dispatch.deepep_time_s of its de-duplicated RDMA copies (one per remote node
+      reached, node-limited) and its NVLink forwarding, inside a domain the NVLink part only."""
+    inside = _ops.le(ep, ep_in_domain)
+    lat = _ops.select(inside, fast_lat, net_lat)
+    if dispatcher is Dispatcher.ALL_GATHER:
+        group = tp * ep
+        bw = _ops.select(_ops.le(group, ep_in_domain * tp), fast_bw, net_bw)
+        return D.allgather_dispatch_bytes(tokens, hidden, group, act_bytes) / bw + lat
+    if dispatcher is Dispatcher.DEEPEP:
+        nodes = ep_nodes(ep, ep_in_domain)
+        row = hidden * act_bytes
+        rdma = row * D.deepep_rdma_copies(tokens, top_k, nodes, max_nodes, load)
+        nvl = row * D.deepep_nvlink_copies(tokens, top_k, ep, ep_in_domain, load)
+        return D.deepep_time_s(rdma, nvl, net_bw, fast_bw, lat)
+    sent = all_to_all_bytes(tokens, top_k, hidden, ep, act_bytes, load)
+    return all_to_all_time_s(sent, ep, ep_in_domain, fast_bw, net_bw, lat)
+
+
+def exposed_exchange_s(exchange_s, window_s, overlap: A2AOverlap, n_micro, comm_sms, n_sms):
+    """The layer's exchange time per micro-batch left on the critical path, with the SMs a
+    communication kernel takes from the compute it overlaps:
+    none: all of it; 1F1B merge: the (m − 1)/m of micro-batches paired hide up to their
+    partner's compute; DualPipe: every chunk hides it (moe_dispatch.exposed_a2a_s), plus
+    sm_contention_s on the hidden part."""
+    if overlap is A2AOverlap.NONE:
+        return exchange_s
+    share = D.merged_pass_share(n_micro) if overlap is A2AOverlap.MERGED_1F1B else 1
+    hidden = share * _ops.minimum(exchange_s, window_s)
+    return exchange_s - hidden + D.sm_contention_s(hidden, comm_sms, n_sms)

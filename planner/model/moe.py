@@ -1,0 +1,98 @@
+"""A MoE layer's costs as a plan runs it (moe helper, issue 23): the busiest expert-parallel
+rank's load, the router's and the permutation's memory-bound work and kernels, the exchange by
+dispatcher on its links, and what the overlap leaves exposed. model/cost.py calls these on the
+plan's numbers `x`; the maths lives in formulas/moe_layer.py, moe_dispatch.py and moe_step.py.
+"""
+
+from __future__ import annotations
+
+from ..formulas import _ops
+from ..formulas import moe as MO
+from ..formulas import moe_step as S
+from ..formulas import timing as T
+from ..formulas.moe_layer import MAX_VIOLATION, ROUTER_PASSES, Balancing, Dispatcher
+from ..formulas.moe_step import A2AOverlap
+from ..schema import ModelSpec, PlanConfig
+
+DEFAULT_DISPATCHER = Dispatcher.ALL_TO_ALL
+"""The dispatcher a plan uses unless it names one: Megatron-Core's --moe-token-dispatcher-type
+default is alltoall (megatron/core/transformer/transformer_config.py @ d98e8a64dd); torchtitan's
+expert parallelism runs an all-to-all too (torchtitan/models/common/token_dispatcher.py @
+b5bcd76, AllToAllTokenDispatcher)."""
+
+DEEPEP_COMM_SMS = 24
+"""SMs DeepEP's normal kernels hold while they run in training (formulas.moe_dispatch
+.DEEPEP_SMS["v1"]; Megatron's flex dispatcher sets DeepEP's num_sms to 24 by default)."""
+
+
+def model_numbers(model: ModelSpec) -> dict:
+    """The model's numbers the MoE terms read: its balancing's measured skew and its
+    group-limited routing (1 and 1 without groups)."""
+    return dict(max_vio=MAX_VIOLATION[Balancing(model.balancing)],
+                expert_groups=model.n_expert_groups or 1, topk_groups=model.topk_groups or 1)
+
+
+def load_numbers(imbalance: float | None, capacity_factor: float | None, forced: bool,
+                 overlap: bool) -> dict:
+    """A plan's or a request's load settings as numbers: the λ it fixes (0: derived), the
+    capacity factor that caps it (0: dropless), forced balance, and the a2a overlap."""
+    given = 1.0 if forced else (imbalance or 0.0)
+    return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0,
+                moe_forced=int(forced), a2a_overlap=int(overlap))
+
+
+def config_numbers(config: PlanConfig) -> dict:
+    return load_numbers(config.moe_imbalance, config.moe_capacity_factor,
+                        config.moe_forced_balance, config.moe_a2a_overlap)
+
+
+def dispatcher_of(name: str | None) -> Dispatcher:
+    return DEFAULT_DISPATCHER if name is None else Dispatcher(name)
+
+
+def load(x, tokens):
+    """λ of the plan's MoE layers: the fixed value, else moe_step.layer_load (the model's
+    balancing skew over ep ranks plus the micro-batch's sampling noise); a capacity factor caps
+    it (tokens beyond it drop)."""
+    derived = S.layer_load(x.max_vio, x.ep, x.n_experts, tokens * x.etp, x.top_k, 0)
+    lam = _ops.select(_ops.le(x.moe_load_given, 0), derived, x.moe_load_given)
+    return _ops.select(_ops.le(x.moe_cap, 0), lam, _ops.minimum(lam, x.moe_cap))
+
+
+def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp):
+    """One MoE layer's forward time outside its GEMMs and its exchange: the router's and the
+    permutation's HBM traffic (moe_step.memory_bound_bytes) at the profile's memory-bound
+    efficiency, and the kernels the router, the dispatch and the experts launch
+    (moe_step.layer_kernels) at the profile's per-kernel overhead. The backward's share follows
+    the layer's (backward_layer_s doubles it)."""
+    passes = ROUTER_PASSES[(Balancing.AUX_LOSS, False)]
+    moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts,
+                                 MO.local_experts(x.n_experts, x.ep), dispatcher, passes, tp, x.ep,
+                                 lam, x.act_bytes)
+    return (T.memory_bound_time_s(moved, x.hbm_bw, x.hbm_eff)
+            + T.kernel_overhead_s(S.layer_kernels(dispatcher, False), x.kernel_s))
+
+
+def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp):
+    """One dispatch (or combine) of the busiest rank, by dispatcher (moe_step.dispatch_time_s),
+    with the EP ranks that share an NVLink domain and the node limit of group-limited routing;
+    with etp > 1, the all-gather of the tokens over the etp ranks on NVLink beside it."""
+    in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
+    max_nodes = S.node_limit(S.ep_nodes(x.ep, in_domain), x.expert_groups, x.topk_groups)
+    one = S.dispatch_time_s(dispatcher, tokens, x.top_k, x.hidden, x.ep, in_domain, tp, max_nodes,
+                            x.fast_bw, x.net_bw, x.fast_lat, x.net_lat, lam, x.act_bytes)
+    etp = ((x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes / x.fast_bw
+           + (1 - _ops.le(x.etp, 1)) * x.fast_lat)
+    return one + etp
+
+
+def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, exchange, window_s):
+    """The four exchanges of a layer per micro-batch (dispatch and combine, forward and
+    backward) as the plan's overlap leaves them (moe_step.exposed_exchange_s): none, Megatron's
+    1F1B merge (--overlap-moe-expert-parallel-comm), or DualPipe's with a V schedule; DeepEP
+    holds its SMs while it hides."""
+    kind = A2AOverlap.DUALPIPE if dualpipe else A2AOverlap.MERGED_1F1B
+    sms = DEEPEP_COMM_SMS if dispatcher is Dispatcher.DEEPEP else 0
+    hidden = S.exposed_exchange_s(4 * exchange, window_s, kind, x.n_micro, sms,
+                                  _ops.maximum(x.n_sm, sms + 1))
+    return _ops.select(x.a2a_overlap, hidden, 4 * exchange)

@@ -1,0 +1,92 @@
+"""Helpers for the parser suite: plan3d driven through its command line, its output parsed back.
+
+No framework import here (each test module skips without its framework)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HF = ROOT / "tests" / "data" / "hf"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/parsers/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.parsers)
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True,
+                          text=True, cwd=ROOT, env=_env())
+
+
+def _env() -> dict:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["COLUMNS"] = "200"
+    return env
+
+
+@cache
+def plan_json(args: str) -> dict:
+    """`plan3d explain ARGS --json`, parsed."""
+    out = _run(["explain", *shlex.split(args), "--json"])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@cache
+def emitted(args: str, fmt: str, *extra: str) -> str:
+    """What `plan3d explain ARGS --emit FMT [EXTRA]` writes on stdout (the settings alone)."""
+    out = _run(["explain", *shlex.split(args), "--emit", fmt, *extra])
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    """Any plan3d command line, for the tests of refusals."""
+    return _run(list(argv))
+
+
+def flag_values(text: str) -> dict[str, list[str]]:
+    """Megatron-style arguments (one `--flag [values]` per line, shell continuations) as
+    {flag: [values]} (a switch has no values)."""
+    tokens = shlex.split(text.replace("\\\n", " "), comments=True)
+    out: dict[str, list[str]] = {}
+    flag = None
+    for tok in tokens:
+        if tok.startswith("--"):
+            flag = tok
+            assert flag not in out, f"{flag} given twice"
+            out[flag] = []
+        else:
+            assert flag is not None, f"value {tok!r} before any flag"
+            out[flag].append(tok)
+    return out
+
+
+def hf_config(model: str) -> dict | None:
+    """The Hugging Face config.json test copy of a preset, where the repository holds one."""
+    folders = {"deepseek-v3": "DeepSeek-V3", "qwen3-30b-a3b": "Qwen3-30B-A3B",
+               "qwen3-235b-a22b": "Qwen3-235B-A22B", "mixtral-8x22b": "Mixtral-8x22B-v0.1",
+               "gpt-oss-120b": "gpt-oss-120b"}
+    folder = folders.get(model)
+    if folder is None:
+        return None
+    return json.loads((HF / folder / "config.json").read_text())
+
+
+def model_of(args: str) -> str:
+    """The --model value of a matrix row."""
+    words = shlex.split(args)
+    return words[words.index("--model") + 1]
