@@ -56,12 +56,13 @@ def test_the_terms_of_any_two_plans_sum_to_their_step_difference(i, j):
 
 def test_the_issues_deepseek_case_names_the_exposed_communication():
     # issue 19: "interleaved 1F1B wins … compute +0.476 s, optimizer −0.002 s" left out the
-    # −1.13 s of exposed communication that makes it win; every part now, and the sum
+    # −1.13 s of exposed communication that made it win; every part now, and the sum (whichever
+    # way the verdict goes with the MoE model of the day)
     result = search(load_model("deepseek-v3"), load_hardware("h100-nvlink"),
                     PlanRequest(gpus=2048), top=5)
     interleaved = next(a for a in result.alternatives if a.option == "interleaved 1F1B")
     diff = interleaved.why.split(": ", 1)[1]
-    assert "exposed all-to-all (EP) −" in diff and "compute +" in diff and " = −" in diff
+    assert "exposed all-to-all (EP) " in diff and "compute " in diff and " = " in diff
     total = float(diff.rsplit("= ", 1)[1].split()[0].replace("−", "-"))
     assert total == pytest.approx(interleaved.step_s - interleaved.versus_step_s, abs=5e-4)
 
