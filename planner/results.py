@@ -112,6 +112,8 @@ class Time(_Out):
     offload_s: float = 0.0
     offload_d2h_bytes: float = 0.0
     offload_h2d_bytes: float = 0.0
+    # the wait for the slowest of the job's GPUs, included in step_s (formulas/reliability.py)
+    straggler_s: float = 0.0
 
 
 class Term(_Out):

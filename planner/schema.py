@@ -651,7 +651,8 @@ class PlanConfig(_Strict):
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
         if self.ep > 1 or self.etp > 1:
-            parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else ""))
+            parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else "")
+                         + (" deepep" if self.moe_dispatcher == "deepep" else ""))
         if self.pp > 1 and self.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
             parts.append(self.schedule.value)
         if self.mbs != 1:
@@ -676,7 +677,8 @@ class PlanConfig(_Strict):
         if self.pp > 1 and self.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
             parts.append(self.schedule.value)
         if self.ep > 1 or self.etp > 1:
-            parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else ""))
+            parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else "")
+                         + (" deepep" if self.moe_dispatcher == "deepep" else ""))
         parts.append(f"mbs{self.mbs}")
         if batch:
             parts += [f"gbs{self.gbs}", f"s{self.seq_len}"]

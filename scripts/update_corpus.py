@@ -68,6 +68,13 @@ COMMANDS: dict[str, list[str]] = {
     "explain-70b-offload-torchtitan": ["explain", "--model", "70b", "--gpus", "64", "--tp", "8",
                                        "--framework", "torchtitan", "--offload-params",
                                        "--cp", "2", "--seq-len", "16384", "--json"],
+    # moe (issue 23): DeepEP dispatch with Megatron's 1F1B a2a overlap, derived λ
+    "explain-qwen3-235b-deepep-overlap": ["explain", "--model", "qwen3-235b-a22b", "--gpus",
+                                          "256", "--tp", "2", "--pp", "8", "--vpp", "4",
+                                          "--ep", "32", "--mbs", "1", "--gbs", "2048",
+                                          "--schedule", "interleaved", "--moe-dispatcher",
+                                          "deepep", "--moe-a2a-overlap", "--grad-dtype",
+                                          "bf16", "--json"],
     "explain-deepseek-v3": ["explain", "--model", "deepseek-v3", "--gpus", "2048", "--tp", "1",
                             "--pp", "16", "--ep", "64", "--recompute", "full", "--json"],
     "explain-8b-hierarchical-cp": ["explain", "--model", "8b", "--gpus", "64", "--cp", "8",

@@ -154,3 +154,14 @@ def smallest(values):
     if _is_array(*values):
         return np.minimum.reduce(np.broadcast_arrays(*values))
     return min(values)
+
+
+def ln(x):
+    """Natural logarithm on any backend."""
+    if _is_symbolic(x):
+        import sympy
+
+        return sympy.log(x)
+    if _is_array(x):
+        return np.log(x)
+    return math.log(x)

@@ -71,6 +71,16 @@ def moe_saved_bytes(tokens, rows, hidden, n_experts, top_k, expert_ffn, shared_f
             + shared_expert_saved_bytes(tokens, shared_ffn, n_shared_experts, act_bytes))
 
 
+def dispatch_saved_bytes(tokens, rows, hidden, n_experts, top_k, route_norm=1, act_bytes=2):
+    """What a torchtitan MoE layer keeps beyond the f-wide SwiGLU tensors a dense eager MLP of
+    width λ·k·f_e + n_s·f_s would keep (those are counted by the dense eager formula): the
+    router, the sort, the gathered input rows and the fp32-scored combine:
+        router + sort + R·act·h + combine(R)"""
+    return (router_saved_bytes(tokens, hidden, n_experts, top_k, route_norm)
+            + sort_saved_bytes(tokens, top_k) + rows * act_bytes * hidden
+            + combine_saved_bytes(rows, hidden))
+
+
 def rmsnorm_saved_bytes(tokens, width, act_bytes=2):
     """An fp32-computed RMSNorm (torchtitan's `_norm(x.float()).type_as(x) * weight`): the fp32
     input copy, the fp32 1/rms, the normalised value cast back (the weight product's operand)

@@ -79,14 +79,17 @@ def node_limit(n_nodes, n_expert_groups, topk_groups):
 
 
 def dispatch_time_s(dispatcher: Dispatcher, tokens, top_k, hidden, ep, ep_in_domain, tp,
-                    max_nodes, fast_bw, net_bw, fast_lat, net_lat, load=1, act_bytes=2):
+                    max_nodes, fast_bw, net_bw, fast_lat, net_lat, load=1, act_bytes=2,
+                    fast_link_bw=None, net_link_bw=None):
     """One dispatch (or its combine) on the busiest GPU, by dispatcher:
     all-to-all: moe.all_to_all_time_s of λ·T·k·h·act·(ep − 1)/ep, split NVLink/network by how
       many of the ep ranks share the domain;
     all-gather: the tp·ep group's all-gather of T tokens, on the network when the group leaves
       the domain (moe_dispatch.allgather_dispatch_bytes over the slower link);
     DeepEP: moe_dispatch.deepep_time_s of its de-duplicated RDMA copies (one per remote node
-      reached, node-limited) and its NVLink forwarding, inside a domain the NVLink part only."""
+      reached, node-limited) and its NVLink forwarding, inside a domain the NVLink part only, at
+      DeepEP's efficiency of the links' nominal rates (fast_link_bw, net_link_bw; the bus
+      bandwidths where not given). fast_bw, net_bw are NCCL's bus bandwidths."""
     inside = _ops.le(ep, ep_in_domain)
     lat = _ops.select(inside, fast_lat, net_lat)
     if dispatcher is Dispatcher.ALL_GATHER:
@@ -98,7 +101,8 @@ def dispatch_time_s(dispatcher: Dispatcher, tokens, top_k, hidden, ep, ep_in_dom
         row = hidden * act_bytes
         rdma = row * D.deepep_rdma_copies(tokens, top_k, nodes, max_nodes, load)
         nvl = row * D.deepep_nvlink_copies(tokens, top_k, ep, ep_in_domain, load)
-        return D.deepep_time_s(rdma, nvl, net_bw, fast_bw, lat)
+        return D.deepep_time_s(rdma, nvl, net_bw if net_link_bw is None else net_link_bw,
+                               fast_bw if fast_link_bw is None else fast_link_bw, lat)
     sent = all_to_all_bytes(tokens, top_k, hidden, ep, act_bytes, load)
     return all_to_all_time_s(sent, ep, ep_in_domain, fast_bw, net_bw, lat)
 

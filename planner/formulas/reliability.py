@@ -37,6 +37,7 @@ compute, the order of the 9 % GPU time variability Golden et al. 2025 (PRISM, ar
 observe at 64k GPUs."""
 
 EULER_GAMMA = 0.5772156649015329
+LN_4PI = 2.5310242469692907  # ln 4π
 
 
 def expected_max_normal(n):
@@ -45,28 +46,28 @@ def expected_max_normal(n):
         z(n) ≈ a − (ln ln n + ln 4π) / (2a) + γ / a,
     γ Euler's constant; exact E[max] is 1.4236 at n = 8 and 3.855 at n = 10⁴, where this gives
     1.522 and 3.873. One rank waits for nobody: z(1) = 0 (n = 1 is kept off the logarithm)."""
-    import math
-
     many = _ops.maximum(n, 2)
-    ln_n = _log(many)
-    a = ln_n ** 0.5 * math.sqrt(2)
-    z = a - (_log(ln_n) + math.log(4 * math.pi)) / (2 * a) + EULER_GAMMA / a
+    a = (2 * _ops.ln(many)) ** 0.5
+    z = a - (_ops.ln(_ops.ln(many)) + LN_4PI) / (2 * a) + EULER_GAMMA / a
     return (1 - _ops.le(n, 1)) * z
 
 
-def _log(x):
-    """ln x on any backend, from the namespace's log₂."""
-    import math
+REFERENCE_RANKS = 8
+"""The GPUs behind the profiles' GEMM efficiencies: the A100 in-layer efficiency is fitted to
+Korthikanti et al. 2022 Table 4, one layer timed on 8 GPUs (TP 8), and every other profile's is
+its single-GPU MAMF figure scaled by that in-layer/pure ratio. Those timings already waited for
+the slowest of 8 GPUs; a job of N waits for the slowest of N, z(N) − z(8) spreads more."""
 
-    return _ops.log2(x) * math.log(2)
 
-
-def straggler_s(compute_s, n_ranks, cv):
-    """Time the slowest of n ranks adds to a step's compute of compute_s per rank:
-    compute · (σ/μ) · z(n). Communication is not scaled (the links, not the GPU clocks, set
-    it); the ranks that synchronise are all N of the job, since the data-parallel reduction
-    (or, without it, the pipeline's flush) joins every rank once a step."""
-    return compute_s * cv * expected_max_normal(n_ranks)
+def straggler_s(compute_s, n_ranks, cv, reference_ranks=REFERENCE_RANKS):
+    """Time the slowest of n ranks adds to a step's compute of compute_s per rank, beyond what
+    the efficiency's own reference (the slowest of `reference_ranks`) holds:
+    compute · (σ/μ) · max(0, z(n) − z(n_ref)). Communication is not scaled (the links, not the
+    GPU clocks, set it); the ranks that synchronise are all N of the job, since the
+    data-parallel reduction (or, without it, the pipeline's flush) joins every rank once a
+    step."""
+    return compute_s * cv * _ops.maximum(
+        0, expected_max_normal(n_ranks) - expected_max_normal(reference_ranks))
 
 
 # ---- failures --------------------------------------------------------------------------------

@@ -94,10 +94,11 @@ def router_args(model: ModelSpec) -> list[tuple[str, object]]:
     return args
 
 
-EXPRESSES_EXPERT_PARALLELISM = {"megatron"}
-"""Emitters that write a MoE plan's expert settings (ep, etp, the MoE shape, MLA). NeMo,
-torchtitan and DeepSpeed-MoE can run expert parallelism, but their emitters do not write it
-yet."""
+EXPRESSES_EXPERT_PARALLELISM = {"megatron", "torchtitan"}
+"""Emitters that write a MoE plan's expert settings (ep, etp, the MoE shape, MLA): Megatron by
+its flags, torchtitan by its model registry (deepseek_v3, qwen3) and
+parallelism.expert_parallel_degree. NeMo and DeepSpeed-MoE can run expert parallelism, but their
+emitters do not write it yet."""
 
 
 def check_expressible(framework: str, config: PlanConfig, model: ModelSpec) -> None:

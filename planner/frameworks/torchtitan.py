@@ -80,11 +80,16 @@ RULES = (
          lambda m, c: f"torchtitan: its language models have a gated (SwiGLU) MLP, {m.name} a "
                       f"plain one ({m.mlp.value}); plan3d's torchtitan activation model assumes the "
                       "gated one: use --framework megatron or deepspeed"),
-    Rule("no expert parallelism (ep = etp = 1)",
-         lambda m, c: (getattr(c, "ep", 1) == 1) & (getattr(c, "etp", 1) == 1),
-         lambda m, c: "torchtitan: it runs expert parallelism (parallel_dims ep), but plan3d does "
-                      "not model its FSDP of the experts nor write its settings yet; use --ep 1 "
-                      "or --framework megatron"),
+    # expert parallelism borrows the dense region's ranks: ep divides dp_shard·cp·tp and the
+    # experts are FSDP-sharded over efsdp = dp_shard·cp·tp/ep; no expert TP
+    # (torchtitan/distributed/parallel_dims.py @ b5bcd76, ParallelismConfig.expert_parallel_degree)
+    Rule("expert parallelism with ep dividing dp_shard·cp·tp, no expert TP (etp = 1)",
+         lambda m, c: ((getattr(c, "etp", 1) == 1)
+                       & ((getattr(c, "dp_shard", c.dp) * c.cp * c.tp) % getattr(c, "ep", 1)
+                          == 0)),
+         lambda m, c: "torchtitan: expert parallelism borrows the dense ranks (ep must divide "
+                      "dp_shard·cp·tp) and has no expert tensor parallelism; use --etp 1 or "
+                      "--framework megatron"),
     Rule("ZeRO-2/3 as FSDP2, or ZeRO-0 (DDP) with no TP, PP or CP; no ZeRO-1",
          _zero_supported,
          lambda m, c: ("torchtitan: FSDP2 shards gradients with the optimizer state, so ZeRO-1 "
@@ -218,6 +223,10 @@ registry: `--module M --config C` and `--section.key value` overrides,
 torchtitan/config/manager.py @ 0.3.0) and 0.2.2 (TOML job config, --job.config_file)."""
 
 REGISTRY = {
+    # moe: torchtitan/models/deepseek_v3 and qwen3 config_registry.py @ 0.3.0 (deepseek_v3_671b,
+    # qwen3_30b_a3b; flavors "671B" and "30B-A3B")
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
+    "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b", "30B-A3B"),
     "llama-3.1-8b": ("llama3", "llama3_8b", "8B"),
     "llama-3.1-70b": ("llama3", "llama3_70b", "70B"),
     "llama-3.1-405b": ("llama3", "llama3_405b", "405B"),
@@ -386,11 +395,19 @@ def _sections(c: PlanConfig, m: ModelSpec, version: str, notes: list[str]) -> di
     parallelism = _data_parallel(c, notes)
     parallelism.update(tensor_parallel_degree=c.tp, pipeline_parallel_degree=c.pp,
                        context_parallel_degree=c.cp)
+    if m.is_moe:  # always said: deepseek_v3_671b's registry entry sets 2 of its own
+        parallelism["expert_parallel_degree"] = c.ep
+        if c.ep > 1:
+            notes.append(f"Expert parallelism: ep = {c.ep} borrows the dense ranks, the experts "
+                         f"FSDP-sharded over efsdp = dp_shard·cp·tp/ep = "
+                         f"{(c.dp // c.dp_replicate) * c.cp * c.tp // c.ep} ranks; tokens move by "
+                         "all-to-all (AllToAllTokenDispatcher).")
     if c.pp > 1:
         parallelism.update(_pipeline(c, m, version, notes))
     training = _training(c, notes)
-    if c.pp > 1 and version == "0.3":
-        # CUDA graphs do not run under PP (trainer.py _validate_cuda_graphs @ 0.3.0)
+    if (c.pp > 1 or (m.is_moe and c.ep > 1)) and version == "0.3":
+        # CUDA graphs do not run under PP, nor with the all-to-all token dispatcher's CPU sync
+        # (trainer.py _validate_cuda_graphs @ 0.3.0)
         training["disable_cuda_graphs"] = True
     _general_notes(c, notes)
     return {"training": training, "parallelism": parallelism}

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import activations as A
 from ..formulas import moe as MO
+from ..formulas import moe_memory as MM
 from ..formulas import pipeline as PL
 from ..formulas.choices import Recompute
 from ..frameworks.base import ActivationStyle, LossKind
@@ -42,9 +43,18 @@ def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute
     mla = MO.mla_layer_activation_bytes(
         s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
         x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
-    dispatch = 0 if recompute is Recompute.FULL else x.moe * MO.moe_dispatch_activation_bytes(
-        s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, k.lam,
-        x.act_bytes)
+    if recompute is Recompute.FULL:
+        dispatch = 0
+    elif c.framework.memory.activations is ActivationStyle.EAGER:
+        # torchtitan's eager MoE (formulas/moe_memory.py, exact against the CPU oracle): its
+        # router, sort, gathered rows and fp32-scored combine; R = λ·T·k rows on the busiest rank
+        dispatch = x.moe * MM.dispatch_saved_bytes(
+            k.moe_tokens, k.lam * k.moe_tokens * x.top_k, h, x.router_experts, x.top_k, 1,
+            x.act_bytes)
+    else:
+        dispatch = x.moe * MO.moe_dispatch_activation_bytes(
+            s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, k.lam,
+            x.act_bytes)
     return x.mla * mla + dispatch
 
 

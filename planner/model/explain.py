@@ -39,7 +39,7 @@ SYMBOLS = {
     "fast_bw": "W_nvl", "net_bw": "W_net", "fast_lat": "α_nvl", "net_lat": "α_net",
     "reserved": "R", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
-    "nvls_bw": "W_nvls", "overlap_slow": "σ", "max_vio": "v_max",
+    "nvls_bw": "W_nvls", "overlap_slow": "σ", "max_vio": "v_max", "speed_cv": "κ_g",
     "cp_a2a": "c_a",  # cp-kind: the hierarchical kind's all-to-all group
     # offload: the offloaded optimizer fraction and activation layers, the host's link and DRAM
     "offload_optimizer": "f_o", "offload_activations": "N_off", "host_bw": "W_host",
@@ -63,6 +63,7 @@ CONSTANT_MEANINGS = {
     "overlap_slow": ("", "compute slowdown beside overlapped NCCL kernels (Lee et al. 2025)"),
     "max_vio": ("", "busiest expert's load over the mean − 1 by the model's balancing (MoE; "
                 "Wang et al. 2024 Table 2)"),
+    "speed_cv": ("", "spread of the GPUs' speeds, σ/μ (Sinha et al. 2022, SC22)"),
     # offload: listed for plans that offload (constants())
     "host_bw": ("B/s", "host↔GPU link bandwidth per GPU, one direction (PCIe, NVLink-C2C)"),
     "dram_bw": ("B/s", "host DRAM bandwidth, this GPU's share (the CPU Adam step)"),

@@ -42,8 +42,20 @@ def load_numbers(imbalance: float | None, capacity_factor: float | None, forced:
 
 
 def config_numbers(config: PlanConfig) -> dict:
-    return load_numbers(config.moe_imbalance, config.moe_capacity_factor,
-                        config.moe_forced_balance, config.moe_a2a_overlap)
+    """A plan's load settings and whether it dispatches by DeepEP (`deepep`, 0 or 1: the search
+    carries it as a column, so one choice group weighs both dispatchers)."""
+    return dict(**load_numbers(config.moe_imbalance, config.moe_capacity_factor,
+                               config.moe_forced_balance, config.moe_a2a_overlap),
+                deepep=int(config.moe_dispatcher == Dispatcher.DEEPEP.value))
+
+
+def _by_dispatcher(x, dispatcher: Dispatcher, term):
+    """term(dispatcher) for the plan's dispatcher, or DeepEP's where the candidate's `deepep`
+    column says so (the search weighs both in one pass)."""
+    chosen = term(dispatcher)
+    if dispatcher is Dispatcher.DEEPEP:
+        return chosen
+    return _ops.select(x.deepep, term(Dispatcher.DEEPEP), chosen)
 
 
 def dispatcher_of(name: str | None) -> Dispatcher:
@@ -66,11 +78,15 @@ def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp):
     (moe_step.layer_kernels) at the profile's per-kernel overhead. The backward's share follows
     the layer's (backward_layer_s doubles it)."""
     passes = ROUTER_PASSES[(Balancing.AUX_LOSS, False)]
-    moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts,
-                                 MO.local_experts(x.n_experts, x.ep), dispatcher, passes, tp, x.ep,
-                                 lam, x.act_bytes)
-    return (T.memory_bound_time_s(moved, x.hbm_bw, x.hbm_eff)
-            + T.kernel_overhead_s(S.layer_kernels(dispatcher, False), x.kernel_s))
+
+    def term(kind: Dispatcher):
+        moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts,
+                                     MO.local_experts(x.n_experts, x.ep), kind, passes, tp, x.ep,
+                                     lam, x.act_bytes)
+        return (T.memory_bound_time_s(moved, x.hbm_bw, x.hbm_eff)
+                + T.kernel_overhead_s(S.layer_kernels(kind, False), x.kernel_s))
+
+    return _by_dispatcher(x, dispatcher, term)
 
 
 def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp):
@@ -79,8 +95,9 @@ def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp):
     with etp > 1, the all-gather of the tokens over the etp ranks on NVLink beside it."""
     in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
     max_nodes = S.node_limit(S.ep_nodes(x.ep, in_domain), x.expert_groups, x.topk_groups)
-    one = S.dispatch_time_s(dispatcher, tokens, x.top_k, x.hidden, x.ep, in_domain, tp, max_nodes,
-                            x.fast_bw, x.net_bw, x.fast_lat, x.net_lat, lam, x.act_bytes)
+    one = _by_dispatcher(x, dispatcher, lambda kind: S.dispatch_time_s(
+        kind, tokens, x.top_k, x.hidden, x.ep, in_domain, tp, max_nodes, x.fast_bw, x.net_bw,
+        x.fast_lat, x.net_lat, lam, x.act_bytes, x.fast_link_bw, x.net_link_bw))
     etp = ((x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes / x.fast_bw
            + (1 - _ops.le(x.etp, 1)) * x.fast_lat)
     return one + etp
@@ -92,7 +109,8 @@ def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, exchange, wind
     1F1B merge (--overlap-moe-expert-parallel-comm), or DualPipe's with a V schedule; DeepEP
     holds its SMs while it hides."""
     kind = A2AOverlap.DUALPIPE if dualpipe else A2AOverlap.MERGED_1F1B
-    sms = DEEPEP_COMM_SMS if dispatcher is Dispatcher.DEEPEP else 0
+    deepep = 1 if dispatcher is Dispatcher.DEEPEP else x.deepep
+    sms = DEEPEP_COMM_SMS * deepep
     hidden = S.exposed_exchange_s(4 * exchange, window_s, kind, x.n_micro, sms,
                                   _ops.maximum(x.n_sm, sms + 1))
     return _ops.select(x.a2a_overlap, hidden, 4 * exchange)

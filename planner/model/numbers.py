@@ -12,6 +12,7 @@ from ..formulas import _ops
 from ..formulas import comm as C
 from ..formulas import flops as F
 from ..formulas import params as P
+from ..formulas import reliability as R
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..formulas.moe_layer import Dispatcher
 from ..frameworks import FRAMEWORKS
@@ -122,6 +123,8 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm,
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
+        # moe: the links' nominal one-way rates, which DeepEP's measured efficiency is taken of
+        fast_link_bw=hw.fast.gb_per_s * 1e9, net_link_bw=hw.network.gb_per_s * 1e9,
         kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
         n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
         reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
@@ -149,14 +152,14 @@ NO_POD = 2.0**40
 def topology_numbers(hw: HardwareProfile) -> dict:
     """The profile's network topology in base units (schema.Topology): the GPUs a job uses per
     NVLink domain, NICs per GPU, the full-bisection pod and the oversubscription above it, SHARP,
-    NVLS (its all-reduce bandwidth; the ring figure where the switch has none), and the slowdown
-    of compute that runs beside a collective."""
+    NVLS (its all-reduce bandwidth; the ring figure where the switch has none), the slowdown
+    of compute that runs beside a collective, and the spread of the GPUs' speeds (stragglers)."""
     nvls = hw.fast.nvls_busbw_bytes_per_s
     return dict(
         domain=hw.domain_gpus_used, nics_per_gpu=hw.nics_per_gpu,
         pod=hw.topology.pod_gpus or NO_POD, oversub=hw.topology.oversubscription,
         sharp=int(hw.topology.sharp), nvls_bw=hw.fast.busbw_bytes_per_s if nvls is None else nvls,
-        overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN,
+        overlap_slow=C.OVERLAP_COMPUTE_SLOWDOWN, speed_cv=R.GPU_SPEED_CV,
     )
 
 

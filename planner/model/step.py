@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import comm as C
 from ..formulas import offload as OF
+from ..formulas import reliability as R
 from ..formulas import timing as T
 from .numbers import Choices, same
 
@@ -29,8 +30,14 @@ def link_busy_s(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace, note=sam
 def step_time(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace, opt: SimpleNamespace,
               sched: SimpleNamespace, note=same) -> SimpleNamespace:
     """The step time: the schedule's slots of the stage's micro-batch, the exposed data-parallel
-    tail and the optimizer step; no less than the busiest link's time."""
+    tail, the optimizer step and the wait for the slowest GPU; no less than the busiest link's
+    time."""
     nvlink_busy, network_busy = link_busy_s(x, c, k, dp, note)
+    # stragglers: every rank waits for the slowest of the job's N at the step's synchronisation
+    # (the DP reduction, or the pipeline's flush); the schedule's slots run at the slowest
+    # stage's compute, so the spread scales slots · its compute per micro-batch
+    straggler = note("straggler_s", R.straggler_s(sched.slots * k.compute_mb_s,
+                                                   x.dp * k.t * k.p * k.cp, x.speed_cv))
     link_floor = _ops.maximum(nvlink_busy, network_busy)
     if c.offload:  # offload: the host copies share the GPU's host link with its NIC's traffic
         link_floor = _ops.maximum(link_floor, note("host_link_busy_s", OF.host_link_busy_s(
@@ -38,9 +45,10 @@ def step_time(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace, opt: Simpl
             x.net_bw, x.nic_on_host_link)))
     step_s = note("step_s", _ops.maximum(
         T.step_time_s(sched.stage_mb_s, sched.slots, dp.dp_tail_exposed,
-                      opt.optimizer_s + opt.offload.step_s),
+                      opt.optimizer_s + opt.offload.step_s) + straggler,
         link_floor))
-    return SimpleNamespace(step_s=step_s, nvlink_busy=nvlink_busy, network_busy=network_busy)
+    return SimpleNamespace(step_s=step_s, nvlink_busy=nvlink_busy, network_busy=network_busy,
+                           straggler_s=straggler)
 
 
 def exposed_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
@@ -78,6 +86,7 @@ def reported(x, c: Choices, k: SimpleNamespace, mem, dp, opt, sched, step, note=
         exposed_comm_s=ex.tp + ex.cp + ex.pp + ex.dp + ex.ep,
         bubble_s=note("bubble_s", sched.stage_mb_s * (sched.slots - m)),
         optimizer_s=opt.optimizer_s, step_s=step_s, stage_microbatch_s=sched.stage_mb_s,
+        straggler_s=step.straggler_s,
         forward_layer_s=k.fwd_s, layer_forward_total_s=k.layer_fwd_total,
         layer_backward_total_s=k.layer_bwd_total,
         tokens_per_s=note("tokens_per_s", T.tokens_per_s(x.gbs, k.s, step_s)),

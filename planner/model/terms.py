@@ -126,7 +126,11 @@ TERMS: dict[str, TermInfo] = {
     "dp_exposed_s": TermInfo("T_dp,exp", "s", "time",
                              "DP/ZeRO traffic not hidden under the backward pass"),
     "bubble_s": TermInfo("T_bubble", "s", "time", "(p−1)/v slots of the stage time"),
-    "step_s": TermInfo("T_step", "s", "time", "the step: T_stage·(m + (p−1)/v) + DP tail + optimizer"),
+    "straggler_s": TermInfo("T_strag", "s", "time",
+                            "the wait for the slowest of N GPUs: κ_g·z(N)·T_mb·(m + (p−1)/v), "
+                            "z(N) the expected maximum of N normal speeds (Gumbel limit)"),
+    "step_s": TermInfo("T_step", "s", "time",
+                       "the step: T_stage·(m + (p−1)/v) + DP tail + optimizer + stragglers"),
     "tokens_per_s": TermInfo("τ", "tokens/s", "time", "B·s / T_step"),
     "model_flops_causal": TermInfo("F_causal", "FLOPs", "time",
                                    "model FLOPs counting the causal half of attention's s×s "

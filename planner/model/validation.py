@@ -287,7 +287,7 @@ def validate(hw: HardwareProfile, framework: str = "megatron") -> ValidationRepo
 # The model's stated uncertainty on a step time: the median |error| of `validate` on the runs
 # measured on each GPU (tests/test_validation_gpu.py recomputes them). Plans whose step times
 # differ by less are ties (search). A GPU without runs takes the largest.
-MODEL_UNCERTAINTY = {"A100": 0.026, "H100": 0.049}
+MODEL_UNCERTAINTY = {"A100": 0.036, "H100": 0.053}
 
 
 def model_uncertainty(hw: HardwareProfile) -> tuple[float, str]:

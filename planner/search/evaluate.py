@@ -81,7 +81,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     seq, gbs = req.seq(model), req.global_batch(model)
     framework = FRAMEWORKS[req.framework]
     base = base_numbers(model, hw, req, framework)
-    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp",
+    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp", "deepep",
                    *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
                    "cp_a2a")  # cp-kind
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",

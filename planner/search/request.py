@@ -213,11 +213,16 @@ def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:
     return shard
 
 
-def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None) -> dict:
+def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None,
+                 deepep: int | None = None) -> dict:
     """The PlanConfig fields of expert parallelism (moe): ep and etp given, or the request's one
-    value each (explain; default 1), and the load settings."""
+    value each (explain; default 1), the load settings, and the dispatcher (a search candidate's
+    `deepep` column, else the request's)."""
+    dispatcher = req.moe_dispatcher
+    if deepep is not None:
+        dispatcher = "deepep" if deepep else (None if dispatcher == "deepep" else dispatcher)
     return dict(ep=ep if ep is not None else _one(req.ep, "ep", 1),
                 etp=etp if etp is not None else _one(req.etp, "etp", 1),
                 moe_imbalance=req.moe_imbalance, moe_capacity_factor=req.moe_capacity_factor,
                 moe_a2a_overlap=req.moe_a2a_overlap, moe_forced_balance=req.moe_forced_balance,
-                moe_dispatcher=req.moe_dispatcher)
+                moe_dispatcher=dispatcher)

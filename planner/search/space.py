@@ -177,10 +177,16 @@ def _with_expert_degrees(model: ModelSpec, hw: HardwareProfile, req: PlanRequest
     ep_vals = req.ep or (divisors(model.n_experts, req.gpus) if model.is_moe else [1])
     etp_vals = req.etp or [1]
     etp_vals = [e for e in etp_vals if e <= hw.gpus_per_domain or req.etp]
-    pairs = np.array(list(itertools.product(ep_vals, etp_vals)), dtype=np.int64).reshape(-1, 2)
-    n, k = len(next(iter(cols.values()))), len(pairs)
+    # the dispatchers weighed: the one asked for, else NCCL's all-to-all and DeepEP's (Megatron's
+    # flex dispatcher, torchtitan's DeepEPTokenDispatcher) wherever ep > 1
+    fixed = None if req.moe_dispatcher is None else int(req.moe_dispatcher == "deepep")
+    triples = [(e, t, d) for e, t in itertools.product(ep_vals, etp_vals)
+               for d in ((fixed,) if fixed is not None else (0, 1) if e > 1 else (0,))]
+    table = np.array(triples, dtype=np.int64).reshape(-1, 3)
+    n, k = len(next(iter(cols.values()))), len(table)
     out = {key: np.repeat(v, k) for key, v in cols.items()}
-    out["ep"], out["etp"] = np.tile(pairs[:, 0], n), np.tile(pairs[:, 1], n)
+    out["ep"], out["etp"] = np.tile(table[:, 0], n), np.tile(table[:, 1], n)
+    out["deepep"] = np.tile(table[:, 2], n)
     return out
 
 
@@ -217,7 +223,8 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
         overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
         dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
-        **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i])),  # moe
+        **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i]),  # moe
+                       int(cols["deepep"][i]) if "deepep" in cols else None),
         **cp_kind_at(req, int(cols["cp"][i]), int(cols["cp_a2a"][i])),  # cp-kind
         **({"offload_optimizer": float(cols["off_opt"][i]),  # offload
             "offload_params": bool(cols["off_params"][i]),

@@ -48,7 +48,8 @@ def test_explain_json_has_the_stable_fields():
                                "activations_bytes", "overhead_bytes"))
     assert parts == pytest.approx(m["total_bytes"], rel=1e-12)
     t = d["time"]
-    parts = (t["compute_s"] + t["bubble_s"] + t["exposed_comm_s"] + t["optimizer_s"])
+    parts = (t["compute_s"] + t["bubble_s"] + t["exposed_comm_s"] + t["optimizer_s"]
+             + t["straggler_s"])
     assert parts == pytest.approx(t["step_s"], rel=1e-9)
 
 

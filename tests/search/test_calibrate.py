@@ -222,9 +222,11 @@ def test_published_a100_cases_gemm_only():
     # median's minimum, and the least-squares optimum (~0.70) is pulled up by a few runs the
     # model overpredicts by 10–13 %. Guard the numbers the report quotes (with the link model of
     # issue 12, where groups leave a node on all their ranks' NICs: 2.60 % → 4.26 %; before it,
-    # 3.58 % → 5.46 % with the optimum at ~0.71).
-    assert result.median_abs_error_before == pytest.approx(0.0260, abs=5e-4)
-    assert result.median_abs_error_after == pytest.approx(0.0426, abs=2e-3)
+    # 3.58 % → 5.46 % with the optimum at ~0.71). Issue 22's straggler term (the slowest of N
+    # GPUs beyond the 8 the efficiency was measured on) raises the large runs' predictions:
+    # 2.60 % → 3.59 % before the fit, 3.92 % after it (optimum ~0.715).
+    assert result.median_abs_error_before == pytest.approx(0.0359, abs=5e-4)
+    assert result.median_abs_error_after == pytest.approx(0.0392, abs=2e-3)
     assert result.median_abs_error_after < 0.10  # still within the validation target
 
     # and it is the least-squares optimum: moving it 1 % either way is worse

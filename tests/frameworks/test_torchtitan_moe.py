@@ -1,0 +1,70 @@
+"""torchtitan MoE plans (issue 23): accepted where torchtitan runs them (ep divides
+dp_shard·cp·tp, no expert TP: torchtitan/distributed/parallel_dims.py @ b5bcd76), emitted with
+parallelism.expert_parallel_degree and the registry entry that builds the model, and — where
+torchtitan 0.3 is installed — read back by its own ConfigManager and ParallelDims with the plan's
+degrees and the model's experts."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from planner.catalog import load_hardware, load_model
+from planner.errors import PlanError
+from planner.frameworks.emit import emit
+from planner.model.estimate import check_config
+from planner.schema import PlanConfig
+
+QWEN = load_model("qwen3-30b-a3b")
+DSV3 = load_model("deepseek-v3")
+# Qwen3-30B-A3B on 64 GPUs, FSDP2 (ZeRO-3) over 64, ep 8: efsdp = 64·1·1/8 = 8
+QWEN_EP8 = PlanConfig(dp=64, ep=8, mbs=1, n_micro=16, gbs=1024, seq_len=4096, zero_stage=3,
+                      framework="torchtitan", sequence_parallel=False)
+
+
+def test_expert_parallelism_is_accepted_with_etp_one():
+    hw = load_hardware("h100-nvlink")
+    check_config(QWEN, hw, QWEN_EP8)  # no PlanError
+    bad = PlanConfig(**{**QWEN_EP8.model_dump(), "tp": 2, "dp": 32, "etp": 2, "gbs": 512,
+                        "sequence_parallel": True})
+    with pytest.raises(PlanError, match="expert"):
+        check_config(QWEN, hw, bad)
+
+
+def test_emitted_settings_carry_ep_and_the_registry_entry():
+    text = emit("torchtitan", QWEN_EP8, QWEN).text
+    assert "--module qwen3" in text and "--config qwen3_30b_a3b" in text
+    assert "--parallelism.expert_parallel_degree 8" in text
+    # torchtitan 0.3 refuses CUDA graphs with the all-to-all dispatcher's CPU sync
+    assert "--training.disable_cuda_graphs" in text
+    # a MoE plan without EP still says 1: deepseek_v3_671b's registry entry sets 2 itself
+    one = PlanConfig(**{**QWEN_EP8.model_dump(), "ep": 1})
+    assert "--parallelism.expert_parallel_degree 1" in emit("torchtitan", one, QWEN).text
+
+
+def test_megatron_only_shapes_are_still_refused_elsewhere():
+    with pytest.raises(PlanError, match="expert parallelism"):
+        emit("deepspeed", PlanConfig(**{**QWEN_EP8.model_dump(), "framework": "deepspeed",
+                                        "zero_stage": 1}), QWEN)
+
+
+def test_torchtitan_reads_it_back():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    pytest.importorskip("torchtitan")
+    import importlib.metadata
+
+    if not importlib.metadata.version("torchtitan").startswith("0.3"):
+        pytest.skip("plan3d writes the registry form for torchtitan 0.3")
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    text = emit("torchtitan", QWEN_EP8, QWEN).text
+    cfg = ConfigManager().parse_args(shlex.split(text.replace("\\\n", " ")))
+    dims = ParallelDims.from_config(cfg.parallelism, 64)  # validates ep | dp_shard·cp·tp
+    assert (dims.ep, dims.dp_shard, dims.tp, dims.pp) == (8, 64, 1, 1)
+    # the model its registry builds has the preset's experts
+    moe = cfg.model_spec.model.layers[0].moe if hasattr(cfg.model_spec.model, "layers") else None
+    if moe is not None:
+        assert moe.num_experts == QWEN.n_experts and moe.router.top_k == QWEN.top_k

@@ -1,0 +1,117 @@
+"""Published MoE training runs (planner/reference/published_moe.json: Megatron-Core's MoE model
+zoo, Megatron-LM's DeepSeek-V3 GB200 write-up, the DeepSeek-V3 report, a community Qwen3-30B-A3B
+run) against the time model. Nothing is fitted to them.
+
+Each run is costed with its stated layout, dispatcher, overlap, forced balance and capacity
+factor, and what the source leaves out as the row's `assumed` says (ZeRO-1, 16-bit gradient
+reduce, SP with tp > 1, mbs 1 where unstated, selective recompute for Megatron's fine-grained
+modules). Where a row gives TFLOPS and no step time, the step is the model FLOPs over the TFLOPS:
+Megatron counts causal attention, and where a row gives both, plan3d's causal FLOPs per step
+agree with Megatron's to 1 % (test_flop_convention_matches_megatron), so the conversion adds no
+error of its own.
+
+Tolerance, and why. When the MoE terms landed (issue 23) the ten costed rows came out −46 … +25 %
+(median |error| 12 %); before them (flat λ = 1.25, NCCL all-to-all only, DualPipe-style overlap)
+−50 … +53 % (median 24 %). Two rows are outside what a closed-form model can see and are held to
+the direction only: the GB200 baseline (−46 %: its source names host overhead — kernel launch
+gaps — as the loss the later rows remove, and plan3d does not model the host), and Qwen3-235B at
+TP4 EP8 without recompute (−40 %: slower than the same job with recompute and a smaller TP in the
+same table, which no cost term explains). The others must keep a median |error| ≤ 15 % and each
+within ±30 % (the spread of unstated settings: recompute modules, uneven pipeline layouts,
+dropless imbalance of a benchmark's first steps)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from planner.catalog import load_hardware, load_model
+from planner.model.estimate import estimate
+from planner.schema import PlanConfig
+
+DATA = json.loads((Path(__file__).parents[2] / "planner" / "reference" /
+                   "published_moe.json").read_text())
+RUNS = {r["id"]: r for r in DATA["runs"]}
+HELD_TO_DIRECTION = {"deepseek_v3_gb200_mxfp8_alltoall_baseline": -1,
+                     "qwen3_235b_h100_deepep_tp4_ep8": -1}
+
+
+def run_config(r: dict) -> PlanConfig:
+    """The run's layout and settings as a plan (module docstring: what is assumed)."""
+    dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+    mbs = r["mbs"] or 1
+    return PlanConfig(
+        dp=dp, tp=r["tp"], pp=r["pp"], cp=r["cp"], vpp=r["vpp"], mbs=mbs,
+        n_micro=r["gbs"] // (dp * mbs), gbs=r["gbs"], seq_len=r["seq_len"],
+        schedule="interleaved" if r["vpp"] > 1 else "1f1b", sequence_parallel=r["tp"] > 1,
+        precision=r["precision"], zero_stage=1, grad_dtype="bf16",
+        recompute="none" if r["recompute"] == "none" else "selective",
+        ep=r["ep"], etp=r["etp"], moe_a2a_overlap=r["a2a_overlap"],
+        moe_forced_balance=bool(r.get("forced_balance")),
+        moe_capacity_factor=r.get("capacity_factor"),
+        moe_dispatcher={"hybridep": "deepep"}.get(r["dispatcher"], r["dispatcher"]))
+
+
+def published_step_s(r: dict, plan) -> float:
+    if r.get("step_s"):
+        return r["step_s"]
+    if r.get("tokens_per_s_per_gpu"):
+        return r["gbs"] * r["seq_len"] / (r["tokens_per_s_per_gpu"] * r["gpus"])
+    return plan.time.model_flops_causal / (r["tflops_per_gpu"] * 1e12 * r["gpus"])
+
+
+@pytest.fixture(scope="module")
+def errors() -> dict[str, float]:
+    out = {}
+    for rid, r in RUNS.items():
+        plan = estimate(load_model(r["model"]), load_hardware(r["hw"]), run_config(r))
+        out[rid] = plan.time.step_s / published_step_s(r, plan) - 1
+    return out
+
+
+def test_every_row_is_costed_and_sourced(errors):
+    assert len(errors) == len(DATA["runs"]) == 10
+    for r in DATA["runs"]:
+        assert r["source"] and r["stated"] and r["assumed"], r["id"]
+    assert {r["model"] for r in DATA["runs"]} == {"deepseek-v3", "qwen3-235b-a22b",
+                                                  "qwen3-30b-a3b"}
+    assert {r["hw"] for r in DATA["runs"]} == {"h100-nvlink", "h800-nvlink", "gb200-nvl72"}
+
+
+def test_flop_convention_matches_megatron():
+    # rows with both: step 19.7 s at 245 TFLOPS on 256 GPUs = 1.2356e18 FLOPs per step; plan3d's
+    # causal model FLOPs for the same step: 1.244e18 (0.7 %)
+    for rid in ("qwen3_235b_h100_deepep_ep32", "qwen3_235b_h100_a2a_ep8_pp32"):
+        r = RUNS[rid]
+        plan = estimate(load_model(r["model"]), load_hardware(r["hw"]), run_config(r))
+        megatron = r["step_s"] * r["tflops_per_gpu"] * 1e12 * r["gpus"]
+        assert plan.time.model_flops_causal == pytest.approx(megatron, rel=0.01)
+
+
+def test_published_moe_step_times_within_tolerance(errors):
+    kept = {k: e for k, e in errors.items() if k not in HELD_TO_DIRECTION}
+    assert statistics.median(abs(e) for e in kept.values()) <= 0.15, kept
+    assert max(abs(e) for e in kept.values()) <= 0.30, kept
+
+
+def test_the_two_outliers_stay_on_their_side(errors):
+    for rid, sign in HELD_TO_DIRECTION.items():
+        assert errors[rid] * sign > 0, (rid, errors[rid])
+
+
+def test_overlap_and_deepep_move_the_right_way(errors):
+    # the same job with Megatron's 1F1B a2a overlap ran 10.7 % faster (19.7 → 17.6 s); the model
+    # must make it faster too, by between a third and three times that
+    plain, overlapped = (RUNS[k] for k in ("qwen3_235b_h100_deepep_ep32",
+                                           "qwen3_235b_h100_deepep_ep32_overlap"))
+    hw, model = load_hardware(plain["hw"]), load_model(plain["model"])
+    a = estimate(model, hw, run_config(plain)).time.step_s
+    b = estimate(model, hw, run_config(overlapped)).time.step_s
+    measured = 1 - overlapped["step_s"] / plain["step_s"]
+    assert measured / 3 < 1 - b / a < 3 * measured
+    # DeepEP sends fewer network copies than NCCL's all-to-all across nodes
+    nccl = estimate(model, hw, run_config(dict(plain, dispatcher="alltoall"))).time.step_s
+    assert a < nccl
