@@ -535,8 +535,8 @@ def _selected(fit: Iterable[str]) -> set[str]:
 
 
 # What the runs must show before a factor moves. A prediction for a run carries the model's own
-# error, ~σ = its median |error| on published runs (planner.validation.model_uncertainty: 4.9 % of
-# a step on H100, 2.6 % on A100), however clean the measurement; so a factor enters the fit only
+# error, ~σ = its median |error| on published runs (planner.model.validation.model_uncertainty: 5.3 % of
+# a step on H100, 3.6 % on A100 when written), however clean the measurement; so a factor enters the fit only
 # when it lowers the sum of squared log errors by more than that error explains: by ≥ χ²₁(95 %)·σ²
 # (a likelihood-ratio test with one degree of freedom and the noise σ; χ²₁(0.95) = 3.841, any
 # table). A uniform 10 % slowdown is then one factor — the GEMM efficiency, which moves most of

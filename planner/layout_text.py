@@ -24,12 +24,14 @@ _RECOMPUTE = {"sel": "selective", "selective": "selective", "full": "full", "non
 _LONG_WORDS = {"selective", "none"}  # only PlanConfig.label writes these
 _SCHEDULES = {s.value: s.value for s in Schedule}
 _PRECISIONS = {p.value for p in Precision}
+_DISPATCHERS = {"deepep", "allgather", "alltoall"}  # MoE token dispatchers (layouts: `ep8 deepep`)
 _FLAG = {"dp": "--dp", "dp_shard": "--dp-shard", "tp": "--tp", "pp": "--pp", "cp": "--cp",
          "cp_kind": "--cp-kind", "cp_a2a": "--cp-a2a", "vpp": "--vpp", "ep": "--ep", "etp": "--etp",
          "schedule": "--schedule", "mbs": "--mbs", "gbs": "--gbs", "seq_len": "--seq-len",
          "zero": "--zero", "recompute": "--recompute", "sp": "--sp/--no-sp",
          "precision": "--precision", "offload_optimizer": "--offload-optimizer",
-         "offload_params": "--offload-params", "offload_activations": "--offload-activations"}
+         "offload_params": "--offload-params", "offload_activations": "--offload-activations",
+         "moe_dispatcher": "--moe-dispatcher"}
 
 
 def _token(tok: str, out: dict[str, Any], text: str) -> None:
@@ -51,6 +53,8 @@ def _token(tok: str, out: dict[str, Any], text: str) -> None:
         out["sp"] = low == "sp"
     elif low in _SCHEDULES:
         out["schedule"] = _SCHEDULES[low]
+    elif low in _DISPATCHERS:
+        out["moe_dispatcher"] = low
     elif low in _PRECISIONS:
         out["precision"] = low
     elif low == "offp":
@@ -151,6 +155,7 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
             args.append("--moe-a2a-overlap")
         if getattr(c, "moe_forced_balance", False):
             args.append("--moe-forced-balance")
-        if getattr(c, "moe_dispatcher", None) is not None:
-            args += ["--moe-dispatcher", c.moe_dispatcher]
+        dispatcher = getattr(c, "moe_dispatcher", None)
+        if dispatcher is not None and dispatcher not in c.short_label().split():
+            args += ["--moe-dispatcher", dispatcher]
     return args

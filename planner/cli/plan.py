@@ -180,7 +180,8 @@ def _explained(o) -> SimpleNamespace:
 
 LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp", "ep", "etp",
                   "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
-                  "offload_optimizer", "offload_params", "offload_activations")
+                  "offload_optimizer", "offload_params", "offload_activations",
+                  "moe_dispatcher")
 """explain's options a layout string (--plan) can set."""
 
 
@@ -193,7 +194,7 @@ def _apply_layout(o) -> None:
     for key, value in fields.items():
         if key in LAYOUT_OPTIONS:
             typed = isinstance(value, bool) or key.startswith("offload") or key in (
-                "precision", "gbs", "seq_len")  # options typed as numbers, not degree lists
+                "precision", "gbs", "seq_len", "moe_dispatcher")  # not degree lists
             setattr(o, key, value if typed else str(value))
 
 

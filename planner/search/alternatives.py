@@ -27,7 +27,7 @@ Verdict = Literal["wins", "ties", "loses", "not run", "not searched", "none fits
 STEP_PARTS = {"compute_s": "compute", "bubble_s": "bubble", "tp_exposed_s": "exposed TP",
               "dp_exposed_s": "exposed DP/ZeRO", "pp_exposed_s": "pipeline sends",
               "cp_exposed_s": "exposed CP", "optimizer_s": "optimizer",
-              "offload_s": "offload copies and CPU step"}
+              "offload_s": "offload copies and CPU step", "straggler_s": "stragglers"}
 """The parts of a step (results.Time) two plans are compared by."""
 
 PROBED_LAYOUTS = 3
@@ -59,8 +59,8 @@ def step_parts(t: Time) -> dict[str, float]:
     """The step's parts in seconds, named as the reasons name them: STEP_PARTS, and the exposed
     expert all-to-all — the exposed communication the four groups' parts leave (0 without
     experts). They add up to the step: step = compute + bubble + exposed communication +
-    optimizer + offload (planner.model.cost's time composition)."""
-    parts = {name: getattr(t, key) for key, name in STEP_PARTS.items()}
+    optimizer + offload + stragglers (planner.model.step's composition)."""
+    parts = {name: getattr(t, key, 0.0) for key, name in STEP_PARTS.items()}
     parts[EP_PART] = t.exposed_comm_s - (t.tp_exposed_s + t.dp_exposed_s + t.pp_exposed_s
                                          + t.cp_exposed_s)
     return parts
