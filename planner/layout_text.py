@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from .errors import PlanError
-from .formulas.choices import Precision, Recompute, Schedule
+from .formulas.choices import Precision, QuantRecipe, Recompute, Schedule
 
 _INT_TOKENS = {  # prefix → explain's option
     "dp": "dp", "hsdp": "dp_shard", "tp": "tp", "pp": "pp", "v": "vpp", "ep": "ep",
@@ -24,6 +24,7 @@ _RECOMPUTE = {"sel": "selective", "selective": "selective", "full": "full", "non
 _LONG_WORDS = {"selective", "none"}  # only PlanConfig.label writes these
 _SCHEDULES = {s.value: s.value for s in Schedule}
 _PRECISIONS = {p.value for p in Precision}
+_RECIPES = tuple(r.value for r in QuantRecipe)
 _DISPATCHERS = {"deepep", "allgather", "alltoall"}  # MoE token dispatchers (layouts: `ep8 deepep`)
 _FLAG = {"dp": "--dp", "dp_shard": "--dp-shard", "tp": "--tp", "pp": "--pp", "cp": "--cp",
          "cp_kind": "--cp-kind", "cp_a2a": "--cp-a2a", "vpp": "--vpp", "ep": "--ep", "etp": "--etp",
@@ -31,7 +32,9 @@ _FLAG = {"dp": "--dp", "dp_shard": "--dp-shard", "tp": "--tp", "pp": "--pp", "cp
          "zero": "--zero", "recompute": "--recompute", "sp": "--sp/--no-sp",
          "precision": "--precision", "offload_optimizer": "--offload-optimizer",
          "offload_params": "--offload-params", "offload_activations": "--offload-activations",
-         "moe_dispatcher": "--moe-dispatcher"}
+         "moe_dispatcher": "--moe-dispatcher", "recompute_layers": "--recompute-layers",
+         "recompute_modules": "--recompute-modules", "fp8_recipe": "--fp8-recipe",
+         "fp8_param_gather": "--fp8-param-gather"}
 
 
 def _token(tok: str, out: dict[str, Any], text: str) -> None:
@@ -49,6 +52,19 @@ def _token(tok: str, out: dict[str, Any], text: str) -> None:
         out[_INT_TOKENS[number[1]]] = int(number[2])
     elif low in _RECOMPUTE:
         out["recompute"] = _RECOMPUTE[low]
+    elif re.fullmatch(r"full(\d+)", low):  # full4: 4 layers of each stage recomputed
+        out["recompute"], out["recompute_layers"] = "full", int(low[4:])
+    elif re.fullmatch(r"sel(\+[a-z_]+)+", low):  # sel+mlp: core_attn and mlp checkpointed
+        out["recompute"] = "selective"
+        out["recompute_modules"] = ",".join(["core_attn", *low.split("+")[1:]])
+    elif re.fullmatch(r"selective\[[a-z_+]+\]", low):  # the long spelling of the same
+        out["recompute"], out["recompute_modules"] = "selective", low[10:-1].replace("+", ",")
+    elif re.fullmatch(rf"({'|'.join(_RECIPES)}|fp8)(-pg)?", low):  # the FP8 recipe (fit)
+        recipe = low.removesuffix("-pg")
+        if recipe != "fp8":
+            out["fp8_recipe"] = recipe
+        out["precision"] = "fp8"
+        out["fp8_param_gather"] = low.endswith("-pg")
     elif low in ("sp", "nosp"):
         out["sp"] = low == "sp"
     elif low in _SCHEDULES:

@@ -190,7 +190,8 @@ def _explained(o) -> SimpleNamespace:
 LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp", "ep", "etp",
                   "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
                   "offload_optimizer", "offload_params", "offload_activations",
-                  "moe_dispatcher")
+                  "moe_dispatcher", "recompute_layers", "recompute_modules", "fp8_recipe",
+                  "fp8_param_gather")
 """explain's options a layout string (--plan) can set."""
 
 
@@ -199,11 +200,16 @@ def _apply_layout(o) -> None:
     beside it that contradicts it is an error naming both (planner.layout_text)."""
     from ..layout_text import merge_layout
 
-    fields = merge_layout(o.plan, {k: getattr(o, k) for k in LAYOUT_OPTIONS})
+    # options at the values they take when not given count as not given
+    unset = {"recompute_layers": 0, "fp8_param_gather": False, "precision": "bf16"}
+    given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
+             for k in LAYOUT_OPTIONS}
+    fields = merge_layout(o.plan, given)
     for key, value in fields.items():
         if key in LAYOUT_OPTIONS:
             typed = isinstance(value, bool) or key.startswith("offload") or key in (
-                "precision", "gbs", "seq_len", "moe_dispatcher")  # not degree lists
+                "precision", "gbs", "seq_len", "moe_dispatcher", "recompute_layers",
+                "recompute_modules", "fp8_recipe")  # options typed as they are, not degree lists
             setattr(o, key, value if typed else str(value))
 
 

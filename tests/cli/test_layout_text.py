@@ -25,6 +25,16 @@ def test_the_issues_row_by_hand():
         recompute="full", sp=False, offload_params=True, offload_activations=2)
 
 
+def test_recompute_levels_recipes_and_dispatchers_read_back():
+    got = parse_layout("dp256 tp1 pp1 cp2 z3 full28")
+    assert (got["recompute"], got["recompute_layers"]) == ("full", 28)
+    assert parse_layout("dp8 tp8 pp1 z1 sel+mlp")["recompute_modules"] == "core_attn,mlp"
+    got = parse_layout("dp8 tp8 pp1 z1 sel mxfp8-pg")
+    assert (got["precision"], got["fp8_recipe"], got["fp8_param_gather"]) == ("fp8", "mxfp8",
+                                                                              True)
+    assert parse_layout("dp32 tp4 pp16 v3 ep16 deepep z1")["moe_dispatcher"] == "deepep"
+
+
 def config_fields(c: PlanConfig) -> dict:
     return dict(dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, mbs=c.mbs,
                 zero=str(int(c.zero_stage)), recompute=c.recompute.value,
