@@ -117,6 +117,10 @@ def explain(
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --emit: write the settings even when the plan does not fit, a "
+        "warning at their top (without it nothing is written and the exit status is 1).")]
+    = False,
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
     distribute_saved_activations: DistributeOpt = False,
@@ -250,6 +254,8 @@ def _show_explained(o, run) -> None:
                       f"{picture.pp} stages × {picture.n_micro} micro-batches, "
                       f"{render.seconds(picture.makespan_s)}")
     if o.json_:
+        if not fits and not o.force:
+            run.data.pop("launch", None)  # settings for a plan that does not fit: only forced
         render.print_json(run.data)
     else:
         # with --emit, stdout carries the settings alone; what explains them goes to stderr
@@ -262,13 +268,32 @@ def _show_explained(o, run) -> None:
                                    step_bubble=render.bubble_share(plan))
         if launch is not None:
             render.render_launch_notes(launch, out)
-            render.write_settings(launch)
+            _write_launch(launch, plan, fits, o.force)
     if not fits:
         note = f" ({o.timeline_out} not written)" if svg is not None else ""
         raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
 
 
+<<<<<<< HEAD
 @app.command(cls=PanelledHelp)
+=======
+def _write_launch(launch, plan, fits: bool, force: bool) -> None:
+    """--emit's settings on stdout: only for a plan that fits, unless --force, which writes them
+    under a warning (planner.frameworks.emit.with_warning)."""
+    from ..frameworks.emit import with_warning
+    from ..outputs import render
+
+    if fits:
+        render.write_settings(launch)
+    elif force:
+        render.write_settings(with_warning(launch, _not_fit_message(plan)))
+    else:
+        render.notice("settings not written: the plan does not fit (--force writes them, with "
+                      "a warning at their top)")
+
+
+@app.command()
+>>>>>>> main
 def search(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,

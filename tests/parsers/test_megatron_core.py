@@ -33,7 +33,6 @@ from .matrix import ROWS
 torch = pytest.importorskip("torch", reason="the parser suite needs torch (pip install torch)")
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core)")
 
-import torch.distributed as dist  # noqa: E402
 from megatron.core import parallel_state as ps  # noqa: E402
 from megatron.core.transformer import TransformerConfig  # noqa: E402
 from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: E402
@@ -166,23 +165,6 @@ def build_config(flags):
             else {}
         return MLATransformerConfig(**kwargs, **rotary, multi_latent_attention=True)
     return TransformerConfig(**kwargs)
-
-
-@pytest.fixture
-def fake_world():
-    """torch's fake process-group backend at a given world size, rank 0."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    def init(world: int, rank: int = 0):
-        if dist.is_initialized():
-            ps.destroy_model_parallel()
-            dist.destroy_process_group()
-        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
-
-    yield init
-    if dist.is_initialized():
-        ps.destroy_model_parallel()
-        dist.destroy_process_group()
 
 
 def _layers_per_rank(config, pp: int, vpp: int) -> list[int]:
