@@ -274,9 +274,6 @@ def _show_explained(o, run) -> None:
         raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
 
 
-<<<<<<< HEAD
-@app.command(cls=PanelledHelp)
-=======
 def _write_launch(launch, plan, fits: bool, force: bool) -> None:
     """--emit's settings on stdout: only for a plan that fits, unless --force, which writes them
     under a warning (planner.frameworks.emit.with_warning)."""
@@ -292,8 +289,7 @@ def _write_launch(launch, plan, fits: bool, force: bool) -> None:
                       "a warning at their top)")
 
 
-@app.command()
->>>>>>> main
+@app.command(cls=PanelledHelp)
 def search(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
