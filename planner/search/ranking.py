@@ -150,6 +150,41 @@ def layouts_in_order(cols: dict, order: np.ndarray) -> tuple[np.ndarray, np.ndar
     return order[first[by_place]], counts[by_place]
 
 
+def layout_firsts(cols: dict, step: np.ndarray, margin: np.ndarray, fits: np.ndarray,
+                  defaults: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """What layouts_in_order(cols, rule_order(...fits...)) gives — each layout's first candidate
+    by the rule, the layouts in the rule's order, and how many candidates each has — without
+    computing the preference keys of the whole space: candidates are sorted by layout and by
+    (margin, step) as int64s, and the preference keys are read only for the candidates that tie
+    for their layout's first place."""
+    if fits.size == 0:
+        return fits, fits
+    layout = np.zeros(fits.size, dtype=np.int64)
+    for k in LAYOUT_KEYS:  # each degree < 2¹⁶: four in 64 bits
+        layout = (layout << 16) | np.asarray(cols[k])[fits].astype(np.int64)
+    ticks = np.round(step[fits] / STEP_RESOLUTION_S).astype(np.int64)  # < 2⁵⁵: steps < 10⁷ s
+    primary = (margin[fits].astype(np.int64) << 55) | ticks
+    by = np.lexsort((primary, layout))  # by layout, then by (margin, step)
+    lay, prim, cand = layout[by], primary[by], fits[by]
+    start = np.r_[True, lay[1:] != lay[:-1]]
+    head = np.maximum.accumulate(np.where(start, np.arange(lay.size), 0))
+    counts = np.diff(np.r_[np.flatnonzero(start), lay.size])
+    tied = prim == prim[head]  # the candidates sharing their layout's best (margin, step)
+    group = np.cumsum(start)[tied] - 1  # which layout each tied candidate belongs to
+    pick = np.lexsort((*preference_keys(cols, cand[tied], defaults), group))
+    first_of = np.r_[True, group[pick][1:] != group[pick][:-1]]
+    firsts = cand[tied][pick][first_of]  # one per layout, in layout-key order
+    # the layouts in the rule's order (equal in every key: by candidate index, as rule_order)
+    order = rule_order(cols, step, margin, np.sort(firsts), defaults)
+    return order, _counts_in_order(firsts, counts, order)
+
+
+def _counts_in_order(firsts: np.ndarray, counts: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """counts (aligned with firsts) rearranged to follow order (a permutation of firsts)."""
+    where = {int(f): int(c) for f, c in zip(firsts, counts)}
+    return np.array([where[int(i)] for i in order], dtype=np.int64)
+
+
 def tie_labels(step: np.ndarray, rows: list[int], band: float, start: int = 1) -> list[str]:
     """Labels of rows already in step order: a group starts at a row and holds every later row
     whose step is within `band` of it; the first row of a group is labelled by its place, the
@@ -173,8 +208,8 @@ def rank(cols: dict, step: np.ndarray, total_bytes: np.ndarray, capacity_bytes: 
     plan fits with the margin, the rows are the plans that fit at all, each marked."""
     step = np.asarray(step, dtype=float)
     margin = in_margin(total_bytes, capacity_bytes, headroom)
-    order = rule_order(cols, step, margin, fits, defaults)
-    firsts, counts = layouts_in_order(cols, order)
+    firsts, counts = layout_firsts(cols, step, margin, np.asarray(fits, dtype=np.int64),
+                                   defaults)
     safe_rows = firsts[~margin[firsts]]
     if safe_rows.size == 0:
         rows = [int(i) for i in firsts[:top]]
@@ -187,48 +222,3 @@ def rank(cols: dict, step: np.ndarray, total_bytes: np.ndarray, capacity_bytes: 
     folded_of = dict(zip((int(i) for i in firsts), (int(c) - 1 for c in counts)))
     return Ranking(rows + faster, labels + [MARGIN_MARK] * len(faster),
                    [folded_of[i] for i in rows + faster], any_safe=True)
-
-
-# ---- the former rule (the simplest plan within the band of the fastest), until search uses rank
-
-def distinct_layouts(cols: dict, step: np.ndarray, order: np.ndarray, top: int, band: float,
-                     defaults: dict | None = None) -> tuple[list[int], list[int]]:
-    """The `top` fastest layouts (dp, tp, pp, cp) of `order` (candidate indices, fastest first),
-    each as one candidate: the most preferred of its variants whose step is within `band` of the
-    layout's fastest. Returns (chosen indices, variants folded into each)."""
-    if order.size == 0:
-        return [], []
-    key = np.zeros(order.size, dtype=np.int64)
-    for k in LAYOUT_KEYS:
-        key = (key << 16) | np.asarray(cols[k])[order].astype(np.int64)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    groups = np.argsort(first, kind="stable")[:top]  # layouts in order of their fastest plan
-    chosen, folded = [], []
-    for g in groups:
-        members = order[inverse == g]  # fastest first
-        near = members[step[members] <= step[members[0]] * (1 + band)]
-        pick = near[np.argmin(preference(cols, near, defaults))]
-        chosen.append(int(pick))
-        folded.append(int(members.size - 1))
-    return chosen, folded
-
-
-def tie_order(cols: dict, step: np.ndarray, chosen: list[int], band: float,
-              defaults: dict | None = None) -> tuple[list[int], list[str]]:
-    """The chosen plans in tie groups: a group is a plan and every later plan within `band` of its
-    step; groups in step order, plans inside one by preference. Returns (order, rank labels)."""
-    idx = np.array(sorted(chosen, key=lambda i: step[i]), dtype=np.int64)
-    out, labels, i = [], [], 0
-    while i < idx.size:
-        lead = step[idx[i]]
-        j = i
-        while j < idx.size and step[idx[j]] <= lead * (1 + band):
-            j += 1
-        group = idx[i:j]
-        group = group[np.argsort(preference(cols, group, defaults), kind="stable")]
-        tie = "=" if group.size > 1 else ""
-        out += [int(k) for k in group]
-        labels += [f"{i + 1}{tie}"] * group.size
-        i = j
-    return out, labels

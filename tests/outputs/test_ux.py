@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -20,7 +19,6 @@ from planner.cli import app
 from planner.model.validation import MODEL_UNCERTAINTY, validate
 from planner.outputs.timeline import simulate, to_svg, to_text_cells
 from planner.search.core import search
-from planner.search.ranking import distinct_layouts, tie_order
 from planner.search.request import PlanRequest
 
 ROOT = Path(__file__).parents[2]
@@ -236,24 +234,6 @@ def test_ties_are_shown_and_layouts_are_distinct():
     assert r.ranks[:2] == ["1", "1="] and "Ties:" in r.reason
     out = " ".join(run(*SEARCH, columns=100).stdout.split())
     assert "1=" in out and f"±{MODEL_UNCERTAINTY['H100']:.1%}" in out
-
-
-def test_tie_order_by_hand():
-    # steps 10, 10.2, 10.9, 11.0 with a 3% band: {10, 10.2} tie (10.2 ≤ 10.3), then {10.9, 11.0}
-    # (11.0 ≤ 10.9·1.03 = 11.227); inside the first tie the plan without pipeline comes first
-    cols = {"dp": np.array([8, 16, 4, 2]), "tp": np.array([8, 8, 8, 8]),
-            "pp": np.array([2, 1, 4, 8]), "cp": np.array([1, 1, 1, 1]),
-            "vpp": np.ones(4, int), "mbs": np.ones(4, int), "zero": np.ones(4, int),
-            "recompute": np.ones(4, int), "sp": np.ones(4, bool)}
-    step = np.array([10.0, 10.2, 10.9, 11.0])
-    order, labels = tie_order(cols, step, [0, 1, 2, 3], 0.03)
-    assert order == [1, 0, 2, 3] and labels == ["1=", "1=", "3=", "3="]
-    # variants of one layout fold into the simplest within the band of its fastest
-    cols2 = {k: np.concatenate([v, v[:1]]) for k, v in cols.items()}
-    cols2["vpp"][4], cols2["vpp"][0] = 1, 4  # candidate 0 interleaved, 4 its plain twin
-    step2 = np.append(step, 10.1)
-    chosen, folded = distinct_layouts(cols2, step2, np.argsort(step2), 10, 0.03)
-    assert chosen[0] == 4 and folded[0] == 1
 
 
 # ---- 9. the timeline ---------------------------------------------------------------------------

@@ -165,3 +165,18 @@ def test_equal_steps_prefer_the_simpler_layout_and_the_defaults():
 def test_headroom_must_be_a_fraction(bad):
     with pytest.raises(PlanError, match=r"--headroom .* \[0, 1\)"):
         check_headroom(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plans, headroom)
+def test_the_fast_path_picks_the_same_rows_as_the_rule_written_plainly(ps, h):
+    # rank reads the preference keys only where a layout's first place is tied; the plain
+    # reading sorts every candidate by the whole rule
+    from planner.search.ranking import in_margin, layout_firsts, layouts_in_order, rule_order
+
+    cols, step, mem = columns(ps)
+    margin = in_margin(mem, CAPACITY, h)
+    fits = np.arange(len(ps))
+    plain, plain_counts = layouts_in_order(cols, rule_order(cols, step, margin, fits))
+    fast, fast_counts = layout_firsts(cols, step, margin, fits)
+    assert list(fast) == list(plain) and list(fast_counts) == list(plain_counts)
