@@ -46,7 +46,7 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
             "gbs": req.global_batch(model), "seq_len": seq,
             # moe: the load settings the expert terms use, and the all-to-all overlap switch
             **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,
-                               req.moe_forced_balance, req.moe_a2a_overlap),
+                               req.moe_forced_balance),
             **req.fixed_offload()}  # offload: what the request fixes (default: none)
 
 
@@ -81,7 +81,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     seq, gbs = req.seq(model), req.global_batch(model)
     framework = FRAMEWORKS[req.framework]
     base = base_numbers(model, hw, req, framework)
-    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp", "deepep",
+    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp", "deepep", "a2a_overlap",
                    *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
                    "cp_a2a")  # cp-kind
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
@@ -101,6 +101,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                   schedule=sched, **offload_layout(req, [r]))  # offload
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
         mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        # moe: an overlapped candidate only where Megatron runs the overlap (model/moe.py)
+        mask &= (space["a2a_overlap"] == 0) | MOE.overlap_runs(
+            space["ep"], space["pp"], space["vpp"], r is Recompute.FULL)
         runs = {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
                                                           req.precision).items()}
         mask = np.logical_or.reduce(list(runs.values()))
