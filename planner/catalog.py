@@ -70,7 +70,8 @@ MODEL_LIMITS = [
 HARDWARE_LIMITS = [
     ("hbm_gib", 1e-3, 1e6, "GiB"), ("hbm_tb_per_s", 1e-3, 1e4, "TB/s"),
     ("peak_tflops.bf16", 1e-3, 1e7, "TFLOP/s"), ("peak_tflops.fp16", 1e-3, 1e7, "TFLOP/s"),
-    ("peak_tflops.fp8", 1e-3, 1e7, "TFLOP/s"), ("gpus_per_domain", 1, 2**20, "GPUs"),
+    ("peak_tflops.fp8", 1e-3, 1e7, "TFLOP/s"), ("peak_tflops.fp4", 1e-3, 1e7, "TFLOP/s"),
+    ("gpus_per_domain", 1, 2**20, "GPUs"),
     ("sm_count", 1, 10**6, "SMs"), ("gemm_tile[0]", 1, 2**16, ""), ("gemm_tile[1]", 1, 2**16, ""),
     ("fast.gb_per_s", 1e-3, 1e7, "GB/s"), ("fast.busbw_gb_per_s", 1e-3, 1e7, "GB/s"),
     ("fast.latency_us", 1e-6, 1e7, "µs"), ("network.gb_per_s", 1e-3, 1e7, "GB/s"),
@@ -78,6 +79,7 @@ HARDWARE_LIMITS = [
     ("efficiency.gemm.bf16", 1e-4, 1.0, "(a fraction of peak)"),
     ("efficiency.gemm.fp16", 1e-4, 1.0, "(a fraction of peak)"),
     ("efficiency.gemm.fp8", 1e-4, 1.0, "(a fraction of peak)"),
+    ("efficiency.gemm.fp4", 1e-4, 1.0, "(a fraction of peak)"),
     ("efficiency.hbm", 1e-4, 1.0, "(a fraction of peak)"),
     ("efficiency.kernel_overhead_us", 0.0, 1e6, "µs"), ("runtime.reserved_gib", 0.0, 1e6, "GiB"),
     ("tdp_w", 1e-3, 1e6, "W"),

@@ -46,7 +46,7 @@ def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
     """The discrete choices the framework rules read, as numbers: zero (the ZeRO stage), gpipe,
     fp16 and fp8 (1 when the plan uses them)."""
     return dict(zero=int(zero_stage), gpipe=int(schedule is Schedule.GPIPE),
-                fp16=int(precision is Precision.FP16), fp8=int(precision is Precision.FP8))
+                fp16=int(precision is Precision.FP16), fp8=int(precision in (Precision.FP8, Precision.NVFP4)))
 
 
 def kind_of_group(cp, cp_a2a):

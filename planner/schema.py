@@ -26,7 +26,9 @@ from .formulas.choices import (
     ContextKind,
     MlpKind,
     Precision,
+    QuantRecipe,
     Recompute,
+    RecomputeModule,
     Schedule,
     ZeroStage,
 )
@@ -302,13 +304,17 @@ class ModelSpec(_Strict):
 # Hardware
 
 
+LOW_PRECISION = (Precision.FP8, Precision.NVFP4)
+
+
 class PerPrecision(_Strict):
     bf16: PositiveFloat
     fp16: PositiveFloat
     fp8: PositiveFloat | None = None
+    fp4: PositiveFloat | None = None  # the GPUs with FP4 tensor cores (Blackwell): nvfp4 plans
 
     def of(self, precision: Precision) -> float | None:
-        return getattr(self, precision.value)
+        return getattr(self, "fp4" if precision is Precision.NVFP4 else precision.value)
 
 
 class Link(_Strict):
@@ -488,6 +494,20 @@ class PlanConfig(_Strict):
     sequence_parallel: bool = True
     schedule: Schedule = Schedule.ONE_F_ONE_B
     precision: Precision = Precision.BF16
+    fp8_recipe: QuantRecipe | None = Field(
+        None, description="fp8 plans: the scaling recipe (None: the framework's default, "
+        "Megatron delayed, torchtitan current/tensorwise); nvfp4 plans run the nvfp4 recipe.")
+    fp8_param_gather: bool = Field(
+        False, description="The quantised weights are the parameters (no 16-bit copy) and are "
+        "gathered quantised (Megatron --fp8-param-gather; torchtitan's "
+        "enable_fsdp_float8_all_gather).")
+    recompute_layers: NonNegativeInt = Field(
+        0, description="With full recompute: only this many layers of each pipeline stage are "
+        "recomputed, the rest keep every activation (Megatron --recompute-method block "
+        "--recompute-num-layers N); 0: all of them.")
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        None, description="With selective recompute: the submodules checkpointed (Megatron "
+        "--recompute-modules; None: the framework's default, the attention core).")
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
@@ -532,11 +552,34 @@ class PlanConfig(_Strict):
         "forward and back before their backward (Megatron --cpu-offloading-num-layers).")
 
     @model_validator(mode="after")
+    def _recipe_consistent(self) -> PlanConfig:
+        if self.fp8_recipe is not None and self.precision is not Precision.FP8:
+            raise ValueError(f"fp8_recipe {self.fp8_recipe.value} needs precision fp8, "
+                             f"got {self.precision.value}")
+        if self.fp8_param_gather and self.precision not in LOW_PRECISION:
+            raise ValueError("fp8_param_gather needs precision fp8 or nvfp4")
+        if self.recompute_layers and self.recompute is not Recompute.FULL:
+            raise ValueError(f"recompute_layers needs recompute full, got {self.recompute.value}")
+        if self.recompute_modules is not None and self.recompute is not Recompute.SELECTIVE:
+            raise ValueError(f"recompute_modules needs recompute selective, got "
+                             f"{self.recompute.value}")
+        return self
+
+    @model_validator(mode="after")
     def _offload_consistent(self) -> PlanConfig:
         if self.offload_params and self.offload_optimizer != 1:
             raise ValueError(f"offload_params moves the optimizer states to the host too: "
                              f"offload_optimizer must be 1, got {self.offload_optimizer:g}")
         return self
+
+    @property
+    def recompute_label(self) -> str:
+        """full, full4 (4 layers a stage recomputed), selective, selective[core_attn+mlp], none."""
+        if self.recompute_layers:
+            return f"full{self.recompute_layers}"
+        if self.recompute_modules is not None:
+            return f"selective[{'+'.join(m.value for m in self.recompute_modules)}]"
+        return self.recompute.value
 
     @property
     def offload(self) -> bool:
@@ -640,8 +683,16 @@ class PlanConfig(_Strict):
             parts.append(f"mbs{self.mbs}")
         parts.append(f"z{int(self.zero_stage)}")
         short = {"selective": "sel", "full": "full", "none": ""}[self.recompute.value]
+        if self.recompute_layers:  # fit: full4 = 4 layers of each stage recomputed
+            short = f"full{self.recompute_layers}"
+        if self.recompute_modules is not None:  # fit: sel+mlp = core_attn and mlp checkpointed
+            short = "sel" + "".join(f"+{m.value}" for m in self.recompute_modules
+                                    if m is not RecomputeModule.CORE_ATTN)
         if short:
             parts.append(short)
+        if self.fp8_recipe is not None or self.fp8_param_gather:  # fit
+            parts.append((self.fp8_recipe.value if self.fp8_recipe else "fp8")
+                         + ("-pg" if self.fp8_param_gather else ""))
         if self.tp > 1 and not self.sequence_parallel:
             parts.append("nosp")
         parts += self.offload_label  # offload
@@ -664,9 +715,11 @@ class PlanConfig(_Strict):
         parts.append(f"mbs{self.mbs}")
         if batch:
             parts += [f"gbs{self.gbs}", f"s{self.seq_len}"]
-        parts += [f"z{int(self.zero_stage)}", self.recompute.value]
+        parts += [f"z{int(self.zero_stage)}", self.recompute_label]
         if precision:
-            parts.append(self.precision.value)
+            parts.append(self.precision.value + (f"-{self.fp8_recipe.value}" if self.fp8_recipe
+                                                 else "") + ("-pg" if self.fp8_param_gather
+                                                             else ""))
         if self.sequence_parallel:
             parts.append("sp")
         parts += self.offload_label  # offload

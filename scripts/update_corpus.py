@@ -56,6 +56,18 @@ COMMANDS: dict[str, list[str]] = {
     "search-mixtral-emit-megatron": ["search", "--model", "mixtral-8x7b", "--gpus", "64",
                                      "--emit", "megatron", *_S],
     # explain (sympy: a handful only)
+    # fit: a recipe per gathered layer under ZeRO-3 on GB200, partial and per-module recompute
+    "explain-70b-fp8-zero3-gb200": ["explain", "--model", "70b", "--gpus", "64", "--hw",
+                                    "gb200-nvl72", "--dp", "64", "--mbs", "2", "--gbs", "128",
+                                    "--zero", "3", "--recompute", "full", "--precision", "fp8",
+                                    "--json"],
+    "explain-70b-recompute-layers-mxfp8": ["explain", "--model", "70b", "--gpus", "64", "--hw",
+                                           "b200-nvlink", "--tp", "8", "--pp", "2", "--gbs", "64",
+                                           "--recompute", "full", "--recompute-layers", "7",
+                                           "--precision", "fp8", "--fp8-recipe", "mxfp8",
+                                           "--json"],
+    "search-70b-recompute-modules": ["search", *_E70, "--recompute", "selective",
+                                     "--recompute-modules", "core_attn,mlp", *_S],
     "explain-70b": ["explain", *_E70, "--tp", "8", "--pp", "4", "--mbs", "1", "--gbs", "1024",
                     "--zero", "1", "--sp", "--json"],
     "explain-70b-interleaved-emit": ["explain", *_E70, "--tp", "8", "--pp", "8", "--vpp", "5",

@@ -71,7 +71,24 @@ TokensOpt = Annotated[int | None, typer.Option(help="Global batch in tokens (gbs
 SeqOpt = Annotated[int | None, typer.Option(help="Sequence length (default: the model's).")]
 
 
-PrecisionOpt = Annotated[str, typer.Option(help="Matmul precision: bf16, fp16, fp8.")]
+PrecisionOpt = Annotated[str, typer.Option(
+    help="Matmul precision: bf16, fp16, fp8, nvfp4 (Blackwell profiles).")]
+# fit: the low-precision recipe and the finer recompute levels
+Fp8RecipeOpt = Annotated[str | None, typer.Option(
+    help="With --precision fp8: delayed, current (Megatron's tensorwise), mxfp8 (Blackwell), "
+    "blockwise; default: the framework's (Megatron delayed, torchtitan current).")]
+Fp8ParamGatherOpt = Annotated[bool, typer.Option(
+    "--fp8-param-gather/--no-fp8-param-gather",
+    help="The quantised weights are the parameters, no 16-bit copy, gathered quantised "
+    "(Megatron --fp8-param-gather; torchtitan enable_fsdp_float8_all_gather).")]
+RecomputeLayersOpt = Annotated[int, typer.Option(
+    help="With --recompute full: recompute only this many layers of each pipeline stage, the "
+    "rest keep every activation (Megatron --recompute-method block --recompute-num-layers); "
+    "0: all. search also tries, for every plan that fits with full recompute, the fewest "
+    "layers that still fit.", min=0)]
+RecomputeModulesOpt = Annotated[str | None, typer.Option(
+    help="With --recompute selective: the submodules checkpointed, comma list of core_attn, "
+    "mlp (Megatron --recompute-modules; default core_attn).")]
 
 
 GradOpt = Annotated[str, typer.Option(help="Gradient buffer dtype: fp32 (Megatron default) "

@@ -41,6 +41,8 @@ from .flags import (
     EmitOpt,
     EpOpt,
     EtpOpt,
+    Fp8ParamGatherOpt,
+    Fp8RecipeOpt,
     FrameworkOpt,
     GbsOpt,
     GoodputOpt,
@@ -65,6 +67,8 @@ from .flags import (
     PpOpt,
     PrecisionOpt,
     PriceOpt,
+    RecomputeLayersOpt,
+    RecomputeModulesOpt,
     RecomputeOpt,
     ScheduleOpt,
     SeqOpt,
@@ -108,6 +112,8 @@ def explain(
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
+    recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     o = SimpleNamespace(**locals())
@@ -129,7 +135,10 @@ def _plan_request(o, **extra):
                     moe_dispatcher=o.moe_dispatcher, dp_shard=o.dp_shard,
                     dp_replicate=o.dp_replicate, cp_kind=o.cp_kind, cp_a2a=o.cp_a2a,
                     offload_optimizer=o.offload_optimizer, offload_params=o.offload_params,
-                    offload_activations=o.offload_activations, **extra)
+                    offload_activations=o.offload_activations,
+                    fp8_recipe=o.fp8_recipe, fp8_param_gather=o.fp8_param_gather,  # fit
+                    recompute_layers=o.recompute_layers, recompute_modules=o.recompute_modules,
+                    **extra)
 
 
 def _explained(o) -> SimpleNamespace:
@@ -252,6 +261,8 @@ def search(
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
+    fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
+    recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""

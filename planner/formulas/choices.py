@@ -86,6 +86,39 @@ class Precision(str, Enum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+    NVFP4 = "nvfp4"
+    """4-bit E2M1 linear layers with per-16 E4M3 scales (Blackwell; formulas.quantization)."""
+
+
+class QuantRecipe(str, Enum):
+    """The low-precision training recipe of an fp8 or nvfp4 plan (Megatron `--fp8-recipe`,
+    Transformer Engine recipes; what each keeps: formulas.quantization)."""
+
+    DELAYED = "delayed"
+    """Per-tensor FP8, scale from an amax history (TE DelayedScaling; Megatron's default)."""
+    CURRENT = "current"
+    """Per-tensor FP8, scale from the tensor's own amax (TE Float8CurrentScaling; Megatron
+    `--fp8-recipe tensorwise`; torchao Float8 tensorwise, torchtitan's default)."""
+    MXFP8 = "mxfp8"
+    """FP8 with an E8M0 scale per 32 elements, rowwise and columnwise (Blackwell)."""
+    BLOCKWISE = "blockwise"
+    """FP8 with fp32 scales per 128×128 weight block and 1×128 activation block (DeepSeek-V3)."""
+    NVFP4 = "nvfp4"
+    """4-bit E2M1 with an E4M3 scale per 16 elements and an fp32 scale per tensor (Blackwell)."""
+
+
+class RecomputeModule(str, Enum):
+    """A submodule Megatron's selective recompute can checkpoint (`--recompute-modules`,
+    transformer_config.py l.560-590 @ d98e8a6); what each drops: formulas.recompute."""
+
+    CORE_ATTN = "core_attn"
+    """The attention core (Korthikanti's selective recompute; Megatron's default)."""
+    MLP = "mlp"
+    """The dense MLP, from the pre-MLP norm's input."""
+    LAYERNORM = "layernorm"
+    """The two norms' outputs, discarded after use and recomputed."""
+    MOE_ACT = "moe_act"
+    """The (routed experts') activation function's output."""
 
 
 class MlpKind(str, Enum):

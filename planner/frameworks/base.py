@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..errors import PlanError
-from ..formulas.choices import ContextKind, Precision, Schedule, ZeroStage
+from ..formulas.choices import ContextKind, Precision, QuantRecipe, Schedule, ZeroStage
 from ..formulas.pipeline import SPLIT_BACKWARD
 from ..placement import MEGATRON_RANK_ORDER
 from ..rules import Rule, layout
@@ -73,9 +73,11 @@ class MemoryConventions:
         step (they sit in the root FSDP unit, which does not reshard after forward).
     pp_unsharded: under ZeRO-3 with pp > 1, (weight, gradient) bytes per parameter of the stage
         held unsharded across the micro-batches of a step (gradient sync off until the last one).
-    fp8_weight_bytes: per linear-layer parameter, the cached fp8 copies of the weights an fp8
-        plan holds (Transformer Engine: the fp8 weight and its transpose, 2 B).
-    fp8_saves_linear_inputs: 1 when an fp8 plan keeps linear layers' saved inputs in fp8.
+    quantized_weight_cache: 1 when an fp8/nvfp4 plan caches quantised copies of the linear
+        weights across micro-batches (Transformer Engine; their bytes per parameter come from the
+        recipe and the GPU: formulas.quantization.weight_copy_bytes_per_param).
+    fp8_saves_linear_inputs: 1 when an fp8 plan keeps linear layers' saved inputs quantised.
+    default_fp8_recipe: the recipe an fp8 plan runs when not told.
     bucket_bytes: fixed communication buckets the framework allocates (bytes), by ZeRO stage.
     fragmentation: the caching allocator's reserved-over-allocated excess, as a fraction of the
         allocated bytes (None: the hardware profile's figure).
@@ -89,8 +91,9 @@ class MemoryConventions:
     zero2_keeps_weights_gathered: bool = False
     head_unsharded: bool = False
     pp_unsharded: tuple[float, float] = (0.0, 0.0)
-    fp8_weight_bytes: float = 0.0
+    quantized_weight_cache: int = 0
     fp8_saves_linear_inputs: int = 0
+    default_fp8_recipe: QuantRecipe = QuantRecipe.CURRENT
     bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
     fragmentation: float | None = None
     host_grad_bytes: float = 0.0
@@ -147,6 +150,11 @@ class Framework:
     offload_conversion_bytes: int = 0
     """offload: host DRAM bytes per parameter the weights' copy back adds when the host converts
     their dtype first (formulas.offload.host_dram_step_s)."""
+    partial_recompute: str = "none"
+    """fit: the recompute levels between none and full it runs: "none"; "costed" (the cost model
+    prices --recompute-layers — torchtitan's per-layer AC before 114151ad4 — but its emitter and
+    the search do not offer it); "searched" (Megatron's block method and --recompute-modules:
+    emitted, and tried by the search)."""
     defaults: dict = field(default_factory=lambda: {"zero": 1, "recompute": 1, "sp": True},
                            hash=False, compare=False)
     """What the framework runs when not told otherwise (ranking.preference orders ties by it):

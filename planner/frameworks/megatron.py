@@ -24,7 +24,16 @@ layers' saved inputs in fp8 and caches an fp8 copy of each linear weight and of 
 from __future__ import annotations
 
 from ..errors import PlanError
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
 from ..formulas.memory import ZERO_SHARDS
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
@@ -266,6 +275,12 @@ def _context_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> Non
         notes.append("Sequence parallelism needs tp > 1; Megatron turns it off at tp = 1.")
 
 
+FP8_RECIPE_ARGS = {QuantRecipe.DELAYED: "delayed", QuantRecipe.CURRENT: "tensorwise",
+                   QuantRecipe.MXFP8: "mxfp8", QuantRecipe.BLOCKWISE: "blockwise"}
+"""fit: plan3d's fp8 recipes as Megatron's --fp8-recipe values (transformer_config.py fp8_recipe:
+'tensorwise' is per-tensor current scaling, @ d98e8a6)."""
+
+
 def _precision_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
     """Matmul precision and gradient dtype."""
     if c.precision is Precision.FP16:
@@ -273,10 +288,19 @@ def _precision_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> N
     else:
         a.add("--bf16")
     if c.precision is Precision.FP8:
+        recipe = c.fp8_recipe or QuantRecipe.DELAYED
         a.add("--fp8-format", "hybrid")
-        notes.append("FP8 via Transformer Engine: --fp8-format hybrid (E4M3 forward, E5M2 "
-                     "backward) with this revision's default --fp8-recipe delayed; tensorwise, "
-                     "blockwise or mxfp8 are the other --fp8-recipe choices.")
+        a.add("--fp8-recipe", FP8_RECIPE_ARGS[recipe])
+        if c.fp8_param_gather:
+            a.add("--fp8-param-gather")
+        notes.append(f"FP8 via Transformer Engine: --fp8-format hybrid (E4M3 forward, E5M2 "
+                     f"backward), --fp8-recipe {FP8_RECIPE_ARGS[recipe]} (plan3d's "
+                     f"{recipe.value}; transformer_config.py fp8_recipe @ d98e8a6).")
+    elif c.precision is Precision.NVFP4:  # fit: NVFP4BlockScaling through TE ≥ 2.7
+        a.add("--fp4-format", "e2m1")
+        a.add("--fp4-recipe", "nvfp4")
+        if c.fp8_param_gather:
+            a.add("--fp4-param-gather")
     if c.grad_dtype == "bf16":
         a.add("--grad-reduce-in-bf16")
     else:
@@ -287,6 +311,14 @@ def _recompute_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> N
     """Activation recomputation."""
     if c.recompute is Recompute.SELECTIVE:
         a.add("--recompute-granularity", "selective")
+        if c.recompute_modules is not None:  # fit: the checkpointed submodules
+            a.add("--recompute-modules", " ".join(mod.value for mod in c.recompute_modules))
+    elif c.recompute is Recompute.FULL and c.recompute_layers:
+        # fit: the first N layers of each stage (each virtual chunk) recomputed, the rest keep
+        # everything (transformer_block.py _checkpointed_forward, block branch @ d98e8a6)
+        a.add("--recompute-granularity", "full")
+        a.add("--recompute-method", "block")
+        a.add("--recompute-num-layers", c.recompute_layers)
     elif c.recompute is Recompute.FULL:
         a.add("--recompute-granularity", "full")
         a.add("--recompute-method", "uniform")
@@ -413,7 +445,34 @@ _MIXED_PRECISION = {
     Precision.BF16: "bf16_mixed",
     Precision.FP16: "fp16_mixed",
     Precision.FP8: "bf16_with_fp8_delayed_scaling_mixed",
+    Precision.NVFP4: "bf16_with_nvfp4_mixed",
 }
+
+
+BRIDGE_RECIPES = {  # fit: Megatron-Bridge training/mixed_precision.py @ 067f987 — each preset
+    # and its fp8/fp4_param_gather default
+    QuantRecipe.DELAYED: ("bf16_with_fp8_delayed_scaling_mixed", True),
+    QuantRecipe.CURRENT: ("bf16_with_fp8_current_scaling_mixed", True),
+    QuantRecipe.MXFP8: ("bf16_with_mxfp8_mixed", True),
+    QuantRecipe.BLOCKWISE: ("bf16_with_fp8_subchannel_scaling_mixed", False),
+    QuantRecipe.NVFP4: ("bf16_with_nvfp4_mixed", True),
+}
+
+
+def bridge_precision(c: PlanConfig, notes: list[str]) -> str:
+    """fit: the Megatron-Bridge mixed-precision preset of the plan's precision and recipe; a
+    note where the preset's parameter gather differs from the plan's."""
+    if c.precision not in (Precision.FP8, Precision.NVFP4):
+        return _MIXED_PRECISION[c.precision]
+    recipe = (QuantRecipe.NVFP4 if c.precision is Precision.NVFP4
+              else c.fp8_recipe or QuantRecipe.DELAYED)
+    name, gathers = BRIDGE_RECIPES[recipe]
+    if gathers != c.fp8_param_gather:
+        key = "fp4_param_gather" if recipe is QuantRecipe.NVFP4 else "fp8_param_gather"
+        notes.append(f"The {name} preset sets {key}={gathers}; the plan was costed with "
+                     f"{c.fp8_param_gather}: set cfg.mixed_precision.{key} = "
+                     f"{c.fp8_param_gather} on the recipe object in Python.")
+    return name
 
 
 def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, object]:
@@ -445,11 +504,12 @@ def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, ob
                      f"{split[1]} on the last, the rest {-(-m.n_layers // c.pp)} each.")
     if c.recompute is Recompute.SELECTIVE:
         model["recompute_granularity"] = "selective"
-        model["recompute_modules"] = ["core_attn"]
-    elif c.recompute is Recompute.FULL:
+        model["recompute_modules"] = [mod.value for mod in c.recompute_modules or
+                                      (RecomputeModule.CORE_ATTN,)]
+    elif c.recompute is Recompute.FULL:  # fit: block over recompute_layers, else every layer
         model["recompute_granularity"] = "full"
-        model["recompute_method"] = "uniform"
-        model["recompute_num_layers"] = 1
+        model["recompute_method"] = "block" if c.recompute_layers else "uniform"
+        model["recompute_num_layers"] = c.recompute_layers or 1
     else:
         model["recompute_granularity"] = None
     if c.attention is Attention.CLASSIC:
@@ -471,7 +531,7 @@ def _bridge_doc(c: PlanConfig, m: ModelSpec, model: dict, notes: list[str]) -> d
         "model": model,
         "train": {"micro_batch_size": c.mbs, "global_batch_size": c.gbs},
         "dataset": {"seq_length": c.seq_len},
-        "mixed_precision": _MIXED_PRECISION[c.precision],
+        "mixed_precision": bridge_precision(c, notes),
     }
     ddp: dict[str, object] = {"overlap_grad_reduce": c.overlap_grad_reduce}
     optimizer: dict[str, object] = {}
@@ -519,14 +579,10 @@ def _bridge_notes(c: PlanConfig, notes: list[str]) -> None:
     want_fp32 = c.grad_dtype == "fp32"
     if recipe_fp32 != want_fp32:
         notes.append(
-            f"The {_MIXED_PRECISION[c.precision]} recipe sets grad_reduce_in_fp32={recipe_fp32} "
+            f"The {bridge_precision(c, [])} recipe sets grad_reduce_in_fp32={recipe_fp32} "
             "and copies it onto ddp, overriding any ddp value; for this plan set "
             f"cfg.mixed_precision.grad_reduce_in_fp32 = {want_fp32} on the recipe object in "
             "Python.")
-    if c.precision is Precision.FP8:
-        notes.append("FP8 uses the hybrid format with delayed scaling; "
-                     "bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed are the "
-                     "other FP8 recipes.")
     gpipe = gpipe_note("Megatron-Bridge", c, "1F1B")
     if gpipe:
         notes.append(gpipe)
@@ -569,10 +625,12 @@ FRAMEWORK = Framework(
         host_grad_bytes=4.0,
         gathered_layers=2,
         # Transformer Engine under fp8 caches each linear weight quantized, rowwise and
-        # columnwise (its transpose), across micro-batches (is_first_microbatch):
-        # TransformerEngine module/linear.py @ d0067d0 l.467-475, 1958-1960, 2068-2071;
-        # Megatron-Core extensions/transformer_engine.py @ d98e8a6 l.1338-1345
-        fp8_weight_bytes=2.0, fp8_saves_linear_inputs=1),
+        # columnwise (its transpose) as the recipe and GPU need, across micro-batches
+        # (is_first_microbatch): TransformerEngine module/linear.py @ d0067d0 l.467-475,
+        # 1958-1960, 2068-2071; Megatron-Core extensions/transformer_engine.py @ d98e8a6
+        # l.1338-1345; --fp8-recipe defaults to delayed (transformer_config.py fp8_recipe)
+        quantized_weight_cache=1, fp8_saves_linear_inputs=1,
+        default_fp8_recipe=QuantRecipe.DELAYED),
     stage_split="flexible",
     extra_stage_units=2,
     emitters={"megatron": _megatron, "nemo": _nemo},
@@ -583,6 +641,9 @@ FRAMEWORK = Framework(
     # allgather, is not modelled (CP_ALLGATHER_REFUSAL)
     cp_kinds=(ContextKind.RING, ContextKind.ALL_TO_ALL, ContextKind.HIERARCHICAL),
     offload_pipelined=True,  # offload: --overlap-cpu-optimizer-d2h-h2d, which _offload_args emits
+    # fit: --recompute-method block --recompute-num-layers, --recompute-modules
+    # (transformer_config.py l.543-590 @ d98e8a6)
+    partial_recompute="searched",
     # offload: the HybridDeviceOptimizer copies its fp32 host master into the bf16 GPU parameter
     # (hybrid_optimizer.py l.124, `gpu_param.data.copy_(param.data)` @ d98e8a64dd), and PyTorch
     # converts a CPU→GPU copy's dtype on the CPU first ("Type conversions are performed on the

@@ -25,7 +25,15 @@ from __future__ import annotations
 import math
 
 from ..errors import PlanError
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    Schedule,
+    ZeroStage,
+)
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from ..tomltext import toml_tables
@@ -263,6 +271,16 @@ def _registry_entry(fw: str, m: ModelSpec) -> tuple[str, str, str]:
 
 def _check(fw: str, c: PlanConfig) -> None:
     """What torchtitan cannot run, refused with the reason."""
+    if c.recompute_layers:  # fit
+        raise PlanError(f"{fw}: per-layer activation checkpointing (every N-th block) was "
+                        f"removed at 114151ad4 (per-op selective only since); --recompute-layers "
+                        f"is costed for older torchtitan but not emitted: use --recompute full "
+                        f"or selective")
+    if c.precision is Precision.NVFP4 or c.fp8_recipe not in (None, QuantRecipe.CURRENT):
+        raise PlanError(f"{fw}: the settings plan3d writes run torchao's float8 tensorwise "
+                        f"(--fp8-recipe current); MXFP8 and NVFP4 are model_registry converters "
+                        f"(components/quantization/mxfp8.md, nvfp4.md @ b5bcd76) and delayed or "
+                        f"blockwise scaling are not torchao recipes")
     if c.precision is Precision.FP16:
         raise PlanError(f"{fw}: fp16 is not offered (training.mixed_precision_param is bfloat16 "
                         "or float32)")
@@ -515,6 +533,9 @@ FRAMEWORK = Framework(
     # FSDP2 (ZeRO-3), per-op selective AC (llama3_8b; the 70B/405B configs use full), and TP
     # always sequence-parallel (config_registry.py, parallelize.py @ b5bcd76)
     defaults={"zero": 3, "recompute": 1, "sp": True},
+    # fit: per-layer selective AC (every N-th block) existed until 114151ad4
+    # (torchtitan/distributed/activation_checkpoint.py @ 1f029641b); costed, not emitted
+    partial_recompute="costed",
     # cp-kind: PyTorch's context_parallel (torch.distributed.tensor.experimental._attention) is
     # ring attention only; torchtitan's context_parallel_rotate_method "allgather" | "alltoall"
     # (config/job_config.py @ 000204a l.336-342) is how the ring passes the K/V shards, not a

@@ -12,9 +12,11 @@ from ..formulas import activations as A
 from ..formulas import moe as MO
 from ..formulas import moe_memory as MM
 from ..formulas import pipeline as PL
-from ..formulas.choices import Recompute
+from ..formulas import quantization as Q
+from ..formulas import recompute as RC
+from ..formulas.choices import Recompute, RecomputeModule
 from ..frameworks.base import ActivationStyle, LossKind
-from .numbers import Choices, moe_picker, same
+from .numbers import Choices, may_be_nonzero, moe_picker, same
 
 
 def saved_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute):
@@ -58,6 +60,39 @@ def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute
     return x.mla * mla + dispatch
 
 
+def recompute_levels(x, c: Choices, k: SimpleNamespace, ffn, saved) -> dict:
+    """fit: one dense layer's saved bytes at each recompute level, as the plan's framework and
+    recipe keep them: {Recompute: bytes}.
+
+    none: the framework's set, plus the recipe's change where Transformer Engine saves linear
+    inputs quantised (formulas.quantization.saved_linear_inputs_delta_bytes);  full: the
+    layer's input;  selective: eager frameworks' per-op set, or for fused layers the none set
+    less what each checkpointed module drops (formulas.recompute: core_attn by default, which
+    is Korthikanti's selective; under a recipe it frees the 16-bit attention output too)."""
+    s, b, h, t, cp, sp = k.s, k.b, k.h, k.t, k.cp, c.sequence_parallel
+    conv = c.framework.memory
+    fused = bool(conv.fp8_saves_linear_inputs) and may_be_nonzero(x.fp8)  # TE: kept quantised
+    e = x.fp8 * x.e_saved + (1 - x.fp8) * x.act_bytes if fused else x.act_bytes
+    delta = (x.fp8 * Q.saved_linear_inputs_delta_bytes(s, b, h, x.n_heads, x.head_dim, ffn, t, cp,
+                                                       sp, e, x.act_bytes) if fused else 0)
+    none = saved(Recompute.NONE) + delta
+    levels = {Recompute.NONE: none, Recompute.FULL: saved(Recompute.FULL)}
+    if conv.activations is ActivationStyle.EAGER or (c.recompute_modules is None and not fused):
+        levels[Recompute.SELECTIVE] = saved(Recompute.SELECTIVE) + delta
+        return levels
+    drop = 0
+    for module in c.recompute_modules or (RecomputeModule.CORE_ATTN,):
+        if module is RecomputeModule.CORE_ATTN:
+            scores = A.score_activation_bytes(s / cp, b, x.n_heads, x.dropout, c.attention,
+                                              x.act_bytes)
+            out = x.fp8 * x.act_bytes * s / cp * b * x.n_heads * x.head_dim if fused else 0
+            drop = drop + RC.core_attention_saving_bytes(scores, t, out)
+        elif module is RecomputeModule.MLP:
+            drop = drop + RC.mlp_saving_bytes(s, b, h, ffn, x.n_mlp, t, cp, sp, e, x.act_bytes)
+    levels[Recompute.SELECTIVE] = none - drop
+    return levels
+
+
 def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     """A layer's saved activations, and what its backward holds beside them for a moment."""
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
@@ -77,19 +112,28 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
         return moe_mla_layer_bytes(x, c, k, routed_ffn, recompute)
 
     not_mla = 1 - x.mla if k.moe_model else 1  # moe: an MLA layer's activations replace these
-    # under an fp8 recipe Transformer Engine keeps linear layers' inputs in 1 byte, not 2
-    fp8_saving = (x.fp8 * c.framework.memory.fp8_saves_linear_inputs * (x.act_bytes - 1)
-                  * A.fp8_linear_input_bytes(s, b, h, x.n_heads, x.head_dim, routed_ffn, t, cp,
-                                             c.sequence_parallel)
-                  if c.recompute is not Recompute.FULL else 0)
-    layer_act = note("layer_activation_bytes", not_mla * (saved(c.recompute) - fp8_saving)
-                     + moe_mla_act(c.recompute))
+    levels = recompute_levels(x, c, k, routed_ffn, saved)
+
+    def layer_set(recompute):  # one layer's saved bytes at a level, MoE/MLA parts included
+        return not_mla * levels[recompute] + moe_mla_act(recompute)
+
+    # fit: partial recompute, r of the stage's layers recomputed fully and the rest keeping
+    # everything; the stage holds layers × this mean layer (formulas.recompute)
+    partial = c.recompute is Recompute.FULL and may_be_nonzero(x.recompute_layers)
+    recomputed = k.layers
+    if partial:  # 0 (the default) is every layer of the stage
+        recomputed = note("recomputed_layers", _ops.select(
+            _ops.le(x.recompute_layers, 0), k.layers,
+            _ops.minimum(x.recompute_layers, k.layers)))
+        layer_act = note("layer_activation_bytes", RC.partial_saved_bytes(
+            k.layers, recomputed, layer_set(Recompute.FULL), layer_set(Recompute.NONE))
+            / k.layers)
+    else:
+        layer_act = note("layer_activation_bytes", layer_set(c.recompute))
     # the layer under backward recomputes what it did not save: under full recompute all of its
     # activations are alive for a moment, under selective the rest of them
-    working_act = (not_mla * saved(Recompute.NONE) + moe_mla_act(Recompute.NONE)
-                   if c.recompute is Recompute.FULL else
-                   not_mla * (saved(Recompute.NONE) - saved(c.recompute))
-                   + moe_mla_act(Recompute.NONE) - moe_mla_act(c.recompute)
+    working_act = (layer_set(Recompute.NONE) if c.recompute is Recompute.FULL else
+                   layer_set(Recompute.NONE) - layer_set(c.recompute)
                    if c.recompute is Recompute.SELECTIVE else 0)
     # and its activation gradients: the residual stream's and the MLP intermediates'
     grad_act = note("backward_gradient_bytes", A.backward_gradient_bytes(
@@ -100,7 +144,8 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     # larger (−24.7 %), for a cause not established: plan3d counts both, erring toward "does not
     # fit" (formulas.activations.backward_phase_activation_bytes)
     return SimpleNamespace(routed_ffn=routed_ffn, layer_act=layer_act,
-                           bwd_phase=working_act + grad_act)
+                           bwd_phase=working_act + grad_act, recomputed=recomputed,
+                           rerun=recomputed / k.layers if partial else 1)
 
 
 def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -134,7 +179,7 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
                                 * x.top_k * k.lam * h * x.act_bytes)
         act_first = act_first + dispatch_buffers
         act_last = act_last + dispatch_buffers
-    return SimpleNamespace(routed_ffn=lay.routed_ffn, layer_act=layer_act,
+    return SimpleNamespace(routed_ffn=lay.routed_ffn, layer_act=layer_act, rerun=lay.rerun,
                            inflight_first=inflight_first, inflight_last=inflight_last,
                            logits_act=logits_act, act_first=act_first, act_last=act_last,
                            moe_tokens=moe_tokens)

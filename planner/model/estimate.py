@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import PlanError
-from ..formulas.choices import Recompute
+from ..formulas.choices import Precision, QuantRecipe, Recompute
 from ..results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from . import constraints
@@ -12,6 +12,11 @@ from .cost import Choices, numbers, plan_costs
 BUBBLE_WARN = 0.25  # a bubble above a quarter of the step is worth a look
 BUBBLE_PITFALL = 0.5  # the study card's pitfall: the bubble eats half the step
 MFU_CONVENTION_WARN = 1.2  # model FLOPs 20 % above what runs: attention-dominated (long sequences)
+
+
+BLACKWELL_RECIPES = (QuantRecipe.MXFP8, QuantRecipe.NVFP4)
+"""fit: recipes whose block formats only Blackwell's tensor cores run (TE recipe docstrings:
+MXFP8BlockScaling and NVFP4BlockScaling, @ d0067d0)."""
 
 
 def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> None:
@@ -36,6 +41,18 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
     if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
         raise PlanError(f"{hw.name} has no {c.precision.value} figures "
                         f"(its profile lists no peak or efficiency for it)")
+    if (c.fp8_recipe in BLACKWELL_RECIPES or c.precision is Precision.NVFP4) \
+            and hw.peak_tflops.fp4 is None:  # fit: the block formats of Blackwell's tensor cores
+        recipe = "nvfp4" if c.precision is Precision.NVFP4 else c.fp8_recipe.value
+        raise PlanError(f"{hw.name}: the {recipe} recipe runs on GPUs with MXFP8/NVFP4 tensor "
+                        f"cores (Blackwell: b200-nvlink, gb200-nvl72); use --fp8-recipe delayed, "
+                        f"current or blockwise here")
+    fw = framework_named(c.framework)
+    if (c.recompute_layers and fw.partial_recompute == "none") or (
+            c.recompute_modules is not None and fw.partial_recompute != "searched"):
+        flag = "--recompute-layers" if c.recompute_layers else "--recompute-modules"
+        raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block, "
+                        f"--recompute-modules); {c.framework} does not run it")
     if c.offload and hw.host is None:  # offload
         raise PlanError(f"{hw.name} has no [host] section (host memory, link and DRAM per GPU): "
                         "add one to plan offload, or leave the --offload flags out")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import flops as F
 from ..formulas import params as P
-from ..formulas.choices import Attention, Recompute
+from ..formulas.choices import Attention, Recompute, RecomputeModule
 from .numbers import Choices, moe_picker, same
 
 
@@ -50,7 +50,7 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
     # and recomputation runs (part of) the forward again
     att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
-    shares = {Recompute.NONE: (0, 0), Recompute.SELECTIVE: (0, 1), Recompute.FULL: (1, 1)}
+    shares = recompute_shares(x, c, k, active)  # fit: partial and per-module levels
     att_run_moe = att_flops(causal_skip)  # moe
     hardware_flops = note("hardware_flops", pick(
         lambda: F.mixed_model_flops(x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq,
@@ -60,5 +60,19 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
         F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
         + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute])
         + F.flash_backward_flops(x.gbs, L, att_run, causal_skip)))
-    return SimpleNamespace(active=active, model_flops=model_flops,
+    return SimpleNamespace(active=active, mlp_share=shares[Recompute.SELECTIVE][0],
+                           model_flops=model_flops,
                            model_flops_causal=model_flops_causal, hardware_flops=hardware_flops)
+
+
+def recompute_shares(x, c: Choices, k: SimpleNamespace, active) -> dict:
+    """What each recompute level runs again, as (share of the matmuls, share of the attention
+    products): selective reruns its checkpointed modules (the attention core; fit: the MLP's
+    matmuls, n·h·f of the active weights, with `mlp` in --recompute-modules), full recompute
+    every layer it recomputes (k.rerun of the stage's layers)."""
+    modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
+    mlp_share = (P.mlp_weight_params(k.h, x.ffn, x.n_mlp) / active
+                 if RecomputeModule.MLP in modules else 0)
+    return {Recompute.NONE: (0, 0),
+            Recompute.SELECTIVE: (mlp_share, int(RecomputeModule.CORE_ATTN in modules)),
+            Recompute.FULL: (k.rerun, k.rerun)}

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import flops as F
 from ..formulas import moe as MO
+from ..formulas import quantization as Q
 from ..formulas import timing as T
-from ..formulas.choices import Attention, Recompute
+from ..formulas.choices import Attention, Recompute, RecomputeModule
 from . import moe as MOE
-from .numbers import Choices, moe_picker, same
+from .numbers import Choices, may_be_nonzero, moe_picker, same
 
 
 def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, note=same):
@@ -74,7 +75,24 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s)
     att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
     bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))
-    recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: att_s + core_s,
-                                             Recompute.FULL: fwd_s}[c.recompute])
+    # what the backward runs again: the checkpointed modules' forward (the attention core;
+    # fit: the MLP's matmuls with `mlp`), or the recomputed layers' whole forward
+    modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
+    selective_s = (int(RecomputeModule.CORE_ATTN in modules) * (att_s + core_s)
+                   + k.mlp_share * mm_s)
+    recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: selective_s,
+                                             Recompute.FULL: k.rerun * fwd_s}[c.recompute])
     return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,
-                           recompute_s=recompute_s)
+                           recompute_s=recompute_s, quant_s=quantize_layer_s(x, c, k, note))
+
+
+def quantize_layer_s(x, c: Choices, k: SimpleNamespace, note=same):
+    """fit: the recipe's casts of one layer's activations and gradients per micro-batch, a
+    memory-bound pass (formulas.quantization: elements × (16-bit reads + the copies written));
+    0 without a recipe."""
+    if not may_be_nonzero(x.fp8):
+        return 0
+    elements = Q.layer_quantized_elements(k.s, k.b, k.h, x.n_heads, x.n_kv_heads, x.head_dim,
+                                          k.routed_ffn, x.n_mlp, k.t, k.cp, c.sequence_parallel)
+    return note("quantize_layer_s", x.fp8 * Q.quantize_time_s(Q.quantize_hbm_bytes(
+        elements, x.act_bytes, x.w_copy, x.quant_passes), x.hbm_bw, x.hbm_eff))

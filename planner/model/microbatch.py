@@ -22,7 +22,7 @@ def microbatch_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleName
                                   2 * (k.v_hops * p - 1) / p,
                                   _ops.select(k.pp_inside, x.fast_lat, x.net_lat))
     compute_mb_s = note("compute_microbatch_s",
-                        layers * (k.fwd_s + k.bwd_s + k.recompute_s) + head_s)
+                        layers * (k.fwd_s + k.bwd_s + k.recompute_s + k.quant_s) + head_s)
     return SimpleNamespace(
         pp_mb_s=pp_mb_s, compute_mb_s=compute_mb_s,
         tp_mb_s=layers * k.tp_layer_exposed, cp_mb_s=layers * k.cp_layer_exposed,

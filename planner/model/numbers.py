@@ -12,8 +12,18 @@ from ..formulas import _ops
 from ..formulas import comm as C
 from ..formulas import flops as F
 from ..formulas import params as P
+from ..formulas import quantization as Q
 from ..formulas import reliability as R
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
 from ..formulas.moe_layer import Dispatcher
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import Framework
@@ -40,6 +50,8 @@ class Choices:
     # are built; otherwise none), and whether the parameters live there
     offload: bool = False
     offload_params: bool = False
+    # fit: selective recompute's checkpointed submodules (None: the attention core alone)
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
     moe_dispatcher: Dispatcher = MOE.DEFAULT_DISPATCHER  # moe: how tokens reach their experts
 
     @classmethod
@@ -108,9 +120,39 @@ def moe_numbers(model: ModelSpec) -> dict:
 
 
 def attention_precision(precision: Precision) -> Precision:
-    """The precision attention and the LM head run in: 16-bit even in an fp8 plan (Transformer
-    Engine casts only the linear layers to fp8)."""
-    return Precision.BF16 if precision is Precision.FP8 else precision
+    """The precision attention and the LM head run in: 16-bit even in an fp8 or nvfp4 plan
+    (Transformer Engine casts only the linear layers)."""
+    return Precision.BF16 if precision in (Precision.FP8, Precision.NVFP4) else precision
+
+
+def effective_recipe(framework: Framework, precision: Precision,
+                     fp8_recipe: QuantRecipe | None) -> QuantRecipe | None:
+    """The recipe a plan runs: nvfp4 for an nvfp4 plan, the asked one or the framework's default
+    for an fp8 plan, none otherwise."""
+    if precision is Precision.NVFP4:
+        return QuantRecipe.NVFP4
+    if precision is Precision.FP8:
+        return fp8_recipe or framework.memory.default_fp8_recipe
+    return None
+
+
+def precision_numbers(framework: Framework, hw: HardwareProfile, precision: Precision,
+                      fp8_recipe: QuantRecipe | None = None, param_gather: bool = False) -> dict:
+    """fit: what the plan's low-precision recipe keeps, as numbers (formulas.quantization):
+    fp8 = 1 for an fp8/nvfp4 plan; w_copy, bytes per linear parameter of the quantised weight
+    copies (2 on Hopper, 1 on Blackwell for per-tensor FP8, whose GEMMs there take non-TN
+    layouts — the GPUs with FP4 tensor cores); e_saved, bytes per element of a saved linear
+    input; amax = 1 for delayed scaling's history; quant_passes, the extra reads a cast needs;
+    param_gather, 1 with --fp8-param-gather."""
+    recipe = effective_recipe(framework, precision, fp8_recipe)
+    if recipe is None:
+        return dict(fp8=0, w_copy=0.0, e_saved=float(ACT_BYTES), amax=0, quant_passes=0,
+                    param_gather=0)
+    non_tn = hw.peak_tflops.fp4 is not None
+    return dict(fp8=1, w_copy=Q.weight_copy_bytes_per_param(recipe, non_tn),
+                e_saved=Q.saved_input_bytes_per_element(recipe),
+                amax=int(recipe is QuantRecipe.DELAYED), quant_passes=Q.amax_passes(recipe),
+                param_gather=int(param_gather))
 
 
 def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
@@ -170,7 +212,8 @@ def config_numbers(config: PlanConfig) -> dict:
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
         dp_replicate=config.dp_replicate,  # hybrid sharding: 1 unless dp_shard < dp
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
-        overlap=int(config.overlap_grad_reduce), fp8=int(config.precision is Precision.FP8),
+        overlap=int(config.overlap_grad_reduce),
+        recompute_layers=config.recompute_layers,  # fit: 0 is every layer at the plan's level
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
         ep=config.ep, etp=config.etp, **MOE.config_numbers(config),
         cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group
@@ -190,7 +233,15 @@ def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
 def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> SimpleNamespace:
     """Everything plan_costs needs for one plan, as plain floats."""
     return SimpleNamespace(**model_numbers(model, config.seq_len),
-                           **hardware_numbers(hw, config.precision), **config_numbers(config))
+                           **hardware_numbers(hw, config.precision), **config_numbers(config),
+                           **precision_numbers(FRAMEWORKS[config.framework], hw, config.precision,
+                                               config.fp8_recipe, config.fp8_param_gather))
+
+
+def may_be_nonzero(value) -> bool:
+    """Whether a plan number may be non-zero (an array or a symbol is taken as may-be): the
+    expressions a number switches on are built only where it may."""
+    return not (isinstance(value, (int, float)) and value == 0)
 
 
 def same(name, value):

@@ -12,8 +12,33 @@ from ..formulas import memory as M
 from ..formulas import moe as MO
 from ..formulas import offload as OF
 from ..formulas import pipeline as PL
-from .numbers import Choices, any_row, same
+from ..formulas import quantization as Q
+from .numbers import Choices, any_row, may_be_nonzero, same
 from .offload import offload_states
+
+
+def param_gather_bytes(x, conv) -> float:
+    """fit: bytes per linear parameter of a weight kept and gathered quantised (--fp8-param-
+    gather): Transformer Engine's quantised parameter with its copies (w_copy); torchao's fp8
+    all-gather sends the 1-byte data alone (torchao/float8/fsdp_utils.py @ 36027d8)."""
+    return x.w_copy if conv.quantized_weight_cache else 1.0
+
+
+def quantized_weight_bytes(x, c: Choices, k: SimpleNamespace, shards):
+    """fit: the quantised copies of the linear weights a framework caches (Transformer Engine,
+    across a step's micro-batches; not the embedding or the head): for every layer of the stage,
+    or under ZeRO-3 only for the gathered layers, whose copy is cast from the gathered 16-bit
+    weight and freed with it (formulas.quantization.weight_cache_bytes); none where the copies
+    are the parameters (--fp8-param-gather).  Plus delayed scaling's amax histories."""
+    conv = c.framework.memory
+    if not conv.quantized_weight_cache or not may_be_nonzero(x.fp8):
+        return 0
+    held_layers = k.layers
+    if int(c.zero_stage) == 3:
+        held_layers = _ops.select(shards, conv.gathered_layers, k.layers)
+    copies = Q.weight_cache_bytes(k.layer_sharded / k.t, held_layers, x.w_copy)
+    return x.fp8 * ((1 - x.param_gather) * copies
+                    + x.amax * Q.amax_history_bytes(Q.LINEARS_PER_LAYER * k.layers))
 
 
 def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
@@ -27,13 +52,16 @@ def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
     layer_w = M.layer_gpu_params(k.layer_sharded, k.layer_replicated, t)
     end_w = k.vocab_padded * x.hidden / t  # the embedding or the LM head on one GPU
     pp_w, pp_g = conv.pp_unsharded
-    # fp8 copies of the layers' linear weights (not of the embedding or the head)
-    held = (conv.bucket_bytes(c.zero_stage)
-            + conv.fp8_weight_bytes * x.fp8 * k.layers * k.layer_sharded / t)
+    held = conv.bucket_bytes(c.zero_stage) + quantized_weight_bytes(x, c, k, shards)
     if z == 3:
         # the layer computed and those prefetched; under pp > 1 where the framework keeps the
-        # stage gathered, the whole stage instead
+        # stage gathered, the whole stage instead (fit: --fp8-param-gather gathers the linear
+        # weights quantised)
         gathered = M.gathered_layers_bytes(layer_w, x.w_bytes, conv.gathered_layers)
+        if may_be_nonzero(x.param_gather):
+            gathered = gathered - x.fp8 * x.param_gather * M.gathered_layers_bytes(
+                k.layer_sharded / t, x.w_bytes - param_gather_bytes(x, conv),
+                conv.gathered_layers)
         whole = M.unsharded_stage_bytes(psi, pp_w)
         held = held + shards * (_ops.select(single_stage, gathered,
                                             _ops.maximum(gathered, whole))
@@ -60,6 +88,11 @@ def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_
     # holds two copies of its stages (DeepSeek-V3 report, Table 2)
     psi, psi_e = psi * k.param_copies, psi_e * k.param_copies
     w = M.state_bytes(psi, states.weight_bytes, d_shard, states.weight_sharded)
+    if conv.quantized_weight_cache and may_be_nonzero(x.param_gather):
+        # fit: --fp8-param-gather, the linear weights stored quantised, no 16-bit copy
+        w = w - x.fp8 * x.param_gather * M.state_bytes(
+            k.layers * k.layer_sharded / k.t * k.param_copies, states.weight_bytes - x.w_copy,
+            d_shard, states.weight_sharded)
     g = M.state_bytes(psi, states.grad_bytes, d_shard, states.grad_sharded)
     o = M.state_bytes(psi, states.optimizer_bytes, d_shard, states.optimizer_sharded)
     if any_row(x.moe):  # moe: the stage's routed experts (psi_e per GPU after ep·etp), over edp

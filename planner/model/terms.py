@@ -37,6 +37,10 @@ TERMS: dict[str, TermInfo] = {
     "optimizer_bytes": TermInfo("M_opt", "bytes", "memory",
                                 "Adam: fp32 master + m + v (torchtitan: m + v, its weights are the "
                                 "fp32 master); sharded from ZeRO-1"),
+    "recomputed_layers": TermInfo("r", "count", "memory",
+                                  "layers of the stage recomputed fully, the rest keeping every "
+                                  "activation (Megatron --recompute-method block "
+                                  "--recompute-num-layers r)"),
     "layer_activation_bytes": TermInfo("A_layer", "bytes", "memory",
                                        "one layer's saved activations for one micro-batch "
                                        "(Korthikanti 2022 Table 2)"),
@@ -102,6 +106,9 @@ TERMS: dict[str, TermInfo] = {
     "forward_layer_s": TermInfo("T_fwd", "s", "time", "one layer's forward pass"),
     "backward_layer_s": TermInfo("T_bwd", "s", "time", "one layer's backward pass (2× forward)"),
     "recompute_layer_s": TermInfo("T_rec", "s", "time", "forward work recomputed in the backward"),
+    "quantize_layer_s": TermInfo("T_q", "s", "time",
+                                 "the recipe's casts of a layer's linear inputs and output "
+                                 "gradients to fp8/fp4, memory-bound (formulas.quantization)"),
     "tp_layer_s": TermInfo("T_tp", "s", "time",
                            "one direction's TP collectives of a layer on the link they cross"),
     "head_s": TermInfo("T_head", "s", "time", "LM head and loss on the last stage"),

@@ -17,7 +17,9 @@ def volumes(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     """TP, PP and CP bytes per step (the DP bytes depend on the ZeRO stage: data_parallel.py)."""
     s, b, h, t, cp, p, m, v, layers = k.s, k.b, k.h, k.t, k.cp, k.p, k.m, k.v, k.layers
     tp_layer = note("tp_layer_bytes", C.tp_layer_bytes(s, b, h, t, cp, x.act_bytes))
-    fwd_passes = 2 if c.recompute is Recompute.FULL else 1
+    # full recompute reruns each recomputed layer's forward with its TP collectives (fit: a
+    # share k.rerun of the stage's layers under partial recompute)
+    fwd_passes = 1 + k.rerun if c.recompute is Recompute.FULL else 1
     tp_bytes = note("tp_bytes", C.tp_step_bytes(layers, m, tp_layer, fwd_passes))
     boundary = note("pp_boundary_bytes", C.pp_boundary_bytes(s, b, h, t, cp, x.act_bytes))
     # chunk boundaries a micro-batch crosses between GPUs: v·p − 1, or 2(p − 1) down and back up

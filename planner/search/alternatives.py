@@ -120,7 +120,28 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
     out += _context_kinds(framework, cols, fits, plan_at, fastest, band)
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
+    out.append(_partial_recompute(req, cols, plan_at, fastest, band))  # fit
     return out
+
+
+def _partial_recompute(req, cols, plan_at, fastest, band) -> Alternative:
+    """fit: recomputing only some layers of each stage (Megatron --recompute-method block): the
+    search adds, for each plan that fits with full recompute, the fewest recomputed layers that
+    still fit (search/recompute.py); what the fastest of them gains over the fastest plan
+    without it."""
+    from ..formulas.choices import Recompute
+
+    option = "partial recompute (the fewest layers of each stage that fit)"
+    if req.recompute_layers:
+        return Alternative(option=option, verdict="not searched", why=(
+            f"--recompute-layers {req.recompute_layers} fixes it."))
+    if "rc_layers" not in cols:
+        return Alternative(option=option, verdict="not searched", why="no candidate tried it.")
+    uses = ((cols["rc_layers"] > 0)
+            & (cols["recompute"] == list(Recompute).index(Recompute.FULL)))
+    return _compare(option, fastest(uses), fastest(~uses), plan_at, band,
+                    none_fit="no plan that fits with full recompute fits with fewer layers "
+                    "recomputed")
 
 
 CONTEXT_OPTIONS = ((ContextKind.RING, "context parallelism as a ring (p2p)"),

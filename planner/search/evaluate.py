@@ -13,7 +13,13 @@ from ..formulas.choices import Precision, Recompute, Schedule
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
 from ..model import moe as MOE
-from ..model.numbers import Choices, dtype_numbers, hardware_numbers, model_numbers
+from ..model.numbers import (
+    Choices,
+    dtype_numbers,
+    hardware_numbers,
+    model_numbers,
+    precision_numbers,
+)
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_in_chunks
 from .offload import (
@@ -24,6 +30,7 @@ from .offload import (
     offload_variants,
     offload_worth_trying,
 )
+from .recompute import partial_recompute_variants
 from .request import PlanRequest
 from .space import choice_groups, numeric_space, search_cp_kind
 
@@ -42,7 +49,10 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
     seq = req.seq(model)
     return {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
             **dtype_numbers(framework, req.grad_dtype),
-            "overlap": int(req.overlap_grad_reduce), "fp8": int(req.precision is Precision.FP8),
+            "overlap": int(req.overlap_grad_reduce),
+            **precision_numbers(framework, hw, req.precision, req.fp8_recipe,
+                                req.fp8_param_gather),  # fit
+            "recompute_layers": req.recompute_layers,
             "gbs": req.global_batch(model), "seq_len": seq,
             # moe: the load settings the expert terms use, and the all-to-all overlap switch
             **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,
@@ -66,7 +76,7 @@ def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budg
         for extra, extra_costs in offload_variants(model, hw, framework, base, chosen, out,
                                                    choices, layout_extra, budget):
             _append_rows(cols, costs, {k: extra[k] for k in layout_keys}, (z, r, sp, sched),
-                         {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs)
+                         {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs, base["recompute_layers"])
 
 
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
@@ -85,7 +95,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                    *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
                    "cp_a2a")  # cp-kind
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
-                                             *OFFLOAD_COLUMNS)}  # offload
+                                             *OFFLOAD_COLUMNS,  # offload
+                                             "rc_layers")}  # fit: full recompute's layers
     costs: dict[str, list] = {}
     fixed = SimpleNamespace(**{k: base[k] for k in ("offload_optimizer", "offload_params",
                                                     "offload_activations")})  # offload
@@ -116,9 +127,14 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 framework=framework, offload=offload_fixed,
                                 offload_params=bool(base["offload_params"]),
                                 cp_kind=search_cp_kind(req),  # cp-kind
-                                moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher))
+                                moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
+                                recompute_modules=(req.recompute_modules  # fit
+                                                   if r is Recompute.SELECTIVE else None))
+        partial = (r is Recompute.FULL and not req.recompute_layers and not offload_fixed
+                   and framework.partial_recompute == "searched")
         outs = costs_in_chunks(base, f, group_choices, zeros,
-                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ()))
+                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
+                               + (("stage_layers",) if partial else ()))
         for z, out in zip(zeros, outs):
             keep = runs[z][mask]
             if not keep.any():
@@ -126,7 +142,11 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             out = {k: v[keep] for k, v in out.items()}
             layout = {k: sub[k][keep] for k in layout_keys}
             _append_rows(cols, costs, layout, (z, r, sp, sched),
-                         offload_columns(fixed, int(keep.sum())), out)
+                         offload_columns(fixed, int(keep.sum())), out, req.recompute_layers)
+            if partial:  # fit: the fewest layers recomputed that still fit, as rows of their own
+                _add_partial_recompute(base, {k: v[keep] for k, v in f.items()}, out,
+                                       replace(group_choices, zero_stage=z), budget, layout,
+                                       (z, r, sp, sched), fixed, cols, costs)
             if auto:  # offload: the least offload that fits what does not fit without it
                 fits = out["total_bytes"] <= budget
                 if fits.any():
@@ -144,12 +164,26 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             {k: np.concatenate(v) for k, v in costs.items()})
 
 
+def _add_partial_recompute(base, columns, out, choices, budget, layout, choice, fixed, cols,
+                           costs) -> None:
+    """fit: the full-recompute candidates that still fit with fewer layers recomputed, added as
+    rows of their own with those layers (search/recompute.py)."""
+    found = partial_recompute_variants(base, columns, out, choices, budget, KEPT_COSTS)
+    if found is None:
+        return
+    rows, layers, row_costs = found
+    _append_rows(cols, costs, {k: v[rows] for k, v in layout.items()}, choice,
+                 offload_columns(fixed, int(rows.sum())), row_costs, layers)
+
+
 def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: dict,
-                 row_costs: dict) -> None:
+                 row_costs: dict, rc_layers=0) -> None:
     """Add rows that share one choice group (ZeRO stage, recompute, sp, schedule) to the search's
-    columns and costs: their layout columns, the group's choices, their offload columns."""
+    columns and costs: their layout columns, the group's choices, their offload columns, and
+    (fit) full recompute's layers per stage (0: all)."""
     z, r, sp, sched = choice
     n = len(next(iter(layout.values())))
+    cols["rc_layers"].append(np.broadcast_to(np.asarray(rc_layers, dtype=np.int64), (n,)).copy())
     for k, v in layout.items():
         cols[k].append(v)
     cols["zero"].append(np.full(n, int(z)))

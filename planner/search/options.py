@@ -5,7 +5,15 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from ..errors import PlanError, problem_text
-from ..formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
 from ..formulas.moe_layer import Dispatcher
 from .request import (
     MAX_DIM,
@@ -76,6 +84,46 @@ def one_enum(text: str, enum, flag: str):
     return values[0]
 
 
+RECIPE_NAMES = {"delayed": QuantRecipe.DELAYED, "current": QuantRecipe.CURRENT,
+                "tensorwise": QuantRecipe.CURRENT, "mxfp8": QuantRecipe.MXFP8,
+                "blockwise": QuantRecipe.BLOCKWISE}
+"""fit: --fp8-recipe's values (tensorwise: Megatron's name for current scaling)."""
+
+
+def recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute, recompute_layers,
+                         recompute_modules) -> dict:
+    """fit: the PlanRequest fields of --fp8-recipe, --fp8-param-gather, --recompute-layers and
+    --recompute-modules, each checked against the precision and recompute it needs."""
+    low = str(precision).strip().lower()
+    recipe = None
+    if fp8_recipe is not None:
+        recipe = RECIPE_NAMES.get(str(fp8_recipe).strip().lower())
+        if recipe is None:
+            raise PlanError(f"--fp8-recipe takes delayed, current (tensorwise), mxfp8 or "
+                            f"blockwise, got {_shown(fp8_recipe)}")
+        if low != "fp8":
+            raise PlanError(f"--fp8-recipe needs --precision fp8 (nvfp4 runs its own recipe), "
+                            f"got --precision {_shown(precision)}")
+    if fp8_param_gather and low not in ("fp8", "nvfp4"):
+        raise PlanError("--fp8-param-gather needs --precision fp8 or nvfp4")
+    levels = {r.strip().lower() for r in str(recompute or "").split(",") if r.strip()}
+    if recompute_layers and levels and not levels & {"full", "auto"}:
+        raise PlanError(f"--recompute-layers needs --recompute full, got "
+                        f"--recompute {_shown(recompute)}")
+    modules = None
+    if recompute_modules is not None:
+        modules = tuple(enum_list(recompute_modules, RecomputeModule, "recompute-modules",
+                                  allow_auto=False) or ())
+        if not modules or not set(modules) <= {RecomputeModule.CORE_ATTN, RecomputeModule.MLP}:
+            raise PlanError(f"--recompute-modules takes a comma list of core_attn, mlp, got "
+                            f"{_shown(recompute_modules)}")
+        if levels and not levels & {"selective", "auto"}:
+            raise PlanError(f"--recompute-modules needs --recompute selective, got "
+                            f"--recompute {_shown(recompute)}")
+    return dict(fp8_recipe=recipe, fp8_param_gather=bool(fp8_param_gather),
+                recompute_layers=int(recompute_layers or 0), recompute_modules=modules)
+
+
 def validation_message(err: ValidationError) -> str:
     """A PlanRequest's validation errors in the flags' names."""
     parts = []
@@ -94,7 +142,8 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   dp_shard=None, dp_replicate=None, cp_kind=None, cp_a2a=None,
                   offload_optimizer=None,
                   offload_params=None, offload_activations=None,
-                  offload="fit") -> PlanRequest:
+                  offload="fit", fp8_recipe=None, fp8_param_gather=False, recompute_layers=0,
+                  recompute_modules=None) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -120,7 +169,10 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
     if offload_activations is not None and offload_activations < 0:
         raise PlanError(f"--offload-activations is a number of layers, 0 or more, got "
                         f"{offload_activations}")
+    fit = recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute,
+                               recompute_layers, recompute_modules)
     return PlanRequest(
+        **fit,  # fit: the recipe and the finer recompute levels
         offload_optimizer=offload_optimizer, offload_params=offload_params,
         offload_activations=offload_activations, offload=mode,
         gpus=gpus, dp=int_list(dp, "dp"), tp=int_list(tp, "tp"), pp=int_list(pp, "pp"),

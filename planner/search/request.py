@@ -10,7 +10,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from ..errors import PlanError
-from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
+from ..formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    QuantRecipe,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
@@ -53,6 +62,13 @@ class PlanRequest(BaseModel):
     sp: list[bool] | None = None
     schedule: list[Schedule] | None = None
     precision: Precision = Precision.BF16
+    # fit: the low-precision recipe and its options, and the finer recompute levels (explain:
+    # the plan's; search: every candidate's, except that full recompute is also tried with the
+    # fewest layers a stage must recompute to fit, search.partial_recompute_variants)
+    fp8_recipe: QuantRecipe | None = None
+    fp8_param_gather: bool = False
+    recompute_layers: int = Field(0, ge=0, le=2**20)
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
@@ -121,6 +137,20 @@ class PlanRequest(BaseModel):
         return max(1, tokens // self.seq(model))
 
 
+def precision_settings(req: PlanRequest) -> dict:
+    """fit: the PlanConfig fields of the request's recipe."""
+    return dict(fp8_recipe=req.fp8_recipe, fp8_param_gather=req.fp8_param_gather)
+
+
+def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | None = None) -> dict:
+    """fit: the finer recompute fields that apply to one recompute level (a partial layer count
+    to full recompute, the modules to selective); `layers` overrides the request's count."""
+    n = req.recompute_layers if layers is None else layers
+    return dict(recompute_layers=n if recompute is Recompute.FULL else 0,
+                recompute_modules=(req.recompute_modules if recompute is Recompute.SELECTIVE
+                                   else None))
+
+
 def _one(values, name: str, default):
     if values is None:
         return default
@@ -160,6 +190,7 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
+                       **precision_settings(req), **recompute_settings(req, r),  # fit
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
                        dp_shard=_one_dp_shard(req, dp), **moe_settings(req),

@@ -13,7 +13,13 @@ from ..formulas.choices import ContextKind, Recompute, Schedule, ZeroStage
 from ..frameworks import FRAMEWORKS, kind_of_group
 from ..model import constraints
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
-from .request import DEFAULT_MBS, PlanRequest, moe_settings
+from .request import (
+    DEFAULT_MBS,
+    PlanRequest,
+    moe_settings,
+    precision_settings,
+    recompute_settings,
+)
 
 MAX_OPEN_VPP = 8
 
@@ -226,6 +232,9 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         sequence_parallel=bool(cols["sp"][i]), schedule=list(Schedule)[int(cols["schedule"][i])],
         precision=req.precision, grad_dtype=req.grad_dtype, attention=req.attention,
         overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
+        **precision_settings(req),  # fit
+        **recompute_settings(req, list(Recompute)[int(cols["recompute"][i])],
+                             int(cols["rc_layers"][i]) if "rc_layers" in cols else None),
         dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
         **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i]),  # moe
                        int(cols["deepep"][i]) if "deepep" in cols else None,

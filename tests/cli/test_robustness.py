@@ -422,7 +422,8 @@ def test_units_are_explicit_and_consistent_across_commands():
     args = ["explain", "-m", "70b", "-n", "512", "--hw", "h100-nvlink", "--dp", c["dp"],
             "--tp", c["tp"], "--pp", c["pp"], "--cp", c["cp"], "--vpp", c["vpp"], "--mbs",
             c["mbs"], "--zero", c["zero_stage"], "--recompute", c["recompute"],
-            "--sp" if c["sequence_parallel"] else "--no-sp", "--schedule", c["schedule"]]
+            "--sp" if c["sequence_parallel"] else "--no-sp", "--schedule", c["schedule"],
+            "--recompute-layers", c["recompute_layers"]]  # fit: partial recompute
     r = run(*args)
     assert r.exit_code == 0, r.output
     assert f"Fits: {used} of 79.6 GiB per GPU" in r.stdout

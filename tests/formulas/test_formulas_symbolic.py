@@ -91,7 +91,11 @@ def without_piecewise(expr):
 # one all-symbolic evaluation serves the pp = 1 and the ZeRO-3 identities
 ZERO3_1F1B = Choices(ZeroStage.PARAMETERS, Recompute.FULL, Schedule.ONE_F_ONE_B, True,
                      Attention.FLASH)
-PP1_G2 = (("pp", 1), ("vpp", 1), ("w_bytes", 2), ("g_bytes", 2))
+# fp8 0 and recompute_layers 0: the identities are about 16-bit plans with every layer at the
+# plan's recompute level (a recipe's quantised weights and partial recompute are tested in
+# tests/formulas/test_fp8_recipes.py and test_recompute_levels.py)
+PP1_G2 = (("pp", 1), ("vpp", 1), ("w_bytes", 2), ("g_bytes", 2), ("fp8", 0),
+          ("recompute_layers", 0))
 
 
 # ---- pp = 1, tp = 1, cp = 1 ------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_megatron_405b_on_16384_gpus():
     assert list(options) == ["interleaved 1F1B", "zero-bubble", "DualPipe, DualPipeV",
                              "context parallelism as an all-to-all",
                              "hierarchical context parallelism", "offload to host memory",
-                             "hybrid sharding"]
+                             "hybrid sharding", "partial recompute"]  # fit: partial recompute
     for name in ("zero-bubble", "DualPipe, DualPipeV"):
         assert options[name].verdict == "not run"
         assert "megatron does not run it" in options[name].why

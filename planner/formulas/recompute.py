@@ -1,0 +1,145 @@
+"""Recompute between "none" and "full": some layers, some modules, the checkpoint spread out.
+
+Frameworks offer finer levels than Korthikanti et al. (2022)'s three:
+
+- **Partial, by layers** — Megatron-Core `--recompute-granularity full --recompute-method block
+  --recompute-num-layers N`: the first N layers of each pipeline stage (each virtual chunk) keep
+  only their input and rerun their forward; the other layers keep everything
+  (transformer_block.py `_checkpointed_forward`, block branch, @ d98e8a6). torchtitan's per-layer
+  selective AC (`--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option
+  N`) wraps every N-th block in a full checkpoint, ⌊L/N⌋ of the stage's L
+  (torchtitan/distributed/activation_checkpoint.py @ 1f029641b, `_apply_layer_sac`: a layer counter
+  `% ac_freq == 0`; the per-layer option was removed at 114151ad4, which keeps per-op only).
+  Both are `partial_saved_bytes` with r recomputed layers.
+- **Grouped** — Megatron `--recompute-method uniform --recompute-num-layers N` and
+  Megatron-DeepSpeed's `--checkpoint-num-layers N` (DeepSpeed's own `number_checkpoints` only
+  sizes the contiguous buffers of `contiguous_memory_optimization`: deepspeed
+  runtime/activation_checkpointing/checkpointing.py): the stage's layers in groups of g = N are
+  checkpointed as one
+  unit, which keeps the group's input only (L/g inputs per micro-batch), and in the backward one
+  whole group is rerun at once, so g layers' full sets are alive (`grouped_saved_bytes`,
+  `grouped_working_bytes`).
+- **Per module** — Megatron `--recompute-granularity selective --recompute-modules ...`
+  (transformer_config.py l.560-590 @ d98e8a6): each module listed drops what it saved
+  (the *_saving_bytes functions below), and its forward is rerun in the backward.
+- **Where the checkpoint lives** — Megatron `--distribute-saved-activations` (only without
+  sequence parallelism, transformer_config.py l.1934) and DeepSpeed `partition_activations` split
+  the checkpointed input over the t tensor-parallel ranks; DeepSpeed `cpu_checkpointing` moves it
+  to host memory (`checkpoint_input_bytes`).
+
+A layer's saved set, in Korthikanti's terms for a fused (Transformer Engine) Megatron-Core layer,
+per micro-batch before the tp/sp division, with act = 2 bytes: the two norms' inputs 2·act·sbh,
+the QKV and fc1 inputs (the norms' outputs) 2·act·sbh, Q/K/V and the projection input
+act·sb·d_h(2a + 2k), the activation function's input act·sb·(n_mlp − 1)·f, fc2's input act·sbf,
+dropout masks, and the attention core (scores or the flash log-sum-exp) — see
+formulas.activations.  The module savings below are the parts of that set a module's checkpoint
+drops.
+"""
+
+from __future__ import annotations
+
+from . import _ops
+
+
+def partial_saved_bytes(n_layers, n_recomputed, input_bytes, kept_bytes):
+    """Activation bytes a stage keeps per micro-batch when r of its L layers are fully recomputed
+    and the rest keep their set (Megatron block method, torchtitan every-N-th-layer):
+
+        r·input + (L − r)·kept
+
+    r = 0 is no recompute (L·kept), r = L full recompute (L·input).  Llama 2 7B-like layer at
+    s = 4096, b = 1, t = 1 (input 2sbh = 32 MiB, kept ≈ 34sbh = 544 MiB), L = 8, r = 2:
+    2·32 + 6·544 = 3328 MiB."""
+    return n_recomputed * input_bytes + (n_layers - n_recomputed) * kept_bytes
+
+
+def grouped_saved_bytes(n_layers, group_layers, input_bytes):
+    """A stage of L layers checkpointed in groups of g (Megatron uniform method, Megatron-DeepSpeed
+    --checkpoint-num-layers g): one input per group, (L/g)·input.  g = 1 is full recompute."""
+    return n_layers / group_layers * input_bytes
+
+
+def grouped_working_bytes(group_layers, full_layer_bytes):
+    """What the rerun of one group holds at its backward: g layers' full saved sets, g·full
+    (Megatron `_checkpointed_forward` uniform branch: one `checkpoint` call per chunk of g layers;
+    the chunk's forward reruns whole before its backward starts)."""
+    return group_layers * full_layer_bytes
+
+
+def recompute_layer_fraction(n_layers, n_recomputed):
+    """The share of the stage's layers whose forward reruns in the backward, r/L (grouped
+    recompute reruns every layer: r = L)."""
+    return n_recomputed / n_layers
+
+
+def checkpoint_input_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool, distributed,
+                           on_host, act_bytes=2):
+    """A checkpointed layer's (or group's) input as kept on the GPU:
+
+        act·sbh / t_sp / t^(distributed·(1 − sp)) · (1 − on_host)
+
+    where t_sp = t under sequence parallelism (the input is already split); `distributed`
+    (Megatron --distribute-saved-activations, DeepSpeed partition_activations) splits it t ways
+    otherwise; `on_host` (DeepSpeed cpu_checkpointing) moves it to host memory.  s over c.
+    Llama 70B, s = 4096, b = 1, t = 8 without SP: 2·4096·8192 = 64 MiB, distributed 8 MiB."""
+    sp = tp if sequence_parallel else 1
+    spread = tp if (distributed and not sequence_parallel) else 1
+    return act_bytes * seq_len / cp * mbs * hidden / sp / spread * (1 - on_host)
+
+
+def core_attention_saving_bytes(score_bytes, tp, output_bytes=0):
+    """`core_attn`: the attention core's own saved tensors, dropped and recomputed
+    (Korthikanti's selective recompute): (scores + out)/t, with score_bytes from
+    formulas.activations.score_activation_bytes (5as²b classic, 4asb fused flash).
+
+    out: the core's 16-bit output, act·sb·a·d_h.  Without a low-precision recipe the projection
+    saves that same tensor as its input, so checkpointing the core frees nothing of it (pass 0);
+    under a recipe the projection keeps its own quantised copy and only the kernel kept the
+    16-bit output, which the checkpoint then frees (measured by
+    tests/oracle/test_recompute_levels.py)."""
+    return (score_bytes + output_bytes) / tp
+
+
+def mlp_saving_bytes(seq_len, mbs, hidden, ffn, n_mlp, tp, cp, sequence_parallel: bool,
+                     input_bytes, act_bytes=2):
+    """`mlp`: checkpointing the dense MLP (with Transformer Engine the pre-MLP norm is fused into
+    fc1, so the checkpoint's input is the norm's input, which the layer keeps anyway) drops fc1's
+    input, the activation function's input and fc2's input:
+
+        sb·(input·h/t_sp + act·(n_mlp − 1)·f/t + input·f/t)
+
+    with `input` the bytes of a saved linear input (act, or the fp8 recipe's
+    saved_input_bytes_per_element).  GPT (f = 4h, n_mlp = 2, act = input = 2, t = 1):
+    2sbh + 8sbh + 8sbh = 18sbh of Korthikanti's 19sbh MLP (the dropout mask stays)."""
+    s = seq_len / cp
+    sp = tp if sequence_parallel else 1
+    return s * mbs * (input_bytes * hidden / sp + (act_bytes * (n_mlp - 1) + input_bytes) * ffn / tp)
+
+
+def layernorm_saving_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool, input_bytes):
+    """`layernorm`: the two norms' outputs (the QKV and fc1 inputs) are discarded after use and
+    recomputed from the norms' inputs (output-discarding checkpoint): 2·input·sbh/t_sp."""
+    sp = tp if sequence_parallel else 1
+    return 2 * input_bytes * seq_len / cp * mbs * hidden / sp
+
+
+def activation_fn_saving_bytes(seq_len, mbs, width, tp, cp, input_bytes):
+    """`moe_act` (and an activation-only recompute): the activation function's output, fc2's
+    input, is discarded and recomputed from the kept fc1 output: input·sb·width/t, with width the
+    f (or for routed experts k·f_e, times the load factor) the layer's fc2 reads."""
+    return input_bytes * seq_len / cp * mbs * width / tp
+
+
+def fewest_layers_to_recompute(n_layers, full_bytes, capacity_bytes, per_layer_gain_bytes):
+    """The fewest of a stage's L layers to recompute fully (block method) for the GPU to fit,
+    given the plan's total with all L recomputed (full_bytes) and what each layer *not*
+    recomputed adds (per_layer_gain_bytes = in-flight micro-batches × (kept − input)):
+
+        r = clamp(⌈L − (C − M_full)/g⌉, 1, L)
+
+    Memory with r layers recomputed is M_full + (L − r)·g for r ≥ 1 (one recomputed layer's
+    working set is alive at its backward either way), so r is the least that keeps it within C.
+    A plan that does not fit even with all L recomputed gets L (and still does not fit).
+    Example: L = 20, M_full = 60 GiB, C = 80 GiB, g = 3 GiB: ⌈20 − 20/3⌉ = ⌈13.33⌉ = 14."""
+    r = _ops.ceil(n_layers - (capacity_bytes - full_bytes) / per_layer_gain_bytes)
+    return _ops.minimum(_ops.maximum(r, 1), n_layers)
