@@ -54,9 +54,12 @@ def overlap_problem(ep, pp, vpp, full_recompute, dispatcher: str | None) -> str 
     return None
 
 
-def overlap_runs(ep, pp, vpp, full_recompute):
-    """overlap_problem on the search's columns: where an overlapped candidate may run."""
-    return (ep > 1) & ((pp <= 1) | (vpp > 1)) & (not full_recompute)
+def overlap_admissible(space: dict, full_recompute: bool):
+    """overlap_problem on the search's columns: every candidate that does not overlap, and the
+    overlapped ones where Megatron runs the overlap."""
+    ep, pp, vpp = space["ep"], space["pp"], space["vpp"]
+    return (space["a2a_overlap"] == 0) | ((ep > 1) & ((pp <= 1) | (vpp > 1))
+                                          & (not full_recompute))
 
 
 def config_numbers(config: PlanConfig) -> dict:

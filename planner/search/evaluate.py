@@ -79,6 +79,13 @@ def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budg
                          {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs, base["recompute_layers"])
 
 
+def _admissible(model: ModelSpec, layouts, space: dict, interleaved: bool, r: Recompute):
+    """The candidates the rules admit; vpp > 1 for the interleaved schedule alone; moe: an
+    overlapped candidate only where Megatron runs the overlap (model/moe.py)."""
+    return (constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+            & MOE.overlap_admissible(space, r is Recompute.FULL))
+
+
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                    budget: float | None = None):
     """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
@@ -111,10 +118,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                   schedule=sched, **offload_layout(req, [r]))  # offload
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
-        mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
-        # moe: an overlapped candidate only where Megatron runs the overlap (model/moe.py)
-        mask &= (space["a2a_overlap"] == 0) | MOE.overlap_runs(
-            space["ep"], space["pp"], space["vpp"], r is Recompute.FULL)
+        mask = _admissible(model, layouts, space, interleaved, r)
         runs = {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
                                                           req.precision).items()}
         mask = np.logical_or.reduce(list(runs.values()))
