@@ -505,6 +505,10 @@ class PlanConfig(_Strict):
         0, description="With full recompute: only this many layers of each pipeline stage are "
         "recomputed, the rest keep every activation (Megatron --recompute-method block "
         "--recompute-num-layers N); 0: all of them.")
+    distribute_saved_activations: bool = Field(
+        False, description="With full recompute and no sequence parallelism: each checkpointed "
+        "layer input split over the tp ranks (Megatron --distribute-saved-activations; DeepSpeed "
+        "partition_activations, which its framework turns on by itself).")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="With selective recompute: the submodules checkpointed (Megatron "
         "--recompute-modules; None: the framework's default, the attention core).")
@@ -560,6 +564,10 @@ class PlanConfig(_Strict):
             raise ValueError("fp8_param_gather needs precision fp8 or nvfp4")
         if self.recompute_layers and self.recompute is not Recompute.FULL:
             raise ValueError(f"recompute_layers needs recompute full, got {self.recompute.value}")
+        if self.distribute_saved_activations and (self.recompute is not Recompute.FULL
+                                                  or self.sequence_parallel):
+            raise ValueError("distribute_saved_activations needs recompute full without "
+                             "sequence parallelism (transformer_config.py l.1934 @ d98e8a6)")
         if self.recompute_modules is not None and self.recompute is not Recompute.SELECTIVE:
             raise ValueError(f"recompute_modules needs recompute selective, got "
                              f"{self.recompute.value}")

@@ -86,6 +86,10 @@ RecomputeLayersOpt = Annotated[int, typer.Option(
     "rest keep every activation (Megatron --recompute-method block --recompute-num-layers); "
     "0: all. search also tries, for every plan that fits with full recompute, the fewest "
     "layers that still fit.", min=0)]
+DistributeOpt = Annotated[bool, typer.Option(
+    "--distribute-saved-activations/--no-distribute-saved-activations",
+    help="With --recompute full and --no-sp: split each checkpointed layer input over the tp "
+    "ranks (Megatron --distribute-saved-activations; DeepSpeed does it by itself).")]
 RecomputeModulesOpt = Annotated[str | None, typer.Option(
     help="With --recompute selective: the submodules checkpointed, comma list of core_attn, "
     "mlp (Megatron --recompute-modules; default core_attn).")]

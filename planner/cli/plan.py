@@ -35,6 +35,7 @@ from .flags import (
     CpKindOpt,
     CpOpt,
     DeadlineOpt,
+    DistributeOpt,
     DpOpt,
     DpReplicateOpt,
     DpShardOpt,
@@ -114,6 +115,7 @@ def explain(
     offload_activations: OffloadActivationsOpt = None,
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
+    distribute_saved_activations: DistributeOpt = False,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     o = SimpleNamespace(**locals())
@@ -138,6 +140,7 @@ def _plan_request(o, **extra):
                     offload_activations=o.offload_activations,
                     fp8_recipe=o.fp8_recipe, fp8_param_gather=o.fp8_param_gather,  # fit
                     recompute_layers=o.recompute_layers, recompute_modules=o.recompute_modules,
+                    distribute_saved_activations=o.distribute_saved_activations,
                     **extra)
 
 
@@ -263,6 +266,7 @@ def search(
     offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
+    distribute_saved_activations: DistributeOpt = False,
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""

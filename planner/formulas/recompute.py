@@ -83,7 +83,7 @@ def checkpoint_input_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool
     otherwise; `on_host` (DeepSpeed cpu_checkpointing) moves it to host memory.  s over c.
     Llama 70B, s = 4096, b = 1, t = 8 without SP: 2·4096·8192 = 64 MiB, distributed 8 MiB."""
     sp = tp if sequence_parallel else 1
-    spread = tp if (distributed and not sequence_parallel) else 1
+    spread = 1 if sequence_parallel else 1 + distributed * (tp - 1)  # distributed: 0 or 1
     return act_bytes * seq_len / cp * mbs * hidden / sp / spread * (1 - on_host)
 
 

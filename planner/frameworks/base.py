@@ -94,6 +94,10 @@ class MemoryConventions:
     quantized_weight_cache: int = 0
     fp8_saves_linear_inputs: int = 0
     default_fp8_recipe: QuantRecipe = QuantRecipe.CURRENT
+    partitions_checkpoints: int = 0
+    """fit: 1 when the framework splits full recompute's checkpointed inputs over the tp ranks
+    by itself (DeepSpeed partition_activations, which plan3d's DeepSpeed config turns on with
+    tp > 1 and no sequence parallelism)."""
     bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
     fragmentation: float | None = None
     host_grad_bytes: float = 0.0

@@ -293,6 +293,9 @@ FRAMEWORK = Framework(
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
         gathered_layers=0, bucket_bytes=bucket_bytes,
+        # fit: activation_checkpointing.partition_activations, which _config writes with tp > 1
+        # and no sequence parallelism: each checkpoint split over the tp ranks
+        partitions_checkpoints=1,
         # offload: ZeRO-Offload accumulates each gradient partition on the host as its bucket is
         # reduced (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, accumulated_grads_in_cpu
         # @ edaa72212); ZeRO-3's offload_optimizer keeps its fp32 gradient partition there too

@@ -323,6 +323,8 @@ def _recompute_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> N
         a.add("--recompute-granularity", "full")
         a.add("--recompute-method", "uniform")
         a.add("--recompute-num-layers", 1)
+    if c.distribute_saved_activations:  # fit: checkpoints split over the tp ranks
+        a.add("--distribute-saved-activations")
 
 
 def _zero_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:

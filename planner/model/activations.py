@@ -76,7 +76,12 @@ def recompute_levels(x, c: Choices, k: SimpleNamespace, ffn, saved) -> dict:
     delta = (x.fp8 * Q.saved_linear_inputs_delta_bytes(s, b, h, x.n_heads, x.head_dim, ffn, t, cp,
                                                        sp, e, x.act_bytes) if fused else 0)
     none = saved(Recompute.NONE) + delta
-    levels = {Recompute.NONE: none, Recompute.FULL: saved(Recompute.FULL)}
+    # full: the layer's input, split over the tp ranks where the checkpoint is distributed
+    # (formulas.recompute.checkpoint_input_bytes; sequence parallelism already splits it)
+    full = saved(Recompute.FULL)
+    if not sp and may_be_nonzero(x.distribute):
+        full = full / (1 + x.distribute * (t - 1))
+    levels = {Recompute.NONE: none, Recompute.FULL: full}
     if conv.activations is ActivationStyle.EAGER or (c.recompute_modules is None and not fused):
         levels[Recompute.SELECTIVE] = saved(Recompute.SELECTIVE) + delta
         return levels

@@ -53,6 +53,8 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
             **precision_numbers(framework, hw, req.precision, req.fp8_recipe,
                                 req.fp8_param_gather),  # fit
             "recompute_layers": req.recompute_layers,
+            "distribute": int(req.distribute_saved_activations
+                              or framework.memory.partitions_checkpoints),
             "gbs": req.global_batch(model), "seq_len": seq,
             # moe: the load settings the expert terms use, and the all-to-all overlap switch
             **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,

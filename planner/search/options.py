@@ -143,7 +143,7 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   offload_optimizer=None,
                   offload_params=None, offload_activations=None,
                   offload="fit", fp8_recipe=None, fp8_param_gather=False, recompute_layers=0,
-                  recompute_modules=None) -> PlanRequest:
+                  recompute_modules=None, distribute_saved_activations=False) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -171,6 +171,7 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                         f"{offload_activations}")
     fit = recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute,
                                recompute_layers, recompute_modules)
+    fit["distribute_saved_activations"] = bool(distribute_saved_activations)
     return PlanRequest(
         **fit,  # fit: the recipe and the finer recompute levels
         offload_optimizer=offload_optimizer, offload_params=offload_params,

@@ -69,6 +69,7 @@ class PlanRequest(BaseModel):
     fp8_param_gather: bool = False
     recompute_layers: int = Field(0, ge=0, le=2**20)
     recompute_modules: tuple[RecomputeModule, ...] | None = None
+    distribute_saved_activations: bool = False
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
@@ -142,11 +143,16 @@ def precision_settings(req: PlanRequest) -> dict:
     return dict(fp8_recipe=req.fp8_recipe, fp8_param_gather=req.fp8_param_gather)
 
 
-def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | None = None) -> dict:
+def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | None = None,
+                       sp: bool = False) -> dict:
     """fit: the finer recompute fields that apply to one recompute level (a partial layer count
-    to full recompute, the modules to selective); `layers` overrides the request's count."""
+    and distributed checkpoints to full recompute, the modules to selective); `layers`
+    overrides the request's count; a candidate with sequence parallelism (`sp`) has nothing to
+    distribute."""
     n = req.recompute_layers if layers is None else layers
     return dict(recompute_layers=n if recompute is Recompute.FULL else 0,
+                distribute_saved_activations=(req.distribute_saved_activations
+                                              and recompute is Recompute.FULL and not sp),
                 recompute_modules=(req.recompute_modules if recompute is Recompute.SELECTIVE
                                    else None))
 
@@ -187,6 +193,11 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     supported = framework_named(req.framework).zero_stages
     zeros = req.zero if req.zero is not None else list(supported)
     recomputes = req.recompute if req.recompute is not None else list(Recompute)
+    if req.distribute_saved_activations and (sp or Recompute.FULL not in recomputes):  # fit
+        raise PlanError("--distribute-saved-activations splits full recompute's checkpoints "
+                        "over the tp ranks: it needs --recompute full and --no-sp (sequence "
+                        "parallelism splits them already; transformer_config.py l.1934 @ "
+                        "d98e8a6)")
     configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,

@@ -373,7 +373,9 @@ def test_non_tty_output_is_plain_text_with_whole_tables():
     assert "\x1b[" not in r.stdout and "\x1b[" not in r.stderr
     lines = r.stdout.splitlines()
     header = next(line for line in lines if "mem GiB" in line)
-    rows = [line for line in lines if line.strip()[:1].isdigit() and "/" in line]
+    # a table row opens with its rank and layout ("1=  dp256 …"); a wrapped line of the prose
+    # below the table may open with a number too ("51.5% full): …"), so the layout is matched
+    rows = [line for line in lines if re.match(r"\s*\d+=?\s+dp\d", line) and "/" in line]
     assert len(rows) == 5
     # every row on one line, as wide as the header (no wrapped cells)
     assert all(len(row.rstrip()) <= len(header.rstrip()) + 2 for row in rows)

@@ -25,6 +25,9 @@ def test_megatron_writes_the_recipe_and_partial_recompute():
                  "--recompute-num-layers 5"):
         assert flag in text, flag
     assert "--recompute-method uniform" not in text
+    c = PlanConfig(**{**BASE, "sequence_parallel": False}, recompute="full",
+                   distribute_saved_activations=True)
+    assert "--distribute-saved-activations" in emit("megatron", c, M70).text
 
 
 def test_megatron_writes_the_recompute_modules_and_nvfp4():

@@ -41,7 +41,9 @@ def fit_config(row: dict) -> PlanConfig:
         n_micro=1, gbs=row["dp"] * row["local_batch"], seq_len=row["seq_len"],
         zero_stage=row["zero"], recompute=recompute, sequence_parallel=row["tp"] > 1,
         framework=row["framework"], precision=row["precision"],
-        fp8_recipe=row.get("fp8_recipe"), **extra)
+        fp8_recipe=row.get("fp8_recipe"),
+        fp8_param_gather=row.get("fp8_param_gather", False),  # enable_fsdp_float8_all_gather
+        **extra)
 
 
 def row_hardware(row: dict):

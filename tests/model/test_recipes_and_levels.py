@@ -115,3 +115,18 @@ def test_nvfp4_runs_at_the_fp4_peak_on_blackwell_only():
     with pytest.raises(PlanError, match="Blackwell"):
         estimate(M70, H100, PlanConfig(**{**ISSUE, "precision": "fp8", "fp8_recipe": "mxfp8",
                                          "tp": 8, "dp": 8, "mbs": 1, "n_micro": 16}))
+
+
+def test_distributed_checkpoints_split_the_layer_input_over_tp():
+    # full recompute, tp 8, no sequence parallelism: each layer keeps its input, 2·s·b·h =
+    # 2·8192·8192 = 134,217,728 B; --distribute-saved-activations splits it 8 ways: 16,777,216 B
+    base = dict(dp=16, tp=8, pp=4, mbs=1, n_micro=64, gbs=1024, seq_len=8192, zero_stage=1,
+                sequence_parallel=False, recompute="full")
+    _, _, whole = _costs(H100, **base)
+    _, _, split = _costs(H100, **base, distribute_saved_activations=True)
+    assert float(whole["layer_activation_bytes"]) == 2 * 8192 * 8192
+    assert float(split["layer_activation_bytes"]) == 2 * 8192 * 8192 / 8
+    # DeepSpeed's config partitions them by itself (partition_activations with tp > 1, no SP)
+    _, _, ds = _costs(H100, **{**base, "framework": "deepspeed", "pp": 1, "dp": 64,
+                               "n_micro": 16})
+    assert float(ds["layer_activation_bytes"]) == 2 * 8192 * 8192 / 8
