@@ -110,7 +110,7 @@ ELSEWHERE = {
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--no-gradient-accumulation-fusion",
     "--ckpt-format", "--num-distributed-optimizer-instances", "--outer-dp-sharding-strategy",
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
-    "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe",
+    "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
     "--overlap-moe-expert-parallel-comm", "--yarn-original-max-position-embeddings",
     "--yarn-beta-fast", "--yarn-beta-slow", "--recompute-modules",
 }
