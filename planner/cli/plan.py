@@ -11,7 +11,8 @@ from ..errors import (
     NoFeasiblePlan,
     PlanError,
 )
-from .app import app
+from ..layout_text import explain_args
+from .app import PanelledHelp, app
 from .common import (
     EMIT_SEARCH_DEPTH,
     MAX_TIMELINE_BLOCKS,
@@ -49,6 +50,7 @@ from .flags import (
     GoodputOpt,
     GpusOpt,
     GradOpt,
+    HeadroomOpt,
     HwOpt,
     JsonOpt,
     MbsOpt,
@@ -64,6 +66,7 @@ from .flags import (
     OffloadOptimizerOpt,
     OffloadParamsOpt,
     OverlapOpt,
+    PlanOpt,
     PowerOpt,
     PpOpt,
     PrecisionOpt,
@@ -78,17 +81,18 @@ from .flags import (
     TpOpt,
     TrainTokensOpt,
     VppOpt,
+    WhyOpt,
     ZeroOpt,
     _mfu_convention,
 )
 
 
-@app.command()
+@app.command(cls=PanelledHelp)
 def explain(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
-    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = "selective",
-    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
+    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None, plan: PlanOpt = None,
     tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False, emit: EmitOpt = None,
@@ -113,6 +117,10 @@ def explain(
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
     offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
     offload_activations: OffloadActivationsOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --emit: write the settings even when the plan does not fit, a "
+        "warning at their top (without it nothing is written and the exit status is 1).")]
+    = False,
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
     distribute_saved_activations: DistributeOpt = False,
@@ -154,6 +162,10 @@ def _explained(o) -> SimpleNamespace:
                         f"got '{o.timeline_out}'")
     run = SimpleNamespace(convention=_mfu_convention(o.mfu_convention),
                           sections=_sections(o.section), picture=None, svg=None)
+    if o.plan is not None:
+        _apply_layout(o)
+    if o.recompute is None:
+        o.recompute = "selective"
     if o.zero is None:  # the framework's own default: ZeRO-1 for Megatron, FSDP for torchtitan
         from ..frameworks import FRAMEWORKS
         from ..search.options import resolve_framework
@@ -180,6 +192,32 @@ def _explained(o) -> SimpleNamespace:
     run.constants = (None if o.json_ or o.brief
                      else api.explain_constants(o.model, o.hw, run.plan))
     return run
+
+
+LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp", "ep", "etp",
+                  "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
+                  "offload_optimizer", "offload_params", "offload_activations",
+                  "moe_dispatcher", "recompute_layers", "recompute_modules", "fp8_recipe",
+                  "fp8_param_gather")
+"""explain's options a layout string (--plan) can set."""
+
+
+def _apply_layout(o) -> None:
+    """explain --plan: the layout string's settings into explain's options; an option given
+    beside it that contradicts it is an error naming both (planner.layout_text)."""
+    from ..layout_text import merge_layout
+
+    # options at the values they take when not given count as not given
+    unset = {"recompute_layers": 0, "fp8_param_gather": False, "precision": "bf16"}
+    given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
+             for k in LAYOUT_OPTIONS}
+    fields = merge_layout(o.plan, given)
+    for key, value in fields.items():
+        if key in LAYOUT_OPTIONS:
+            typed = isinstance(value, bool) or key.startswith("offload") or key in (
+                "precision", "gbs", "seq_len", "moe_dispatcher", "recompute_layers",
+                "recompute_modules", "fp8_recipe")  # options typed as they are, not degree lists
+            setattr(o, key, value if typed else str(value))
 
 
 def _timeline_picture(o, plan):
@@ -216,6 +254,8 @@ def _show_explained(o, run) -> None:
                       f"{picture.pp} stages × {picture.n_micro} micro-batches, "
                       f"{render.seconds(picture.makespan_s)}")
     if o.json_:
+        if not fits and not o.force:
+            run.data.pop("launch", None)  # settings for a plan that does not fit: only forced
         render.print_json(run.data)
     else:
         # with --emit, stdout carries the settings alone; what explains them goes to stderr
@@ -228,13 +268,28 @@ def _show_explained(o, run) -> None:
                                    step_bubble=render.bubble_share(plan))
         if launch is not None:
             render.render_launch_notes(launch, out)
-            render.write_settings(launch)
+            _write_launch(launch, plan, fits, o.force)
     if not fits:
         note = f" ({o.timeline_out} not written)" if svg is not None else ""
         raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
 
 
-@app.command()
+def _write_launch(launch, plan, fits: bool, force: bool) -> None:
+    """--emit's settings on stdout: only for a plan that fits, unless --force, which writes them
+    under a warning (planner.frameworks.emit.with_warning)."""
+    from ..frameworks.emit import with_warning
+    from ..outputs import render
+
+    if fits:
+        render.write_settings(launch)
+    elif force:
+        render.write_settings(with_warning(launch, _not_fit_message(plan)))
+    else:
+        render.notice("settings not written: the plan does not fit (--force writes them, with "
+                      "a warning at their top)")
+
+
+@app.command(cls=PanelledHelp)
 def search(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
@@ -244,15 +299,16 @@ def search(
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True,
     allow_tp_across_nodes: Annotated[bool, typer.Option(
-        help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
-    top: Annotated[int, typer.Option(help="How many plans to show.", min=1)] = 10,
+        rich_help_panel="Layout", help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
+    top: Annotated[int, typer.Option(help="How many plans to show.", min=1,
+                                     rich_help_panel="Ranking")] = 10,
     sort: Annotated[str, typer.Option(
-        help="Rank by: time, memory, mfu; or gpus: the fewest GPUs (whole NVLink domains, "
-        "doubling up to --gpus) whose best plan steps within --target-step-s.")] = "time",
+        rich_help_panel="Ranking", help="Rank by: time, memory, mfu; or gpus: the fewest GPUs "
+        "(whole NVLink domains, doubling up to --gpus) whose row 1 steps within "
+        "--target-step-s.")] = "time",
     target_step_s: Annotated[float | None, typer.Option(
-        help="With --sort gpus: the step time to reach, in seconds.")] = None,
-    headroom: Annotated[float, typer.Option(
-        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+        rich_help_panel="Ranking", help="With --sort gpus: the step time to reach, in seconds.")] = None,
+    headroom: HeadroomOpt = None, why: WhyOpt = False,
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
@@ -298,7 +354,9 @@ def _searched(o) -> SimpleNamespace:
                                 target_step_s=target_step_s)
     plans = [_extras(plan, o.model, o.hw, None, o.train_tokens, o.gpu_hour_price, o.gpu_power_w,
                      o.goodput)[0] for plan in result.plans]
-    run.result = result.model_copy(update={"plans": plans})
+    run.result = result.model_copy(update={"plans": plans, "explain_args": [
+        explain_args(o.model, o.hw, p.config, o.framework, o.seq_len is not None)
+        for p in plans]})
     run.launch = None
     if o.emit:
         try:
@@ -329,7 +387,23 @@ def _show_searched(o, run) -> None:
     _notice(run.framework_note)
     # with --emit, stdout carries the settings alone; the table goes to stderr
     out = render.console(stderr=run.launch is not None)
-    render.render_search(run.result, out, mfu_convention=run.convention)
+    render.render_search(run.result, out, mfu_convention=run.convention, why=o.why,
+                         footer=_footer(run.result, o.why))
     if run.launch is not None:
         render.render_launch_notes(run.launch, out)
         render.write_settings(run.launch)
+
+
+def _footer(result, why: bool) -> list[str]:
+    """The command that runs row 1 as printed, and where the rest of the reasoning is."""
+    import shlex
+
+    if not result.explain_args:
+        return []
+    # a layout in double quotes, as the issue and the README write it; anything else as shlex does
+    words = [f'"{a}"' if " " in a and '"' not in a and "$" not in a and "`" not in a
+             else shlex.quote(a) for a in result.explain_args[0]]
+    lines = ["Run row 1: plan3d " + " ".join(words)]
+    if not why:
+        lines.append("--why: every row against row 1, and every option weighed.")
+    return lines

@@ -45,4 +45,19 @@ VERSIONED = {"torchtitan"}
 against): torchtitan changed its configuration interface between 0.2 (TOML) and 0.3."""
 
 
-__all__ = ["FRAMEWORKS", "EmitResult", "emit"]
+def with_warning(result: EmitResult, reason: str) -> EmitResult:
+    """The settings under a warning that the plan does not fit (explain --emit --force): a
+    comment line for args, YAML and TOML; a leading "_comment" key for JSON, which has no
+    comments (DeepSpeed's config reader ignores keys it does not know)."""
+    import dataclasses
+    import json
+
+    warning = f"plan3d WARNING (written under --force): {reason}"
+    if result.format == "json":
+        text = json.dumps({"_comment": warning, **json.loads(result.text)}, indent=2) + "\n"
+    else:
+        text = f"# {warning}\n" + result.text
+    return dataclasses.replace(result, text=text)
+
+
+__all__ = ["FRAMEWORKS", "EmitResult", "emit", "with_warning"]

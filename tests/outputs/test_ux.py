@@ -44,7 +44,7 @@ def run(*args, columns: int | None = None):
 
 COMMANDS = [
     SEARCH,
-    SEARCH + ["--train-tokens", "15T", "--gpu-hour-price", "2.5"],
+    SEARCH + ["--train-tokens", "15T", "--price", "2.5"],
     EXPLAIN,
     EXPLAIN + ["--timeline"],
     ["validate"],
@@ -81,7 +81,7 @@ def test_search_keeps_the_layout_and_decisive_numbers_at_80_columns():
 # ---- 2. the answer first -----------------------------------------------------------------------
 
 def test_explain_opens_with_the_verdict_then_sections():
-    out = run(*EXPLAIN, "--train-tokens", "15T", "--gpu-hour-price", "2").stdout
+    out = run(*EXPLAIN, "--train-tokens", "15T", "--price", "2").stdout
     lines = out.splitlines()
     assert lines[1].startswith("Fits: 38.5 of 79.6 GiB per GPU")
     assert lines[2].startswith("Peak at the first stage's first backward")
@@ -204,8 +204,10 @@ def test_validate_picks_the_runs_of_the_profile_gpu():
     h100 = run("validate", "--hw", "h100-nvlink", "--json")
     data = json.loads(h100.stdout)
     assert data["gpu"] == "H100" and len(data["cases"]) == 24
-    a100 = json.loads(run("validate", "--json").stdout)
+    a100 = json.loads(run("validate", "--hw", "a100-nvlink", "--json").stdout)
     assert a100["gpu"] == "A100" and len(a100["cases"]) == 20
+    # validate defaults like every other command (issue 19): h100-nvlink
+    assert json.loads(run("validate", "--json").stdout)["gpu"] == "H100"
     none = run("validate", "--hw", "b200-nvlink")
     assert none.exit_code == 2 and "no published runs were measured on NVIDIA B200" in none.stderr
 
@@ -226,13 +228,12 @@ def test_ties_are_shown_and_layouts_are_distinct():
     assert len(set(layouts)) == len(layouts) == 10
     steps = [p.time.step_s for p in r.plans]
     groups: dict[str, list[float]] = {}
-    for rank, s in zip(r.ranks, steps):
-        groups.setdefault(rank, []).append(s)
-    leaders = [min(g) for g in groups.values()]
-    assert leaders == sorted(leaders)
+    for rank, s in zip(r.ranks, steps):  # `1` and the `1=` tied with it form one group
+        groups.setdefault(rank.rstrip("="), []).append(s)
+    assert steps == sorted(steps)  # row 1 the fastest, ties after it in step order (issue 19)
     for g in groups.values():
-        assert max(g) <= min(g) * (1 + r.tie_band)
-    assert r.ranks[0] == "1=" and "tie" in r.reason
+        assert max(g) <= g[0] * (1 + r.tie_band)
+    assert r.ranks[:2] == ["1", "1="] and "Ties:" in r.reason
     out = " ".join(run(*SEARCH, columns=100).stdout.split())
     assert "1=" in out and f"±{MODEL_UNCERTAINTY['H100']:.1%}" in out
 

@@ -23,6 +23,25 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.parsers)
 
 
+@pytest.fixture
+def fake_world():
+    """torch's fake process-group backend at a given world size, rank 0."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def init(world: int, rank: int = 0):
+        if dist.is_initialized():
+            ps.destroy_model_parallel()
+            dist.destroy_process_group()
+        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+
+    yield init
+    if dist.is_initialized():
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "planner", *argv], capture_output=True,
                           text=True, cwd=ROOT, env=_env())
@@ -79,7 +98,7 @@ def hf_config(model: str) -> dict | None:
     """The Hugging Face config.json test copy of a preset, where the repository holds one."""
     folders = {"deepseek-v3": "DeepSeek-V3", "qwen3-30b-a3b": "Qwen3-30B-A3B",
                "qwen3-235b-a22b": "Qwen3-235B-A22B", "mixtral-8x22b": "Mixtral-8x22B-v0.1",
-               "gpt-oss-120b": "gpt-oss-120b"}
+               "gpt-oss-120b": "gpt-oss-120b", "llama-3.1-70b": "Llama-3.1-70B"}
     folder = folders.get(model)
     if folder is None:
         return None
@@ -90,3 +109,11 @@ def model_of(args: str) -> str:
     """The --model value of a matrix row."""
     words = shlex.split(args)
     return words[words.index("--model") + 1]
+
+
+@cache
+def launch_json(args: str, fmt: str) -> dict:
+    """The `launch` object of `plan3d explain ARGS --emit FMT --json` (text, notes, ...)."""
+    out = _run(["explain", *shlex.split(args), "--emit", fmt, "--json"])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["launch"]

@@ -33,7 +33,6 @@ from .matrix import ROWS
 torch = pytest.importorskip("torch", reason="the parser suite needs torch (pip install torch)")
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core)")
 
-import torch.distributed as dist  # noqa: E402
 from megatron.core import parallel_state as ps  # noqa: E402
 from megatron.core.transformer import TransformerConfig  # noqa: E402
 from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: E402
@@ -111,7 +110,7 @@ ELSEWHERE = {
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--no-gradient-accumulation-fusion",
     "--ckpt-format", "--num-distributed-optimizer-instances", "--outer-dp-sharding-strategy",
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
-    "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe",
+    "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
     "--overlap-moe-expert-parallel-comm", "--yarn-original-max-position-embeddings",
     "--yarn-beta-fast", "--yarn-beta-slow", "--recompute-modules",
 }
@@ -166,23 +165,6 @@ def build_config(flags):
             else {}
         return MLATransformerConfig(**kwargs, **rotary, multi_latent_attention=True)
     return TransformerConfig(**kwargs)
-
-
-@pytest.fixture
-def fake_world():
-    """torch's fake process-group backend at a given world size, rank 0."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    def init(world: int, rank: int = 0):
-        if dist.is_initialized():
-            ps.destroy_model_parallel()
-            dist.destroy_process_group()
-        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
-
-    yield init
-    if dist.is_initialized():
-        ps.destroy_model_parallel()
-        dist.destroy_process_group()
 
 
 def _layers_per_rank(config, pp: int, vpp: int) -> list[int]:
@@ -271,6 +253,14 @@ def _compare_with_hf(config, flags, hf: dict) -> None:
     assert config.add_bias_linear == bool(hf.get("attention_bias", False))
     assert config.num_moe_experts == (hf.get("n_routed_experts") or hf.get("num_experts")
                                       or hf.get("num_local_experts"))
+    rope = hf.get("rope_scaling") or {}
+    if rope.get("rope_type") == "llama3":  # Megatron's fixed low/high factors and context
+        assert ("--use-rope-scaling" in flags and
+                _flag(flags, "--rope-scaling-factor") == rope["factor"])
+        assert (rope["low_freq_factor"], rope["high_freq_factor"],
+                rope["original_max_position_embeddings"]) == (1.0, 4.0, 8192)
+    if config.num_moe_experts is None:
+        return
     assert config.moe_router_topk == hf["num_experts_per_tok"]
     if "moe_intermediate_size" in hf:
         assert config.moe_ffn_hidden_size == hf["moe_intermediate_size"]
@@ -294,7 +284,6 @@ def _compare_with_hf(config, flags, hf: dict) -> None:
         assert config.qk_layernorm
     if hf.get("norm_topk_prob") is False and config.moe_router_score_function == "softmax":
         assert config.moe_router_pre_softmax
-    rope = hf.get("rope_scaling") or {}
     if rope.get("type", rope.get("rope_type")) == "yarn" and "kv_lora_rank" in hf:
         assert config.rotary_scaling_factor == rope["factor"]
         assert config.mscale == rope["mscale"] and config.mscale_all_dim == rope["mscale_all_dim"]

@@ -1,0 +1,143 @@
+"""`--emit deepspeed` fed to DeepSpeed 0.19.8's own `DeepSpeedConfig`, with a
+Megatron-DeepSpeed-style mpu (data-parallel world dp; tensor, pipeline and Ulysses sequence
+groups beside it) on torch's fake process-group backend of dp·tp·pp·cp ranks.
+
+Compared with the plan (`--json`): the batch triple DeepSpeed checks (train_batch_size =
+micro-batch × gradient accumulation × data-parallel world), the ZeRO stage, the 16-bit mode,
+offload devices and ratio; and the Megatron-DeepSpeed launch arguments the emitter gives in its
+notes (tensor, pipeline, Ulysses sizes, batch, ZeRO stage); and the pipeline engine's layer
+partition (partition_balanced over transformer layers, as Megatron-DeepSpeed asks) against the
+layers plan3d costed.
+
+Stubs: none (DeepSpeed's config needs no GPU). Megatron-DeepSpeed itself is not on the package
+index: its arguments are checked by name and value against the plan, not parsed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from .conftest import emitted, launch_json, plan_json
+from .matrix import ROWS
+
+torch = pytest.importorskip("torch", reason="the parser suite needs torch (pip install torch)")
+pytest.importorskip("deepspeed", reason="needs deepspeed (pip install deepspeed==0.19.8)")
+
+DS_ROWS = [(rid, args) for rid, args, fmts in ROWS if "deepspeed" in fmts]
+
+
+class MegatronDeepSpeedMpu:
+    """What DeepSpeed asks of Megatron-DeepSpeed's mpu (megatron/core/parallel_state.py there):
+    the group sizes, rank 0."""
+
+    def __init__(self, dp: int, tp: int, pp: int, sp: int):
+        self.dp, self.tp, self.pp, self.sp = dp, tp, pp, sp
+
+    def get_data_parallel_world_size(self):
+        return self.dp
+
+    def get_model_parallel_world_size(self):
+        return self.tp
+
+    get_tensor_model_parallel_world_size = get_model_parallel_world_size
+
+    def get_pipe_parallel_world_size(self):
+        return self.pp
+
+    def get_sequence_parallel_world_size(self):
+        return self.sp
+
+    def get_data_parallel_rank(self):
+        return 0
+
+
+@pytest.fixture(scope="module")
+def ds_comm():
+    """DeepSpeed's comm layer over torch's fake backend, sized per test (re-initialised)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def init(world: int):
+        import deepspeed.comm as dscomm
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+        dscomm.init_distributed(dist_backend="fake", auto_mpi_discovery=False)
+
+    yield init
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _megatron_deepspeed_args(args: str) -> dict[str, str | None]:
+    note = next(n for n in launch_json(args, "deepspeed")["notes"]
+                if n.startswith("Megatron-DeepSpeed args: "))
+    tokens = shlex.split(note.removeprefix("Megatron-DeepSpeed args: "))
+    out: dict[str, str | None] = {}
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--"):
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            out[tok] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+@pytest.mark.parametrize("rid,args", DS_ROWS, ids=[r for r, _ in DS_ROWS])
+def test_deepspeed_config_matches_the_plan(rid, args, ds_comm):
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    c = plan_json(args)["config"]
+    ds_comm(c["dp"] * c["tp"] * c["pp"] * c["cp"])
+    cfg = DeepSpeedConfig(json.loads(emitted(args, "deepspeed")),
+                          mpu=MegatronDeepSpeedMpu(c["dp"], c["tp"], c["pp"], c["cp"]))
+    assert cfg.world_size == c["dp"]
+    # DeepSpeed's own check: train_batch_size = micro × accumulation × data-parallel world
+    assert (cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu,
+            cfg.gradient_accumulation_steps) == (c["gbs"], c["mbs"], c["n_micro"])
+    assert cfg.zero_optimization_stage == c["zero_stage"]
+    assert cfg.bfloat16_config.enabled == (c["precision"] == "bf16")
+    assert cfg.float16_config.enabled == (c["precision"] == "fp16")
+    zero = cfg.zero_config
+    if c["offload_optimizer"]:
+        assert zero.offload_optimizer is not None
+        assert str(zero.offload_optimizer.device).endswith("cpu")
+        assert zero.offload_optimizer.ratio == c["offload_optimizer"]
+    else:
+        assert zero.offload_optimizer is None
+    assert (zero.offload_param is not None) == bool(c["offload_params"])
+
+
+@pytest.mark.parametrize("rid,args", DS_ROWS, ids=[r for r, _ in DS_ROWS])
+def test_megatron_deepspeed_arguments_match_the_plan(rid, args):
+    c = plan_json(args)["config"]
+    a = _megatron_deepspeed_args(args)
+    assert int(a["--tensor-model-parallel-size"]) == c["tp"]
+    assert int(a["--pipeline-model-parallel-size"]) == c["pp"]
+    assert ("--no-pipeline-parallel" in a) == (c["pp"] == 1)
+    assert int(a.get("--ds-sequence-parallel-size") or 1) == c["cp"]
+    assert (int(a["--micro-batch-size"]), int(a["--global-batch-size"])) == (c["mbs"], c["gbs"])
+    assert int(a["--zero-stage"]) == c["zero_stage"]
+    assert int(a["--seq-length"]) == c["seq_len"]
+    assert ("--fp16" in a) == (c["precision"] == "fp16")
+
+
+@pytest.mark.parametrize("rid,args", [r for r in DS_ROWS if " --pp 1 " not in r[1] + " "],
+                         ids=[r for r, a in DS_ROWS if " --pp 1 " not in a + " "])
+def test_pipeline_engine_places_what_plan3d_costed(rid, args):
+    """Megatron-DeepSpeed's GPTModelPipe partitions by 'type:transformer' (megatron/model/
+    gpt_model.py there): DeepSpeed's PipelineModule weighs each transformer layer 1, the rest 0,
+    and splits by deepspeed.runtime.utils.partition_balanced; no stage over plan3d's cost."""
+    from deepspeed.runtime.utils import partition_balanced
+
+    from planner.catalog import load_model
+
+    plan = plan_json(args)
+    c = plan["config"]
+    n_layers = load_model(args.split("--model ")[1].split()[0]).n_layers
+    weights = [0] + [1] * n_layers + [0, 0]  # embedding, the layers, final norm, head
+    bounds = partition_balanced(weights, c["pp"])
+    layers = [sum(weights[bounds[i]:bounds[i + 1]]) for i in range(c["pp"])]
+    assert sum(layers) == n_layers
+    assert max(layers) <= plan["memory"]["stage_layers"], (layers, plan["memory"]["stage_layers"])
