@@ -28,6 +28,12 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
     ("offload-8b", "--model llama-3.1-8b --gpus 16 --tp 1 --pp 1 --zero 1 "
      "--offload-optimizer 1 --recompute full", MEGATRON),
     ("fp8-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --precision fp8", MEGATRON),
+    ("fp8-blockwise-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --precision fp8 "
+     "--fp8-recipe blockwise --fp8-param-gather", ("megatron",)),
+    ("recompute-levels-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --recompute full "
+     "--recompute-layers 10", MEGATRON),
+    ("recompute-mlp-8b", "--model llama-3.1-8b --gpus 16 --tp 2 --pp 2 --recompute selective "
+     "--recompute-modules core_attn,mlp", MEGATRON),
     ("moe-deepseek-v3", "--model deepseek-v3 --gpus 1024 --tp 1 --pp 16 --ep 64 --etp 1 "
      "--recompute full --hw h200-nvlink", ("megatron",)),
     ("moe-qwen3-30b", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1",
