@@ -32,7 +32,8 @@ _FLAG = {"dp": "--dp", "dp_shard": "--dp-shard", "tp": "--tp", "pp": "--pp", "cp
          "zero": "--zero", "recompute": "--recompute", "sp": "--sp/--no-sp",
          "precision": "--precision", "offload_optimizer": "--offload-optimizer",
          "offload_params": "--offload-params", "offload_activations": "--offload-activations",
-         "moe_dispatcher": "--moe-dispatcher", "recompute_layers": "--recompute-layers",
+         "moe_dispatcher": "--moe-dispatcher", "moe_a2a_overlap": "--moe-a2a-overlap",
+         "recompute_layers": "--recompute-layers",
          "recompute_modules": "--recompute-modules", "fp8_recipe": "--fp8-recipe",
          "fp8_param_gather": "--fp8-param-gather"}
 
@@ -71,6 +72,8 @@ def _token(tok: str, out: dict[str, Any], text: str) -> None:
         out["schedule"] = _SCHEDULES[low]
     elif low in _DISPATCHERS:
         out["moe_dispatcher"] = low
+    elif low == "ovl":  # the expert all-to-all overlapped with computation (ep8 ovl)
+        out["moe_a2a_overlap"] = True
     elif low in _PRECISIONS:
         out["precision"] = low
     elif low == "offp":
@@ -167,7 +170,7 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
             args += ["--moe-imbalance", f"{c.moe_imbalance:g}"]
         if c.moe_capacity_factor is not None:
             args += ["--moe-capacity-factor", f"{c.moe_capacity_factor:g}"]
-        if c.moe_a2a_overlap:
+        if c.moe_a2a_overlap and "ovl" not in c.short_label().split():
             args.append("--moe-a2a-overlap")
         if getattr(c, "moe_forced_balance", False):
             args.append("--moe-forced-balance")

@@ -197,8 +197,8 @@ def _explained(o) -> SimpleNamespace:
 LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp", "ep", "etp",
                   "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
                   "offload_optimizer", "offload_params", "offload_activations",
-                  "moe_dispatcher", "recompute_layers", "recompute_modules", "fp8_recipe",
-                  "fp8_param_gather")
+                  "moe_dispatcher", "moe_a2a_overlap", "recompute_layers", "recompute_modules",
+                  "fp8_recipe", "fp8_param_gather")
 """explain's options a layout string (--plan) can set."""
 
 
@@ -208,7 +208,8 @@ def _apply_layout(o) -> None:
     from ..layout_text import merge_layout
 
     # options at the values they take when not given count as not given
-    unset = {"recompute_layers": 0, "fp8_param_gather": False, "precision": "bf16"}
+    unset = {"recompute_layers": 0, "fp8_param_gather": False, "precision": "bf16",
+             "moe_a2a_overlap": False}
     given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
              for k in LAYOUT_OPTIONS}
     fields = merge_layout(o.plan, given)
