@@ -703,7 +703,8 @@ class PlanConfig(_Strict):
             parts.append(f"v{self.vpp}")
         if self.ep > 1 or self.etp > 1:
             parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else "")
-                         + (" deepep" if self.moe_dispatcher == "deepep" else ""))
+                         + (" deepep" if self.moe_dispatcher == "deepep" else "")
+                         + (" ovl" if self.moe_a2a_overlap else ""))
         if self.pp > 1 and self.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
             parts.append(self.schedule.value)
         if self.mbs != 1:
@@ -737,7 +738,8 @@ class PlanConfig(_Strict):
             parts.append(self.schedule.value)
         if self.ep > 1 or self.etp > 1:
             parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else "")
-                         + (" deepep" if self.moe_dispatcher == "deepep" else ""))
+                         + (" deepep" if self.moe_dispatcher == "deepep" else "")
+                         + (" ovl" if self.moe_a2a_overlap else ""))
         parts.append(f"mbs{self.mbs}")
         if batch:
             parts += [f"gbs{self.gbs}", f"s{self.seq_len}"]

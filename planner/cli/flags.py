@@ -164,10 +164,11 @@ MoeCapacityOpt = Annotated[float | None, typer.Option(
     min=0.01, max=64.0)]
 
 
-MoeOverlapOpt = Annotated[bool, typer.Option(
+MoeOverlapOpt = Annotated[bool | None, typer.Option(
     "--moe-a2a-overlap/--no-moe-a2a-overlap",
     help="Overlap the all-to-all with another micro-batch's compute (Megatron "
-    "--overlap-moe-expert-parallel-comm; DualPipe with the dualpipev schedule).")]
+    "--overlap-moe-expert-parallel-comm; DualPipe with the dualpipev schedule); search weighs "
+    "both where the framework runs it unless one is given.")]
 
 
 # offload: to host memory

@@ -111,7 +111,7 @@ def explain(
         "comm, time, constants (default: all).")] = None,
     mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
     moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
@@ -314,7 +314,7 @@ def search(
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
     moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
