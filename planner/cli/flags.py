@@ -196,7 +196,8 @@ OffloadModeOpt = Annotated[str, typer.Option(
 
 
 EmitOpt = Annotated[str | None, typer.Option(
-    help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
+    help="Print launch settings for megatron, nemo, torchtitan or deepspeed "
+    "(torchtitan@0.2: the TOML job config of torchtitan 0.2; default 0.3).")]
 
 
 TrainTokensOpt = Annotated[str | None, typer.Option(

@@ -55,6 +55,8 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      "--schedule dualpipev", ("torchtitan",)),
     ("titan-uneven-405b", "--model 405b --gpus 512 --framework torchtitan --tp 8 --pp 16 "
      "--schedule 1f1b --recompute full --precision fp8", ("torchtitan",)),
+    ("titan-module-lists-8b", "--model llama-3.1-8b --gpus 40 --framework torchtitan --tp 1 "
+     "--pp 5 --vpp 2 --schedule interleaved --gbs 80", ("torchtitan",)),
     ("titan-cp-70b", "--model 70b --gpus 128 --framework torchtitan --tp 8 --pp 4 --cp 2 "
      "--seq-len 16384", ("torchtitan",)),
     ("titan-hsdp-8b", "--model llama-3.1-8b --gpus 32 --framework torchtitan --tp 1 --pp 1 "
