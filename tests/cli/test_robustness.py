@@ -374,8 +374,9 @@ def test_non_tty_output_is_plain_text_with_whole_tables():
     lines = r.stdout.splitlines()
     header = next(line for line in lines if "mem GiB" in line)
     # a table row opens with its rank and layout ("1=  dp256 …"); a wrapped line of the prose
-    # below the table may open with a number too ("51.5% full): …"), so the layout is matched
-    rows = [line for line in lines if re.match(r"\s*\d+=?\s+dp\d", line) and "/" in line]
+    # below the table may open with a number too ("51.5% full): …"), so the layout is matched;
+    # the rank may carry the tie, margin and warning marks ("1=!", "2m")
+    rows = [line for line in lines if re.match(r"\s*\d+=?[m!]*\s+dp\d", line) and "/" in line]
     assert len(rows) == 5
     # every row on one line, as wide as the header (no wrapped cells)
     assert all(len(row.rstrip()) <= len(header.rstrip()) + 2 for row in rows)
