@@ -144,7 +144,7 @@ __all__ = ["explain_request", "search_request", "list_models", "list_hardware", 
 def compare_request(model_name: str, hw_names: list[str], gpus: list[int], req: PlanRequest,
                     train_tokens: float, price: str | None = None, gpu_power_w: str | None = None,
                     goodput: float | None = None, deadline_days: float | None = None,
-                    headroom: float = 0.0):
+                    headroom: float | None = None):
     """compare: the best plan of each (profile, GPU count), budgeted; price and gpu_power_w as
     the CLI takes them (one number, or NAME=NUMBER pairs keyed by the names in hw_names)."""
     from .compare import compare, per_profile

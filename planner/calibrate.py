@@ -11,9 +11,14 @@ Every prediction goes through `cost.plan_costs`: the fit perturbs the numbers `c
 builds (gemm_eff, hbm_eff, fast_bw, net_bw), never a second copy of a formula. The optimiser is
 `scipy.optimize.least_squares` (trust-region reflective, bounded) in log-parameter space with a
 central-difference Jacobian (each run one vectorised `plan_costs` call per evaluation); scipy is
-imported by this fit alone, never at start-up. A factor the runs cannot
-identify — its elasticity d log step / d log factor is ~0 for every run, e.g. no run crosses the
-network — is left as it was and reported as such.
+imported by this fit alone, never at start-up.
+
+It fits only what the runs constrain: a factor no run depends on (no run crosses the network),
+one the runs cannot tell from a factor already fitted (its Jacobian column inside their span),
+or one that lowers the error by less than the model's own uncertainty explains, stays at the
+profile's value with the reason (forward selection, `_forward`). Each fitted value carries its
+1σ uncertainty; `check_writable` refuses to write a fit that did not converge or whose
+uncertainty exceeds a value.
 """
 
 from __future__ import annotations
@@ -529,24 +534,23 @@ def _selected(fit: Iterable[str]) -> set[str]:
     return chosen
 
 
-def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
-              fit: Iterable[str] = FACTORS, name: str | None = None) -> CalibrationResult:
-    """Fit the profile's factors named in `fit` (of gemm, hbm, fast_busbw, net_busbw) to the
-    measured step times, by least squares on log(predicted / measured), within physical bounds:
-    efficiencies in [0.05, 1], bus bandwidths in [1 %, 100 %] of the link's nominal gb_per_s.
-    Only the GEMM efficiency of precisions the runs use is fitted; a factor no run's step time
-    depends on is left unchanged. Returns the fitted profile (named `name`, default
-    "<hw>-calibrated") with the before/after of every factor and every run."""
-    if not measurements:
-        raise PlanError("no measurements to calibrate against")
-    chosen = _selected(fit)
-    for m in measurements:
-        _check(m, hw)
-    runs = [_Run(m, numbers(m.model, hw, m.config), Choices.of(m.config)) for m in measurements]
-    used = {m.config.precision for m in measurements}
+# What the runs must show before a factor moves. A prediction for a run carries the model's own
+# error, ~σ = its median |error| on published runs (planner.model.validation.model_uncertainty: 5.3 % of
+# a step on H100, 3.6 % on A100 when written), however clean the measurement; so a factor enters the fit only
+# when it lowers the sum of squared log errors by more than that error explains: by ≥ χ²₁(95 %)·σ²
+# (a likelihood-ratio test with one degree of freedom and the noise σ; χ²₁(0.95) = 3.841, any
+# table). A uniform 10 % slowdown is then one factor — the GEMM efficiency, which moves most of
+# every step — not four that each absorb a part of what the model cannot tell apart.
+CHI2_95_ONE_DOF = 3.841
+# A factor whose column of the Jacobian (d log step / d log factor over the runs) has less than
+# this share of its length outside the span of the factors already fitted moves the runs as they
+# do: the runs cannot tell it from them (condition number ≳ 1 / COLLINEAR_MIN).
+COLLINEAR_MIN = 0.05
 
-    all_factors = _factors(hw)
-    before = {f.key: _profile_value(hw, f.path) for f in all_factors}
+
+def _asked(all_factors: list[_Factor], chosen: set[str], used: set[Precision]
+           ) -> tuple[list[_Factor], dict[str, str]]:
+    """The factors --fit names for which some run could say something, and why the others stay."""
     reasons: dict[str, str] = {}
     candidates = []
     for f in all_factors:
@@ -557,79 +561,232 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
             reasons[f.key] = f"no run uses {f.precision.value}"
         else:
             candidates.append(f)
+    return candidates, reasons
 
-    sensitivity: dict[str, float] = {}
-    fitted: list[_Factor] = []
-    if candidates:
-        theta0 = np.log([before[f.key] for f in candidates])
-        _, jac0 = _Problem(runs, candidates).jacobian(theta0)
-        for j, f in enumerate(candidates):
-            sensitivity[f.key] = float(np.max(np.abs(jac0[:, j])))
-            if sensitivity[f.key] < SENSITIVITY_MIN:
-                what = {"fast_busbw": " (no run's exposed communication uses the fast domain)",
-                        "net_busbw": " (no run's exposed communication crosses the network)"}
-                reasons[f.key] = ("no run's step time depends on it"
-                                  + what.get(f.key, "")
-                                  + f": max |d log step / d log factor| = "
-                                  f"{sensitivity[f.key]:.1e}")
-            else:
-                fitted.append(f)
 
-    warnings: list[str] = []
-    iterations, converged = 0, True
-    after = dict(before)
-    rel_std: dict[str, float | None] = {}
-    bound_of: dict[str, str] = {}
-    if fitted:
-        problem = _Problem(runs, fitted)
-        lo = np.log([f.lower for f in fitted])
-        hi = np.log([f.upper for f in fitted])
-        theta0 = np.log([before[f.key] for f in fitted])
+def _sensitive(runs: list[_Run], candidates: list[_Factor], before: dict[str, float]
+               ) -> tuple[list[_Factor], dict[str, str], dict[str, float]]:
+    """The candidates some run's step time depends on (max |d log step / d log factor| at the
+    profile's values ≥ SENSITIVITY_MIN), the reasons for the others, and every sensitivity."""
+    if not candidates:
+        return [], {}, {}
+    _, jac0 = _Problem(runs, candidates).jacobian(np.log([before[f.key] for f in candidates]))
+    what = {"fast_busbw": " (no run's exposed communication uses the fast domain)",
+            "net_busbw": " (no run's exposed communication crosses the network)"}
+    sensitivity = {f.key: float(np.max(np.abs(jac0[:, j]))) for j, f in enumerate(candidates)}
+    reasons = {f.key: ("no run's step time depends on it" + what.get(f.key, "")
+                       + f": max |d log step / d log factor| = {sensitivity[f.key]:.1e}")
+               for f in candidates if sensitivity[f.key] < SENSITIVITY_MIN}
+    return [f for f in candidates if f.key not in reasons], reasons, sensitivity
+
+
+@dataclass
+class _Fit:
+    """One least-squares fit of some factors (the others at the profile's values)."""
+
+    factors: list[_Factor]
+    theta: np.ndarray  # log factor values
+    iterations: int
+    converged: bool
+    active: np.ndarray  # scipy's active_mask: −1 on the lower bound, +1 on the upper, 0 free
+    sum_squares: float  # Σ log(predicted / measured)²
+
+    @staticmethod
+    def of(runs: list[_Run], factors: list[_Factor], before: dict[str, float],
+           start: _Fit | None = None) -> _Fit:
+        """Fit `factors`, each starting from the profile's value or, where `start` fitted it,
+        from there."""
+        problem = _Problem(runs, factors)
+        lo = np.log([f.lower for f in factors])
+        hi = np.log([f.upper for f in factors])
+        known = dict(zip((f.key for f in start.factors), start.theta)) if start else {}
+        theta0 = np.array([known.get(f.key, math.log(before[f.key])) for f in factors])
         theta, iterations, converged, active = _least_squares(problem, theta0, lo, hi)
-        for j, f in enumerate(fitted):
-            after[f.key] = _round(float(np.exp(theta[j])))
-            if active[j] < 0 or theta[j] <= lo[j] + 1e-6:
-                bound_of[f.key] = "lower"
-            elif active[j] > 0 or theta[j] >= hi[j] - 1e-6:
-                bound_of[f.key] = "upper"
-        rel_std = _uncertainty(problem, theta, [f.key not in bound_of for f in fitted])
-        if len(measurements) < len(fitted):
-            warnings.append(f"{len(fitted)} factors fitted from {len(measurements)} runs: the fit "
-                            "is underdetermined; add runs with different layouts")
-        if not converged:
-            warnings.append(f"the fit stopped after {iterations} iterations without converging")
-        for f in fitted:
-            if f.key in bound_of:
-                bound = f.lower if bound_of[f.key] == "lower" else f.upper
-                warnings.append(f"{f.path} ran into its {bound_of[f.key]} bound ({bound:g}): no "
-                                "physical value explains the runs; check the measurements and "
-                                "the layouts they were taken with")
+        r = problem.residuals(theta)
+        return _Fit(factors, theta, iterations, converged, active, float(r @ r))
 
-    new_name = name or f"{hw.name}-calibrated"
-    description = (f"{hw.description} — calibrated to {len(measurements)} measured run"
-                   f"{'s' if len(measurements) != 1 else ''}").strip(" —")
-    profile = profile_with(hw, {f.path: after[f.key] for f in fitted},
-                           name=new_name, description=description)
 
-    factors = []
+def _outside_span(jac: np.ndarray, j: int, span: list[int]) -> float:
+    """The share of column j's length outside the span of the columns `span` (1 with none)."""
+    col = jac[:, j]
+    norm = float(np.linalg.norm(col))
+    if norm == 0:
+        return 0.0
+    if not span:
+        return 1.0
+    basis = jac[:, span]
+    coef, *_ = np.linalg.lstsq(basis, col, rcond=None)
+    return float(np.linalg.norm(col - basis @ coef)) / norm
+
+
+def _forward(runs: list[_Run], candidates: list[_Factor], before: dict[str, float], sigma: float
+             ) -> tuple[_Fit | None, dict[str, str]]:
+    """Forward selection: from no factor, add the one that lowers the squared log error most, while
+    it lowers it by ≥ CHI2_95_ONE_DOF·σ² and the runs can tell it from those already in (its
+    Jacobian column outside their span by ≥ COLLINEAR_MIN). Returns the last fit (None if no
+    factor entered) and why each candidate left out stays."""
+    theta0 = np.log([before[f.key] for f in candidates])
+    r0 = _Problem(runs, candidates).residuals(theta0)
+    best: _Fit | None = None
+    current, reasons = float(r0 @ r0), {}
+    left = list(candidates)
+    while left:
+        chosen = best.factors if best else []
+        trial = chosen + left
+        theta = np.concatenate([best.theta if best else [], np.log([before[f.key] for f in left])])
+        _, jac = _Problem(runs, trial).jacobian(theta)
+        span = list(range(len(chosen)))
+        for j, f in enumerate(left, len(chosen)):
+            share = _outside_span(jac, j, span)
+            if share < COLLINEAR_MIN:
+                names = ", ".join(c.key for c in chosen)
+                reasons[f.key] = (f"the runs cannot tell it from {names}: they move the runs "
+                                  f"alike (only {share:.1%} of its effect is its own)")
+        left = [f for f in left if f.key not in reasons]
+        fits = [_Fit.of(runs, chosen + [f], before, best) for f in left]
+        if not fits:
+            break
+        fit = _likeliest(fits, before, CHI2_95_ONE_DOF * sigma**2)
+        gain = current - fit.sum_squares
+        if gain < CHI2_95_ONE_DOF * sigma**2:
+            for f in left:
+                reasons[f.key] = (
+                    f"the runs do not need it: no factor left lowers the squared log error by "
+                    f"more than {CHI2_95_ONE_DOF:g}·σ² (σ = {sigma:.1%}, the model's own "
+                    f"uncertainty; the best, {fit.factors[-1].key}, by {gain:.2g})")
+            break
+        best, current = fit, fit.sum_squares
+        left = [f for f in left if f is not fit.factors[-1]]
+    return _backward(runs, best, before, sigma, reasons), reasons
+
+
+def _likeliest(fits: list[_Fit], before: dict[str, float], tell: float) -> _Fit:
+    """The fit whose added factor (its last) explains the runs best; of those the runs cannot
+    tell apart from the best (squared log error within `tell` of it), the one whose added factor
+    moves least from the profile's value: a uniform slowdown is put on the factor that explains it
+    with the smallest change."""
+    low = min(f.sum_squares for f in fits)
+    near = [f for f in fits if f.sum_squares <= low + tell]
+    return min(near, key=lambda f: (abs(f.theta[-1] - math.log(before[f.factors[-1].key])),
+                                    f.sum_squares))
+
+
+def _backward(runs: list[_Run], best: _Fit | None, before: dict[str, float], sigma: float,
+              reasons: dict[str, str]) -> _Fit | None:
+    """Drop again each factor that a later one made unneeded: while leaving one out raises the
+    squared log error by less than CHI2_95_ONE_DOF·σ², refit without it (its reason into
+    `reasons`)."""
+    tell = CHI2_95_ONE_DOF * sigma**2
+    while best is not None and len(best.factors) > 1:
+        trials = [(f, _Fit.of(runs, [g for g in best.factors if g is not f], before, best))
+                  for f in best.factors]
+        f, fit = min(trials, key=lambda t: t[1].sum_squares)
+        if fit.sum_squares - best.sum_squares >= tell:
+            break
+        reasons[f.key] = (f"the runs do not need it once {', '.join(g.key for g in fit.factors)} "
+                          f"are fitted: leaving it out raises the squared log error by "
+                          f"{fit.sum_squares - best.sum_squares:.2g}, less than "
+                          f"{CHI2_95_ONE_DOF:g}·σ² (σ = {sigma:.1%}, the model's own uncertainty)")
+        best = fit
+    return best
+
+
+def _bounds_hit(fit: _Fit) -> dict[str, str]:
+    """The fitted factors that ended on a bound: key → "lower" or "upper"."""
+    out = {}
+    for j, f in enumerate(fit.factors):
+        if fit.active[j] < 0 or fit.theta[j] <= math.log(f.lower) + 1e-6:
+            out[f.key] = "lower"
+        elif fit.active[j] > 0 or fit.theta[j] >= math.log(f.upper) - 1e-6:
+            out[f.key] = "upper"
+    return out
+
+
+def _fit_warnings(fit: _Fit, bound_of: dict[str, str]) -> list[str]:
+    warnings = []
+    if not fit.converged:
+        warnings.append(f"the fit stopped after {fit.iterations} iterations without converging")
+    for f in fit.factors:
+        if f.key in bound_of:
+            bound = f.lower if bound_of[f.key] == "lower" else f.upper
+            warnings.append(f"{f.path} ran into its {bound_of[f.key]} bound ({bound:g}): no "
+                            "physical value explains the runs; check the measurements and "
+                            "the layouts they were taken with")
+    return warnings
+
+
+def _factor_rows(all_factors: list[_Factor], fit: _Fit | None, before: dict[str, float],
+                 after: dict[str, float], reasons: dict[str, str], sensitivity: dict[str, float],
+                 rel_std: dict[str, float], bound_of: dict[str, str]) -> list[FactorFit]:
+    rows = []
+    fitted = fit.factors if fit else []
     for f in all_factors:
         is_fitted = f in fitted
-        if is_fitted:
-            std = rel_std.get(f.key)
-            reason = (f"at its {bound_of[f.key]} bound" if f.key in bound_of else
-                      f"1σ ±{std:.1%}" if std is not None and math.isfinite(std) else
-                      "fitted")
-        else:
+        unit = "GB/s" if f.scale == GB else ""
+        if not is_fitted:
             reason = reasons[f.key]
-        factors.append(FactorFit(
-            key=f.key, path=f.path, unit="GB/s" if f.scale == GB else "",
-            before=before[f.key], after=after[f.key], lower=f.lower, upper=f.upper,
-            fitted=is_fitted,
+        elif f.key in bound_of:
+            reason = f"at its {bound_of[f.key]} bound"
+        else:
+            spread = _round(after[f.key] * rel_std[f.key], 2)
+            reason = f"1σ ±{spread:g}{' ' + unit if unit else ''}"
+        rows.append(FactorFit(
+            key=f.key, path=f.path, unit=unit, before=before[f.key], after=after[f.key],
+            lower=f.lower, upper=f.upper, fitted=is_fitted,
             status=("at-bound" if f.key in bound_of else "fitted") if is_fitted else "left",
             reason=reason, sensitivity=sensitivity.get(f.key),
             rel_std=rel_std.get(f.key) if is_fitted else None))
+    return rows
 
-    rows = _run_rows(measurements, hw, profile)
+
+def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
+              fit: Iterable[str] = FACTORS, name: str | None = None) -> CalibrationResult:
+    """Fit the profile's factors named in `fit` (of gemm, hbm, fast_busbw, net_busbw) that the
+    measured step times constrain, by least squares on log(predicted / measured), within physical
+    bounds: efficiencies in [0.05, 1], bus bandwidths in [1 %, 100 %] of the link's nominal
+    gb_per_s. A factor stays at the profile's value, with the reason, when no run uses it (a
+    precision), no run's step depends on it, the runs cannot tell it from a factor already fitted,
+    or fitting it lowers the error by less than the model's own uncertainty explains (_forward).
+    Returns the fitted profile (named `name`, default "<hw>-calibrated") with the before/after of
+    every factor, each fitted value's 1σ uncertainty, and every run."""
+    from .model.validation import model_uncertainty
+
+    if not measurements:
+        raise PlanError("no measurements to calibrate against")
+    chosen = _selected(fit)
+    for m in measurements:
+        _check(m, hw)
+    runs = [_Run(m, numbers(m.model, hw, m.config), Choices.of(m.config)) for m in measurements]
+    all_factors = _factors(hw)
+    before = {f.key: _profile_value(hw, f.path) for f in all_factors}
+    candidates, reasons = _asked(all_factors, chosen, {m.config.precision for m in measurements})
+    candidates, more, sensitivity = _sensitive(runs, candidates, before)
+    reasons.update(more)
+    sigma = model_uncertainty(hw)[0]
+    best, more = _forward(runs, candidates, before, sigma) if candidates else (None, {})
+    reasons.update(more)
+
+    after, rel_std, bound_of, warnings = dict(before), {}, {}, []
+    if best is not None:
+        bound_of = _bounds_hit(best)
+        for j, f in enumerate(best.factors):
+            after[f.key] = _round(float(np.exp(best.theta[j])))
+        rel_std = _uncertainty(_Problem(runs, best.factors), best.theta,
+                               [f.key not in bound_of for f in best.factors], sigma)
+        warnings = _fit_warnings(best, bound_of)
+    fitted = best.factors if best else []
+    n = len(measurements)
+    description = (f"{hw.description} — calibrated to {n} measured run"
+                   f"{'s' if n != 1 else ''}").strip(" —")
+    profile = profile_with(hw, {f.path: after[f.key] for f in fitted},
+                           name=name or f"{hw.name}-calibrated", description=description)
+    return _result(hw, profile, _factor_rows(all_factors, best, before, after, reasons,
+                                             sensitivity, rel_std, bound_of),
+                   _run_rows(measurements, hw, profile), best, warnings)
+
+
+def _result(hw: HardwareProfile, profile: HardwareProfile, factors: list[FactorFit],
+            rows: list[RunFit], best: _Fit | None, warnings: list[str]) -> CalibrationResult:
     err_before = [abs(r.error_before) for r in rows]
     err_after = [abs(r.error_after) for r in rows]
 
@@ -643,7 +800,8 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
         median_abs_error_after=statistics.median(err_after), max_abs_error_after=max(err_after),
         rms_log_error_before=rms_log(r.error_before for r in rows),
         rms_log_error_after=rms_log(r.error_after for r in rows),
-        iterations=iterations, converged=converged, warnings=warnings)
+        iterations=best.iterations if best else 0,
+        converged=best.converged if best else True, warnings=warnings)
 
 
 WORSE_TOLERANCE = 1e-4
@@ -666,22 +824,40 @@ def check_not_worse(result: CalibrationResult) -> None:
             "give --force to write it anyway")
 
 
-def _uncertainty(problem: _Problem, theta: np.ndarray, free: list[bool]) -> dict[str, float | None]:
-    """~1σ relative uncertainty of each fitted factor (σ of log factor), from the Jacobian at the
-    optimum and the residual variance; None where it cannot be told (too few runs)."""
+def check_writable(result: CalibrationResult) -> None:
+    """Refuse (PlanError) to write a profile the runs do not support: a fit that did not converge,
+    one in which no factor moved, or a fitted value whose 1σ uncertainty exceeds the value itself
+    (σ of log value > 1); then check_not_worse. --force writes it anyway."""
+    problems = []
+    if not result.converged:
+        problems.append(f"the fit did not converge in {result.iterations} iterations")
+    if not result.fitted:
+        problems.append("the runs moved no factor (each one's reason is in the table)")
+    for f in result.fitted:
+        if f.rel_std is not None and f.rel_std > 1:
+            problems.append(f"{f.path} = {f.after:g} is uncertain by more than its value "
+                            f"(1σ ×{math.exp(f.rel_std):.3g})")
+    if problems:
+        raise PlanError(f"not written: {'; '.join(problems)} — add runs with other layouts, or "
+                        "give --force to write it anyway")
+    check_not_worse(result)
+
+
+def _uncertainty(problem: _Problem, theta: np.ndarray, free: list[bool], sigma: float
+                 ) -> dict[str, float]:
+    """~1σ relative uncertainty of each fitted factor (σ of log factor) from the Jacobian at the
+    optimum: cov = s²·(JᵀJ)⁻¹, with s² the residual variance but never below σ² (the model's own
+    uncertainty on one run's step, which every prediction carries however clean the runs); a
+    factor on a bound gets none. Factors the runs cannot tell apart never reach here (_forward)."""
     keys = [f.key for f in problem.factors]
     idx = [j for j, ok in enumerate(free) if ok]
-    n = len(problem.runs)
-    if not idx or n <= len(idx):
-        return dict.fromkeys(keys)
+    if not idx:
+        return {}
     r, jac = problem.jacobian(theta)
-    jf = jac[:, idx]
-    s2 = float(r @ r) / (n - len(idx))
-    cov = s2 * np.linalg.pinv(jf.T @ jf)
-    out: dict[str, float | None] = dict.fromkeys(keys)
-    for k, j in enumerate(idx):
-        out[keys[j]] = float(math.sqrt(max(cov[k, k], 0.0)))
-    return out
+    n, k = len(problem.runs), len(idx)
+    s2 = max(float(r @ r) / (n - k) if n > k else 0.0, sigma**2)
+    cov = s2 * np.linalg.pinv(jac[:, idx].T @ jac[:, idx])
+    return {keys[j]: float(math.sqrt(max(cov[i, i], 0.0))) for i, j in enumerate(idx)}
 
 
 def _run_rows(measurements: Sequence[Measurement], hw: HardwareProfile,

@@ -192,9 +192,13 @@ def model_from_hf_config(data: dict, where: str) -> ModelSpec:
     arch = _hf_arch(data)
     model_type = data.get("model_type") if isinstance(data.get("model_type"), str) else None
 
+    missing: list[str] = []  # every key the config lacks, reported at once
+
     def need(key):
         if key not in data or data[key] is None:
-            raise PlanError(f"{where}: Hugging Face config lacks '{key}' (needed for {arch})")
+            if key not in missing:
+                missing.append(key)
+            return 1  # a stand-in, so that the other keys are read too
         value = data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise PlanError(f"{where}: Hugging Face config '{key}' should be a positive whole "
@@ -237,6 +241,9 @@ def model_from_hf_config(data: dict, where: str) -> ModelSpec:
             f"{', '.join(sorted(HF_LLAMA_FAMILY | HF_GPT2_FAMILY | HF_MOE_FAMILY))}); write a "
             "plan3d model file "
             "instead (see model_presets/)")
+    if missing:
+        keys = ", ".join(f"'{k}'" for k in missing)
+        raise PlanError(f"{where}: Hugging Face config lacks {keys} (needed for {arch})")
     spec.update(hf_architecture_fields(data, where, arch, model_type))
     try:
         model = ModelSpec(**spec)

@@ -1,11 +1,13 @@
-"""The same training job over several hardware profiles and GPU counts: the best plan of each
-cell, what it costs to train, and which cell is cheapest and which fastest (`plan3d compare`).
+"""The same training job over several hardware profiles and GPU counts: the recommended plan
+(search's row 1) of each cell, what it costs to train, and which cell is cheapest and which
+fastest (`plan3d compare`).
 
 Every cell trains the same job: the same model, tokens and global batch (in sequences), so that
 the cells differ only in the hardware and the number of GPUs. Each cell's plan is the search's
-best (`search.search`, ranked by step time) and its days, GPU-hours, cost and energy come from
+row 1 (`search.search`: the recommendation rule of planner.ranking, the same as `search` shows
+for that profile and GPU count) and its days, GPU-hours, cost and energy come from
 `estimate.with_budget` (formulas/budget.py), with a goodput for interruptions. With a deadline,
-each profile is sized instead: the fewest GPUs whose best plan trains the tokens in time."""
+each profile is sized instead: the fewest GPUs whose row 1 trains the tokens in time."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from .model.estimate import check_goodput, with_budget
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec
 from .search.core import search
+from .search.ranking import DEFAULT_HEADROOM, check_headroom
 from .search.request import PlanRequest
 from .search.space import gpu_counts
 from .units import token_text
@@ -27,13 +30,13 @@ MAX_CELLS = 256  # profiles × GPU counts: each cell is a whole search
 
 
 class CompareCell(BaseModel):
-    """One (profile, GPU count): its best plan with the budget, or why there is none."""
+    """One (profile, GPU count): its recommended plan (row 1) with the budget, or why there is none."""
 
     model_config = ConfigDict(frozen=True)
 
     hardware: str
     gpus: int
-    plan: Plan | None = None  # the fastest plan that fits, with `budget` filled in
+    plan: Plan | None = None  # the search's row 1 for this cell, with `budget` filled in
     reason: str = ""  # why no plan: nothing fits, or no layout satisfies the rules
     meets_deadline: bool | None = None  # None without --deadline-days
     chosen: bool = False  # with --deadline-days: the fewest GPUs of its profile that finish
@@ -92,12 +95,9 @@ def _per_profile(values: Mapping[str, float] | float | None, hw: HardwareProfile
 def _cell(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, gpus: int,
           train_tokens: float, price: float | None, power_w: float, goodput: float,
           headroom: float) -> CompareCell:
-    try:
-        # the fastest plan: the ranking lists ties in order of simplicity, so take the minimum
-        # over the first few rather than the first
-        plans = search(model, hw, req.model_copy(update={"gpus": gpus}), top=5, sort="time",
-                       headroom=headroom).plans
-        best = min(plans, key=lambda p: p.time.step_s)
+    try:  # row 1: the plan `search` recommends for this profile and GPU count
+        best = search(model, hw, req.model_copy(update={"gpus": gpus}), top=1, sort="time",
+                      headroom=headroom).plans[0]
     except PlanError as exc:  # nothing fits; or, e.g., a precision the profile has no figures for
         return CompareCell(hardware=hw.name, gpus=gpus, reason=str(exc))
     return CompareCell(hardware=hw.name, gpus=gpus,
@@ -110,29 +110,47 @@ def _pick(cell: CompareCell) -> Pick:
                 cost=b.cost)
 
 
+def _answer(ranked: list[CompareCell], notes: list[str]
+            ) -> tuple[CompareCell | None, str, CompareCell | None]:
+    """The cheapest cell (by cost where the cells have prices, else by GPU-hours; a note names
+    the profiles left out for want of a price), how it was judged, and the fastest cell."""
+    if not ranked:
+        return None, "cost", None
+    fastest = min(ranked, key=lambda c: (c.plan.budget.days, c.gpus))
+    priced = [c for c in ranked if c.plan.budget.cost is not None]
+    if not priced:
+        return (min(ranked, key=lambda c: (c.plan.budget.gpu_hours, c.plan.budget.days)),
+                "gpu_hours", fastest)
+    unpriced = sorted({c.hardware for c in ranked} - {c.hardware for c in priced})
+    if unpriced:
+        notes.append(f"no price for {', '.join(unpriced)}: left out of the cheapest "
+                     "(give --price NAME=PRICE)")
+    return min(priced, key=lambda c: (c.plan.budget.cost, c.plan.budget.days)), "cost", fastest
+
+
 def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
             gpus: Sequence[int], req: PlanRequest, train_tokens: float,
             prices: Mapping[str, float] | float | None = None,
             powers_w: Mapping[str, float] | float | None = None,
             goodput: float = DEFAULT_GOODPUT, deadline_days: float | None = None,
-            headroom: float = 0.0) -> CompareResult:
-    """The best plan of `model` on each (profile, GPU count), budgeted for train_tokens.
+            headroom: float | None = None) -> CompareResult:
+    """The recommended plan (search's row 1) of `model` on each (profile, GPU count), budgeted
+    for train_tokens.
 
     profiles: (the name the user gave, the profile) pairs; prices and powers_w: one number for
     all, or a mapping keyed by either name (power defaults to the profile's TDP). The global
     batch is req's (--gbs or --tokens-per-step), else the default batch of the largest GPU count
     considered, the same in every cell. With deadline_days, each profile is sized: its counts
     are tried in increasing order (one count given: whole NVLink domains, doubling up to it, as
-    `search --sort gpus`) and the first whose best plan trains in at most deadline_days is
+    `search --sort gpus`) and the first whose row 1 trains in at most deadline_days is
     chosen; the answer then ranks the chosen cells."""
     if not profiles:
         raise PlanError("--hw named no profile; give one or more, e.g. h100-nvlink,b200-nvlink")
     if not gpus:
         raise PlanError("--gpus named no count; give one or more, e.g. 1024,2048")
     check_goodput(goodput)
-    if not 0 <= headroom < 1:
-        raise PlanError(f"--headroom is a fraction of the memory to keep free, in [0, 1), got "
-                        f"{headroom:g}")
+    headroom = DEFAULT_HEADROOM if headroom is None else headroom
+    check_headroom(headroom)
     if deadline_days is not None and not 0 < deadline_days < float("inf"):
         raise PlanError(f"--deadline-days must be a positive number of days, got "
                         f"{deadline_days:g}")
@@ -174,20 +192,7 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
 
     ranked = [c for c in cells if c.plan is not None
               and (deadline_days is None or c.chosen)]
-    cheapest = fastest = None
-    cheapest_by = "cost"
-    if ranked:
-        priced = [c for c in ranked if c.plan.budget.cost is not None]
-        if priced:
-            cheapest = min(priced, key=lambda c: (c.plan.budget.cost, c.plan.budget.days))
-            unpriced = sorted({c.hardware for c in ranked} - {c.hardware for c in priced})
-            if unpriced:
-                notes.append(f"no price for {', '.join(unpriced)}: left out of the cheapest "
-                             "(give --price NAME=PRICE)")
-        else:
-            cheapest_by = "gpu_hours"
-            cheapest = min(ranked, key=lambda c: (c.plan.budget.gpu_hours, c.plan.budget.days))
-        fastest = min(ranked, key=lambda c: (c.plan.budget.days, c.gpus))
+    cheapest, cheapest_by, fastest = _answer(ranked, notes)
     return CompareResult(
         model=model.name, train_tokens=train_tokens, gbs=gbs, seq_len=req.seq(model),
         goodput=goodput, deadline_days=deadline_days, cells=cells,
@@ -195,10 +200,21 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
         fastest=_pick(fastest) if fastest else None, notes=notes)
 
 
+def check_chart() -> None:
+    """Raise PlanError unless matplotlib (the chart extra) can be imported: `compare --chart`
+    asks before it computes anything."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlanError("--chart draws with matplotlib, which is not installed: "
+                        "pip install 'plan3d[chart]'") from None
+
+
 def chart_image(result: CompareResult, fmt: str) -> bytes:
     """Scaling and cost curves of a comparison as SVG or PNG bytes, drawn with matplotlib (an
     optional extra: `pip install 'plan3d[chart]'`), one line per profile: days to train against
-    GPUs (with the deadline, if any), and cost (or GPU-hours, without prices) against GPUs."""
+    GPUs (with the deadline, if any), and cost (or GPU-hours, without prices) against GPUs; one
+    legend for both, numbers on every axis."""
     try:
         from matplotlib import rc_context
         from matplotlib.figure import Figure
@@ -207,23 +223,46 @@ def chart_image(result: CompareResult, fmt: str) -> bytes:
                         "pip install 'plan3d[chart]'") from None
     import io
 
-    from matplotlib.ticker import EngFormatter, FuncFormatter, NullFormatter, NullLocator
-
     by_cost = result.cheapest_by == "cost"
-    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    fig = Figure(figsize=(10, 4.6), layout="constrained")
     days_ax, cost_ax = fig.subplots(1, 2)
-    for name in dict.fromkeys(c.hardware for c in result.cells):
+    _chart_lines(result, days_ax, cost_ax, by_cost)
+    _chart_axes(result, days_ax, cost_ax, by_cost)
+    # one legend for the figure (each profile's colour is the same in both panels)
+    handles, labels = days_ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+                   fontsize="small", frameon=False)
+    buf = io.BytesIO()
+    metadata = {"Date": None} if fmt == "svg" else None  # an SVG that does not change per run
+    # text stays text (searchable, selectable); fixed ids: the same SVG every run
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "plan3d"}):
+        fig.savefig(buf, format=fmt, metadata=metadata)
+    return buf.getvalue()
+
+
+def _chart_lines(result: CompareResult, days_ax, cost_ax, by_cost: bool) -> None:
+    """One line per profile in each panel, the same colour in both; the deadline, if any."""
+    for k, name in enumerate(dict.fromkeys(c.hardware for c in result.cells)):
         done = [c for c in result.cells if c.hardware == name and c.plan is not None]
         if not done:
             continue
         x = [c.gpus for c in done]
-        days_ax.plot(x, [c.plan.budget.days for c in done], marker="o", label=name)
+        colour = f"C{k}"
+        days_ax.plot(x, [c.plan.budget.days for c in done], marker="o", color=colour, label=name)
         money = [c.plan.budget.cost if by_cost else c.plan.budget.gpu_hours for c in done]
         if all(m is not None for m in money):
-            cost_ax.plot(x, money, marker="o", label=name)
+            cost_ax.plot(x, money, marker="o", color=colour)
     if result.deadline_days is not None:
         days_ax.axhline(result.deadline_days, color="0.4", linestyle="--", linewidth=1,
                         label=f"deadline {result.deadline_days:g} days")
+
+
+def _chart_axes(result: CompareResult, days_ax, cost_ax, by_cost: bool) -> None:
+    """Log-2 GPU axes labelled with the counts; numbers on both value axes (1-2-5 steps on the
+    logarithmic days axis, so that a range inside one decade still carries labels)."""
+    from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter, NullLocator
+
     counts = sorted({c.gpus for c in result.cells})
     for ax in (days_ax, cost_ax):
         ax.set_xscale("log", base=2)
@@ -231,23 +270,16 @@ def chart_image(result: CompareResult, fmt: str) -> bytes:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("GPUs")
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
     days_ax.set_yscale("log")
-    days_ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    days_ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    days_ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.3g}"))
     days_ax.yaxis.set_minor_formatter(NullFormatter())
     days_ax.set_ylabel(f"days to train (goodput {result.goodput:.0%})")
     cost_ax.yaxis.set_major_formatter(EngFormatter(sep=""))
     cost_ax.set_ylabel("cost (at --price)" if by_cost else "GPU-hours")
     tokens = EngFormatter(sep="")(result.train_tokens)
-    fig.suptitle(f"{result.model}: {tokens} tokens, global batch {result.gbs:,} × "
-                 f"{result.seq_len:,} tokens; best plan per point")
-    buf = io.BytesIO()
-    metadata = {"Date": None} if fmt == "svg" else None  # an SVG that does not change per run
-    # text stays text (searchable, selectable); fixed ids: the same SVG every run
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "plan3d"}):
-        fig.savefig(buf, format=fmt, metadata=metadata)
-    return buf.getvalue()
+    days_ax.figure.suptitle(f"{result.model}: {tokens} tokens, global batch {result.gbs:,} × "
+                            f"{result.seq_len:,} tokens; the recommended plan per point")
 
 
 def per_profile(text: str | None, flag: str, names: Sequence[str], top: float,

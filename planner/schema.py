@@ -328,6 +328,17 @@ class Link(_Strict):
         None, description="NVLink SHARP (NVLS) all-reduce bus bandwidth per GPU inside the domain "
         "(GB/s); None where the switch has no NVLS or NCCL does not use it.")
 
+    @model_validator(mode="after")
+    def _busbw_within_line_rate(self) -> Link:
+        # an all-reduce's bus bandwidth is normalised so that a perfect ring reaches the link's
+        # own rate and never more (NCCL's nccl-tests PERFORMANCE.md: busBw = algBw·2(n−1)/n);
+        # only in-switch reduction (NVLS, its own field) goes beyond it
+        if self.busbw_gb_per_s > self.gb_per_s:
+            raise ValueError(f"busbw_gb_per_s ({self.busbw_gb_per_s:g}) is above the link's own "
+                             f"rate gb_per_s ({self.gb_per_s:g}): an all-reduce's bus bandwidth "
+                             "cannot exceed the link it runs on")
+        return self
+
     @property
     def busbw_bytes_per_s(self) -> float:
         return self.busbw_gb_per_s * GB
@@ -412,6 +423,11 @@ class Host(_Strict):
         return self.dram_gb_per_s * GB
 
 
+MAX_HBM_GIB = 2048
+"""The most memory per GPU a profile may claim: 7× the largest HBM shipped (288 GB: NVIDIA B300,
+AMD MI355X), so that a unit slip (MiB for GiB: 79,600) is refused, not planned with."""
+
+
 class HardwareProfile(_Strict):
     """A GPU and the cluster it sits in."""
 
@@ -439,6 +455,10 @@ class HardwareProfile(_Strict):
 
     @model_validator(mode="after")
     def _topology_fits(self) -> HardwareProfile:
+        if self.hbm_gib > MAX_HBM_GIB:
+            raise ValueError(f"hbm_gib = {self.hbm_gib:,g} GiB per GPU is not a GPU's memory (the "
+                             f"largest shipped holds 288 GB; plan3d accepts up to {MAX_HBM_GIB:,} "
+                             "GiB): a unit slip? hbm_gib is GiB per GPU")
         used = self.topology.domain_gpus_used
         if used is not None and used > self.gpus_per_domain:
             raise ValueError(f"topology.domain_gpus_used ({used}) cannot exceed gpus_per_domain "
@@ -683,7 +703,8 @@ class PlanConfig(_Strict):
             parts.append(f"v{self.vpp}")
         if self.ep > 1 or self.etp > 1:
             parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else "")
-                         + (" deepep" if self.moe_dispatcher == "deepep" else ""))
+                         + (" deepep" if self.moe_dispatcher == "deepep" else "")
+                         + (" ovl" if self.moe_a2a_overlap else ""))
         if self.pp > 1 and self.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
             parts.append(self.schedule.value)
         if self.mbs != 1:
@@ -717,7 +738,8 @@ class PlanConfig(_Strict):
             parts.append(self.schedule.value)
         if self.ep > 1 or self.etp > 1:
             parts.append(f"ep{self.ep}" + (f" etp{self.etp}" if self.etp > 1 else "")
-                         + (" deepep" if self.moe_dispatcher == "deepep" else ""))
+                         + (" deepep" if self.moe_dispatcher == "deepep" else "")
+                         + (" ovl" if self.moe_a2a_overlap else ""))
         parts.append(f"mbs{self.mbs}")
         if batch:
             parts += [f"gbs{self.gbs}", f"s{self.seq_len}"]

@@ -41,13 +41,17 @@ COMMANDS: dict[str, list[str]] = {
                         "--dp-shard", "auto", *_S],
     "search-70b-offload-auto": ["search", "--model", "70b", "--gpus", "16", "--hw",
                                 "a100-nvlink", "--offload", "auto", *_S],
-    "search-70b-budget": ["search", *_E70, "--train-tokens", "15T", "--gpu-hour-price", "2.5",
+    "search-70b-budget": ["search", *_E70, "--train-tokens", "15T", "--price", "2.5",
                           *_S],
     "search-deepseek-v3": ["search", "--model", "deepseek-v3", "--gpus", "2048", *_S],
     "search-qwen3-30b": ["search", "--model", "qwen3-30b-a3b", "--gpus", "64", *_S],
     "search-mixtral-8x7b": ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--hw",
                             "a100-nvlink", *_S],
     "search-70b-no-fit": ["search", "--model", "405b", "--gpus", "8", "--json"],
+    # the recommendation rule (issue 19): another memory margin; a row read back by explain
+    "search-70b-headroom": ["search", *_E70, "--headroom", "0.3", *_S],
+    "explain-70b-plan": ["explain", *_E70, "--plan", "dp128 tp2 pp1 cp2 z3 sel", "--gbs", "512",
+                         "--json"],
     # search --emit: the launch settings of each format in the JSON
     "search-70b-emit-megatron": ["search", *_E70, "--emit", "megatron", *_S],
     "search-70b-emit-nemo": ["search", *_E70, "--emit", "nemo", *_S],

@@ -160,6 +160,15 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, rich_m
                   pretty_exceptions_enable=False, help=HELP)
 
 
+class PanelledHelp(typer.core.TyperCommand):
+    """A command whose --help groups its options into rich panels (flags.HELP_PANELS): the
+    commands with many options. The root --help stays plain, and so fast (benchmarks/)."""
+
+    def format_help(self, ctx, formatter) -> None:
+        self.rich_markup_mode = "rich"
+        super().format_help(ctx, formatter)
+
+
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"plan3d {__version__}\n")

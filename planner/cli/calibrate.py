@@ -26,7 +26,8 @@ def calibrate(
     name: Annotated[str | None, typer.Option(help="Name of the new profile.")] = None,
     json_: JsonOpt = False, framework: FrameworkOpt = None,
     force: Annotated[bool, typer.Option(
-        "--force", help="Write the profile even if it fits the runs worse than --hw.")] = False,
+        "--force", help="Write the profile even if the fit did not converge, moved nothing, is "
+        "less certain than a value, or fits the runs worse than --hw.")] = False,
 ) -> None:
     """Fit a profile's efficiency factors to your cluster's measured step times."""
     from pathlib import Path
@@ -51,7 +52,7 @@ def calibrate(
         result = cal.calibrate(runs, profile, fit=factors, name=name)
         data = _checked_json(result.model_dump(mode="json"))
         if output and not force:
-            cal.check_not_worse(result)
+            cal.check_writable(result)
         toml_text = cal.calibration_toml(result, measurements) if output else None
         if output:
             _write_file(output, toml_text)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-
 import typer
 
 from ..errors import (
@@ -44,7 +42,7 @@ def _extras(plan, model, hw, emit, train_tokens, price, power, goodput=None):
     from .. import api
     from ..search.options import MAX_POWER_W, MAX_PRICE, positive_number, token_count
 
-    price = positive_number(price, "gpu-hour-price", MAX_PRICE, allow_zero=True)
+    price = positive_number(price, "price", MAX_PRICE, allow_zero=True)
     power = positive_number(power, "gpu-power-w", MAX_POWER_W, unit=" W")
     plan = api.budgeted(plan, hw, token_count(train_tokens), price, power, goodput)
     launch = api.launch_settings(model, plan, emit) if emit else None
@@ -117,32 +115,11 @@ def _checked_json(data) -> dict:
 
 
 def _write_file(path: str, content: str | bytes) -> None:
-    """Write all of `content` (text, or bytes such as a PNG) to `path` or nothing (a temporary
-    file beside it, then a rename)."""
-    import tempfile
-    from pathlib import Path
+    """Write all of `content` (text, or bytes such as a PNG) to `path` or nothing, with the
+    umask's permissions (planner.files.write_atomic)."""
+    from ..files import write_atomic
 
-    target = Path(path).expanduser()
-    tmp = None
-    try:
-        if target.is_dir():
-            raise IsADirectoryError(21, "is a folder")
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                   dir=target.parent if str(target.parent) else ".")
-        binary = isinstance(content, bytes)
-        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
-            fh.write(content)
-        os.replace(tmp, target)
-        tmp = None
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise PlanError(f"cannot write {path}: {reason}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    write_atomic(path, content)
 
 
 def _not_fit_message(plan) -> str:

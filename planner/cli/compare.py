@@ -11,23 +11,35 @@ from ..errors import (
     NoFeasiblePlan,
     PlanError,
 )
-from .app import app
+from .app import PanelledHelp, app
 from .common import _checked_json, _fail, _request, _write_file
 from .flags import (
     AttnOpt,
+    CpOpt,
+    DpOpt,
+    FrameworkOpt,
     GbsOpt,
     GoodputOpt,
     GradOpt,
+    HeadroomOpt,
     JsonOpt,
+    MbsOpt,
     ModelOpt,
     OverlapOpt,
+    PpOpt,
     PrecisionOpt,
+    RecomputeOpt,
+    ScheduleOpt,
     SeqOpt,
+    SpOpt,
     TokensOpt,
+    TpOpt,
+    VppOpt,
+    ZeroOpt,
 )
 
 
-@app.command()
+@app.command(cls=PanelledHelp)
 def compare(
     model: ModelOpt,
     hw: Annotated[str, typer.Option(
@@ -46,11 +58,14 @@ def compare(
     deadline_days: Annotated[float | None, typer.Option(
         help="Size each profile: the fewest GPUs whose best plan trains the tokens within this "
         "many days.")] = None,
+    framework: FrameworkOpt = None,
+    dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
+    schedule: ScheduleOpt = None, sp: SpOpt = None,
     gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
     precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True,
-    headroom: Annotated[float, typer.Option(
-        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+    headroom: HeadroomOpt = None,
     json_: JsonOpt = False,
     chart: Annotated[str | None, typer.Option(
         help="Draw days and cost against GPUs to an .svg or .png file (needs matplotlib: "
@@ -70,11 +85,14 @@ def compare(
             if fmt not in ("svg", "png"):
                 raise PlanError(f"--chart writes .svg or .png: give a path ending in one of them, "
                                 f"got '{chart}'")
+            from ..compare import check_chart
+
+            check_chart()  # before computing: the chart extra may be missing
         names = [s.strip() for s in hw.split(",") if s.strip()]
         counts = int_list(gpus, "gpus", MAX_GPUS) or []
-        req = _request(max(counts, default=1), None, None, None, None, None, None, None, None,
-                       None, None, gbs, tokens_per_step, seq_len, precision, grad_dtype,
-                       attention, overlap_grad_reduce)
+        req = _request(max(counts, default=1), dp, tp, pp, cp, vpp, mbs, zero, recompute,
+                       schedule, sp, gbs, tokens_per_step, seq_len, precision, grad_dtype,
+                       attention, overlap_grad_reduce, framework=framework)
         result = api.compare_request(model, names, counts, req, token_count(train_tokens),
                                      price, gpu_power_w, goodput, deadline_days, headroom)
         data = _checked_json(result.model_dump(mode="json"))

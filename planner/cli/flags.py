@@ -164,10 +164,11 @@ MoeCapacityOpt = Annotated[float | None, typer.Option(
     min=0.01, max=64.0)]
 
 
-MoeOverlapOpt = Annotated[bool, typer.Option(
+MoeOverlapOpt = Annotated[bool | None, typer.Option(
     "--moe-a2a-overlap/--no-moe-a2a-overlap",
     help="Overlap the all-to-all with another micro-batch's compute (Megatron "
-    "--overlap-moe-expert-parallel-comm; DualPipe with the dualpipev schedule).")]
+    "--overlap-moe-expert-parallel-comm; DualPipe with the dualpipev schedule); search weighs "
+    "both where the framework runs it unless one is given.")]
 
 
 # offload: to host memory
@@ -195,14 +196,25 @@ OffloadModeOpt = Annotated[str, typer.Option(
 
 
 EmitOpt = Annotated[str | None, typer.Option(
-    help="Print launch settings for megatron, nemo, torchtitan or deepspeed.")]
+    help="Print launch settings for megatron, nemo, torchtitan or deepspeed "
+    "(torchtitan@0.2: the TOML job config of torchtitan 0.2; default 0.3).")]
 
 
 TrainTokensOpt = Annotated[str | None, typer.Option(
     help="Tokens to train on (e.g. 15T, 300B): adds days, GPU-hours, cost, energy.")]
 
 
-PriceOpt = Annotated[float | None, typer.Option(help="Price of one GPU-hour, for the cost.")]
+PriceOpt = Annotated[float | None, typer.Option(
+    "--price", help="Price of one GPU-hour, for the cost (compare: per profile too).")]
+HeadroomOpt = Annotated[float | None, typer.Option(
+    help="Memory a recommended plan leaves free, as a fraction of capacity (default 0.1: the "
+    "estimate's own error and NCCL buffers beyond it); a plan that fits only inside it is "
+    "marked m and never ranked first.")]
+WhyOpt = Annotated[bool, typer.Option(
+    "--why", help="After the table: every row against row 1 and every option weighed.")]
+PlanOpt = Annotated[str | None, typer.Option(
+    "--plan", help="A layout as search's table prints it, e.g. \"dp128 tp2 pp1 cp2 z3 sel\" "
+    "(quoted): its degrees, ZeRO stage, recompute and the rest in one argument.")]
 
 
 PowerOpt = Annotated[float | None, typer.Option(
@@ -233,3 +245,22 @@ GoodputOpt = Annotated[float | None, typer.Option(
     help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
     f"interruptions, restarts and checkpoints (default {DEFAULT_GOODPUT:.2f}: Llama 3 405B on "
     "16K H100, Dubey et al. 2024 §3.3.4).")]
+
+
+# --help in panels (issue 19): what to plan, the layout, memory, the schedule, MoE, time and cost,
+# output. The options are shared by explain, search and compare, so each panel is set once here.
+HELP_PANELS = {
+    "What to plan": (ModelOpt, HwOpt, GpusOpt, FrameworkOpt, GbsOpt, TokensOpt, SeqOpt,
+                     PrecisionOpt, AttnOpt),
+    "Layout": (PlanOpt, DpOpt, TpOpt, PpOpt, CpOpt, VppOpt, MbsOpt, SpOpt, CpKindOpt, CpA2aOpt,
+               DpShardOpt, DpReplicateOpt),
+    "Memory and recompute": (ZeroOpt, RecomputeOpt, HeadroomOpt, GradOpt, OffloadOptimizerOpt,
+                             OffloadParamsOpt, OffloadActivationsOpt, OffloadModeOpt),
+    "Schedule and overlap": (ScheduleOpt, OverlapOpt),
+    "Mixture of experts": (EpOpt, EtpOpt, MoeImbalanceOpt, MoeCapacityOpt, MoeOverlapOpt),
+    "Time and cost": (TrainTokensOpt, PriceOpt, PowerOpt, GoodputOpt, DeadlineOpt),
+    "Output": (JsonOpt, WhyOpt, EmitOpt, MfuOpt),
+}
+for _panel, _options in HELP_PANELS.items():
+    for _option in _options:
+        _option.__metadata__[0].rich_help_panel = _panel

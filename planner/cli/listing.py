@@ -38,7 +38,7 @@ def hardware(json_: JsonOpt = False) -> None:
 
 
 @app.command()
-def validate(hw: HwOpt = "a100-nvlink", json_: JsonOpt = False,
+def validate(hw: HwOpt = "h100-nvlink", json_: JsonOpt = False,
              framework: FrameworkOpt = None) -> None:
     """The published runs measured on the profile's GPU (A100, H100) through the model:
     predicted vs measured step time."""

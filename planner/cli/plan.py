@@ -11,7 +11,8 @@ from ..errors import (
     NoFeasiblePlan,
     PlanError,
 )
-from .app import app
+from ..layout_text import explain_args
+from .app import PanelledHelp, app
 from .common import (
     EMIT_SEARCH_DEPTH,
     MAX_TIMELINE_BLOCKS,
@@ -49,6 +50,7 @@ from .flags import (
     GoodputOpt,
     GpusOpt,
     GradOpt,
+    HeadroomOpt,
     HwOpt,
     JsonOpt,
     MbsOpt,
@@ -64,6 +66,7 @@ from .flags import (
     OffloadOptimizerOpt,
     OffloadParamsOpt,
     OverlapOpt,
+    PlanOpt,
     PowerOpt,
     PpOpt,
     PrecisionOpt,
@@ -78,17 +81,18 @@ from .flags import (
     TpOpt,
     TrainTokensOpt,
     VppOpt,
+    WhyOpt,
     ZeroOpt,
     _mfu_convention,
 )
 
 
-@app.command()
+@app.command(cls=PanelledHelp)
 def explain(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
-    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = "selective",
-    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
+    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
+    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None, plan: PlanOpt = None,
     tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False, emit: EmitOpt = None,
@@ -107,7 +111,7 @@ def explain(
         "comm, time, constants (default: all).")] = None,
     mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
     moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
@@ -158,6 +162,10 @@ def _explained(o) -> SimpleNamespace:
                         f"got '{o.timeline_out}'")
     run = SimpleNamespace(convention=_mfu_convention(o.mfu_convention),
                           sections=_sections(o.section), picture=None, svg=None)
+    if o.plan is not None:
+        _apply_layout(o)
+    if o.recompute is None:
+        o.recompute = "selective"
     if o.zero is None:  # the framework's own default: ZeRO-1 for Megatron, FSDP for torchtitan
         from ..frameworks import FRAMEWORKS
         from ..search.options import resolve_framework
@@ -184,6 +192,33 @@ def _explained(o) -> SimpleNamespace:
     run.constants = (None if o.json_ or o.brief
                      else api.explain_constants(o.model, o.hw, run.plan))
     return run
+
+
+LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp", "ep", "etp",
+                  "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
+                  "offload_optimizer", "offload_params", "offload_activations",
+                  "moe_dispatcher", "moe_a2a_overlap", "recompute_layers", "recompute_modules",
+                  "fp8_recipe", "fp8_param_gather")
+"""explain's options a layout string (--plan) can set."""
+
+
+def _apply_layout(o) -> None:
+    """explain --plan: the layout string's settings into explain's options; an option given
+    beside it that contradicts it is an error naming both (planner.layout_text)."""
+    from ..layout_text import merge_layout
+
+    # options at the values they take when not given count as not given
+    unset = {"recompute_layers": 0, "fp8_param_gather": False, "precision": "bf16",
+             "moe_a2a_overlap": False}
+    given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
+             for k in LAYOUT_OPTIONS}
+    fields = merge_layout(o.plan, given)
+    for key, value in fields.items():
+        if key in LAYOUT_OPTIONS:
+            typed = isinstance(value, bool) or key.startswith("offload") or key in (
+                "precision", "gbs", "seq_len", "moe_dispatcher", "recompute_layers",
+                "recompute_modules", "fp8_recipe")  # options typed as they are, not degree lists
+            setattr(o, key, value if typed else str(value))
 
 
 def _timeline_picture(o, plan):
@@ -255,7 +290,7 @@ def _write_launch(launch, plan, fits: bool, force: bool) -> None:
                       "a warning at their top)")
 
 
-@app.command()
+@app.command(cls=PanelledHelp)
 def search(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
@@ -265,21 +300,22 @@ def search(
     grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
     overlap_grad_reduce: OverlapOpt = True,
     allow_tp_across_nodes: Annotated[bool, typer.Option(
-        help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
-    top: Annotated[int, typer.Option(help="How many plans to show.", min=1)] = 10,
+        rich_help_panel="Layout", help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
+    top: Annotated[int, typer.Option(help="How many plans to show.", min=1,
+                                     rich_help_panel="Ranking")] = 10,
     sort: Annotated[str, typer.Option(
-        help="Rank by: time, memory, mfu; or gpus: the fewest GPUs (whole NVLink domains, "
-        "doubling up to --gpus) whose best plan steps within --target-step-s.")] = "time",
+        rich_help_panel="Ranking", help="Rank by: time, memory, mfu; or gpus: the fewest GPUs "
+        "(whole NVLink domains, doubling up to --gpus) whose row 1 steps within "
+        "--target-step-s.")] = "time",
     target_step_s: Annotated[float | None, typer.Option(
-        help="With --sort gpus: the step time to reach, in seconds.")] = None,
-    headroom: Annotated[float, typer.Option(
-        help="Memory to keep free, as a fraction of capacity (0.1 = 10%).")] = 0.0,
+        rich_help_panel="Ranking", help="With --sort gpus: the step time to reach, in seconds.")] = None,
+    headroom: HeadroomOpt = None, why: WhyOpt = False,
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = False,
+    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
     moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
     dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
     cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
@@ -319,7 +355,9 @@ def _searched(o) -> SimpleNamespace:
                                 target_step_s=target_step_s)
     plans = [_extras(plan, o.model, o.hw, None, o.train_tokens, o.gpu_hour_price, o.gpu_power_w,
                      o.goodput)[0] for plan in result.plans]
-    run.result = result.model_copy(update={"plans": plans})
+    run.result = result.model_copy(update={"plans": plans, "explain_args": [
+        explain_args(o.model, o.hw, p.config, o.framework, o.seq_len is not None)
+        for p in plans]})
     run.launch = None
     if o.emit:
         try:
@@ -350,7 +388,23 @@ def _show_searched(o, run) -> None:
     _notice(run.framework_note)
     # with --emit, stdout carries the settings alone; the table goes to stderr
     out = render.console(stderr=run.launch is not None)
-    render.render_search(run.result, out, mfu_convention=run.convention)
+    render.render_search(run.result, out, mfu_convention=run.convention, why=o.why,
+                         footer=_footer(run.result, o.why))
     if run.launch is not None:
         render.render_launch_notes(run.launch, out)
         render.write_settings(run.launch)
+
+
+def _footer(result, why: bool) -> list[str]:
+    """The command that runs row 1 as printed, and where the rest of the reasoning is."""
+    import shlex
+
+    if not result.explain_args:
+        return []
+    # a layout in double quotes, as the issue and the README write it; anything else as shlex does
+    words = [f'"{a}"' if " " in a and '"' not in a and "$" not in a and "`" not in a
+             else shlex.quote(a) for a in result.explain_args[0]]
+    lines = ["Run row 1: plan3d " + " ".join(words)]
+    if not why:
+        lines.append("--why: every row against row 1, and every option weighed.")
+    return lines

@@ -39,7 +39,11 @@ def get(name: str) -> Framework:
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
     if key not in FRAMEWORKS:
-        raise PlanError(f"unknown framework {name!r}; known: {', '.join(NAMES)}")
+        import difflib
+
+        close = difflib.get_close_matches(key, [*NAMES, *ALIASES], n=1)
+        hint = f"; did you mean {ALIASES.get(close[0], close[0])}?" if close else ""
+        raise PlanError(f"unknown framework {name!r}{hint} (known: {', '.join(NAMES)})")
     return FRAMEWORKS[key]
 
 

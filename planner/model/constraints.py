@@ -102,16 +102,22 @@ SCHEDULE_RULES = (
 )
 """The rules of the split-backward schedules (issue 15): they read the layout's `schedule`."""
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 MOE_RULES = (
     # ---- moe: expert parallelism (Megatron-Core MoE parallel folding; megatron/training/
     # arguments.py validate_args and megatron/core/parallel_state.py @ d98e8a64dd) -------------
     Rule("ep = etp = 1 for a dense model",
          lambda m, c: (m.n_experts > 1) | ((_ep(c) == 1) & (_etp(c) == 1)),
-         lambda m, c: f"{m.name} has no routed experts: --ep and --etp must be 1 "
-                      f"(got ep={_ep(c)}, etp={_etp(c)})"),
+         lambda m, c: f"{m.name} has no routed experts, so there is nothing to split over "
+                      f"expert parallelism: ep = etp = 1 is the only value that works; leave --ep "
+                      f"and --etp out (got ep={_ep(c)}, etp={_etp(c)})"),
     Rule("ep divides the routed experts",
          lambda m, c: m.n_experts % _ep(c) == 0,
-         lambda m, c: f"ep={_ep(c)} must divide the {m.n_experts} routed experts of {m.name} "
+         lambda m, c: f"ep={_ep(c)} must divide the {m.n_experts} routed experts of {m.name}: "
+                      f"ep = {', '.join(str(d) for d in _divisors(m.n_experts))} work "
                       "(Megatron: num_experts a multiple of expert_model_parallel_size)"),
     Rule("ep·etp divides dp·cp·tp (the expert layers' ep × etp × edp tile the dense layers' "
          "dp × cp × tp GPUs: edp = dp·cp·tp/(ep·etp))",

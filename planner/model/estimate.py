@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import PlanError
-from ..formulas.choices import Precision, QuantRecipe
+from ..formulas.choices import Precision, QuantRecipe, Recompute
 from ..results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from . import constraints
@@ -30,6 +30,14 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
     rule = constraints.broken(model, layout) or framework_named(c.framework).broken(model, layout)
     if rule is not None:
         raise PlanError(rule.message(model, layout))
+    if c.moe_a2a_overlap:  # moe: where Megatron-Core runs the all-to-all overlap
+        from .moe import overlap_problem
+
+        problem = overlap_problem(c.ep, c.pp, c.vpp, c.recompute is Recompute.FULL,
+                                  c.moe_dispatcher)
+        if problem:
+            raise PlanError(f"--moe-a2a-overlap: {problem} (Megatron-Core "
+                            "transformer_config.py)")
     if hw.peak_flops_per_s(c.precision) is None or hw.gemm_efficiency(c.precision) is None:
         raise PlanError(f"{hw.name} has no {c.precision.value} figures "
                         f"(its profile lists no peak or efficiency for it)")

@@ -32,20 +32,42 @@ def model_numbers(model: ModelSpec) -> dict:
                 expert_groups=model.n_expert_groups or 1, topk_groups=model.topk_groups or 1)
 
 
-def load_numbers(imbalance: float | None, capacity_factor: float | None, forced: bool,
-                 overlap: bool) -> dict:
+def load_numbers(imbalance: float | None, capacity_factor: float | None, forced: bool) -> dict:
     """A plan's or a request's load settings as numbers: the λ it fixes (0: derived), the
-    capacity factor that caps it (0: dropless), forced balance, and the a2a overlap."""
+    capacity factor that caps it (0: dropless), forced balance."""
     given = 1.0 if forced else (imbalance or 0.0)
-    return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0,
-                moe_forced=int(forced), a2a_overlap=int(overlap))
+    return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0, moe_forced=int(forced))
+
+
+def overlap_problem(ep, pp, vpp, full_recompute, dispatcher: str | None) -> str | None:
+    """Why Megatron-Core refuses --overlap-moe-expert-parallel-comm for a layout, or None: it
+    needs expert parallelism, virtual stages when pp > 1, no full recomputation, and the
+    all-to-all or flex dispatcher (transformer_config.py __post_init__ @ d98e8a64dd)."""
+    if ep <= 1:
+        return "the all-to-all overlap needs expert parallelism (ep > 1)"
+    if pp > 1 and vpp <= 1:
+        return "the all-to-all overlap needs virtual stages (--vpp > 1) when pp > 1"
+    if full_recompute:
+        return "the all-to-all overlap runs without full recomputation"
+    if dispatcher == Dispatcher.ALL_GATHER.value:
+        return "the all-to-all overlap runs with the alltoall or deepep dispatcher"
+    return None
+
+
+def overlap_admissible(space: dict, full_recompute: bool):
+    """overlap_problem on the search's columns: every candidate that does not overlap, and the
+    overlapped ones where Megatron runs the overlap."""
+    ep, pp, vpp = space["ep"], space["pp"], space["vpp"]
+    return (space["a2a_overlap"] == 0) | ((ep > 1) & ((pp <= 1) | (vpp > 1))
+                                          & (not full_recompute))
 
 
 def config_numbers(config: PlanConfig) -> dict:
     """A plan's load settings and whether it dispatches by DeepEP (`deepep`, 0 or 1: the search
     carries it as a column, so one choice group weighs both dispatchers)."""
     return dict(**load_numbers(config.moe_imbalance, config.moe_capacity_factor,
-                               config.moe_forced_balance, config.moe_a2a_overlap),
+                               config.moe_forced_balance),
+                a2a_overlap=int(config.moe_a2a_overlap),
                 deepep=int(config.moe_dispatcher == Dispatcher.DEEPEP.value))
 
 

@@ -459,8 +459,9 @@ def layout_cell(plan: Plan) -> str:
     return plan.config.short_label()
 
 
-LAYOUT_LEGEND = ("# 1= a tie, ! a warning below; layout: z = ZeRO stage, v = virtual stages, "
-                 "sel/full = recompute (none when absent), nosp = no sequence parallelism")
+RANK_LEGEND = "# 1= a tie with its group's first row, m inside the memory margin, ! a warning"
+LAYOUT_LEGEND = (RANK_LEGEND + "; layout: z = ZeRO stage, v = virtual stages, sel/full = "
+                 "recompute (none when absent), nosp = no sequence parallelism")
 
 
 def bubble_share(plan: Plan) -> float:
@@ -477,8 +478,13 @@ def mfu_of(plan: Plan, convention: str) -> float:
     return plan.time.mfu_causal if convention == "causal" else plan.time.mfu
 
 
-def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
-    """The ranked table, the reason for the winner, the warnings of the plans shown."""
+def render_search(result, out: Console, mfu_convention: str = "causal", why: bool = False,
+                  footer: list[str] | None = None) -> None:
+    """The answer (--sort gpus: the size) first, the ranked table, a few lines on row 1 and the
+    warnings of the plans shown, then `footer` (the command that runs row 1); with `why`, the
+    whole reasoning and every option weighed."""
+    if result.answer:
+        out.print(result.answer)
     plans = result.plans
     budget = bool(plans) and plans[0].budget is not None
     ranks = result.ranks or [str(i) for i in range(1, len(plans) + 1)]
@@ -512,12 +518,15 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
              f"({result.considered:,} considered)")
     out.print(fitted_table(out, columns, title))
     out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
-              "bubble = T_bubble/T_step, the step's idle fill and drain.")
-    if result.reason:
-        out.print(result.reason)
-    if result.alternatives:  # one print: rich's per-call cost is most of a short line's
-        out.print(Text("\n".join(["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
-                                                      for a in result.alternatives])))
+              "bubble = T_bubble/T_step, the step's idle fill and drain." if why else
+              RANK_LEGEND + ".")
+    lines = list(result.summary) if result.summary else ([] if why else [result.reason])
+    if why:
+        lines += [result.reason] if result.reason else []
+        lines += ["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
+                                      for a in result.alternatives] if result.alternatives else []
+    if lines:  # one print: rich's per-call cost is most of a short line's
+        out.print(Text("\n".join(line for line in lines if line)))
     if budget:
         out.print("Plan 1: " + budget_line(plans[0]))
     # one line per kind of warning: its first plan's message, and which other plans share it
@@ -530,6 +539,8 @@ def render_search(result, out: Console, mfu_convention: str = "causal") -> None:
         which = f"plan {which_plans[0]}" if len(which_plans) == 1 else \
             f"plans {', '.join(which_plans)}; shown for plan {which_plans[0]}"
         out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
+    for line in footer or []:
+        out.print(Text(line))
 
 
 def share_of_capacity(memory) -> str:

@@ -11,6 +11,7 @@ search's own arrays; hybrid sharding, outside the default space, is tried on the
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import numpy as np
@@ -26,7 +27,7 @@ Verdict = Literal["wins", "ties", "loses", "not run", "not searched", "none fits
 STEP_PARTS = {"compute_s": "compute", "bubble_s": "bubble", "tp_exposed_s": "exposed TP",
               "dp_exposed_s": "exposed DP/ZeRO", "pp_exposed_s": "pipeline sends",
               "cp_exposed_s": "exposed CP", "optimizer_s": "optimizer",
-              "offload_s": "offload copies and CPU step"}
+              "offload_s": "offload copies and CPU step", "straggler_s": "stragglers"}
 """The parts of a step (results.Time) two plans are compared by."""
 
 PROBED_LAYOUTS = 3
@@ -51,18 +52,47 @@ class Alternative(BaseModel):
     why: str
 
 
+EP_PART = "exposed all-to-all (EP)"
+
+
+def step_parts(t: Time) -> dict[str, float]:
+    """The step's parts in seconds, named as the reasons name them: STEP_PARTS, and the exposed
+    expert all-to-all — the exposed communication the four groups' parts leave (0 without
+    experts). They add up to the step: step = compute + bubble + exposed communication +
+    optimizer + offload + stragglers (planner.model.step's composition)."""
+    parts = {name: getattr(t, key, 0.0) for key, name in STEP_PARTS.items()}
+    parts[EP_PART] = t.exposed_comm_s - (t.tp_exposed_s + t.dp_exposed_s + t.pp_exposed_s
+                                         + t.cp_exposed_s)
+    return parts
+
+
+def difference_terms(plan: Time, other: Time) -> list[tuple[str, float]]:
+    """Each part by which `other`'s step differs from `plan`'s (other − plan, seconds), the
+    largest first; parts that do not differ (to 10⁻⁹ of the step) left out. The terms add up to
+    other.step_s − plan.step_s."""
+    a, b = step_parts(plan), step_parts(other)
+    tiny = 1e-9 * max(plan.step_s, other.step_s)
+    terms = [(name, b[name] - a[name]) for name in a if abs(b[name] - a[name]) > tiny]
+    return sorted(terms, key=lambda t: -abs(t[1]))
+
+
+def _signed(seconds: float) -> str:
+    return f"{'+' if seconds >= 0 else '−'}{abs(seconds):.3f} s"
+
+
 def step_differences(plan: Time, other: Time) -> str:
-    """The parts by which `other`'s step differs most from `plan`'s, largest growth first and the
-    largest saving after it: 'bubble +0.18 s, exposed DP/ZeRO −0.03 s' ('' when none differs)."""
-    deltas = {k: getattr(other, k) - getattr(plan, k) for k in STEP_PARTS}
-    worse, better = max(deltas, key=deltas.get), min(deltas, key=deltas.get)
-    tiny = 1e-6 * plan.step_s
-    parts = []
-    if deltas[worse] > tiny:
-        parts.append(f"{STEP_PARTS[worse]} +{deltas[worse]:.3f} s")
-    if deltas[better] < -tiny:
-        parts.append(f"{STEP_PARTS[better]} −{-deltas[better]:.3f} s")
-    return ", ".join(parts)
+    """Where `other`'s step differs from `plan`'s, every part, largest first, and their sum — the
+    step difference — so that the arithmetic can be checked: 'exposed DP/ZeRO −1.130 s, compute
+    +0.476 s, optimizer −0.002 s = −0.656 s' ('' when no part differs). Parts under half a
+    millisecond are left out of the words (not of the sum)."""
+    terms = difference_terms(plan, other)
+    if not terms:
+        return ""
+    shown = [f"{name} {_signed(d)}" for name, d in terms if abs(d) >= 5e-4]
+    total = other.step_s - plan.step_s
+    if len(shown) == 1 and len(terms) == 1:
+        return shown[0]
+    return ", ".join(shown or ["parts under 1 ms"]) + f" = {_signed(total)}"
 
 
 SCHEDULE_OPTIONS = (
@@ -117,7 +147,13 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
             continue
         out.append(_compare(option, fastest(uses), fastest(~uses), plan_at, band,
                             none_fit=f"none of its {int(uses.sum()):,} candidates fits"))
-    out += _context_kinds(framework, cols, fits, plan_at, fastest, band)
+    kinds = _context_kinds(framework, cols, fits, plan_at, fastest, band)
+    first = fastest(np.ones(len(cols["cp"]), dtype=bool))  # row 1: the fastest plan weighed
+    if first is not None and cols["cp"][first] == 1:  # a kind's verdict is not about row 1
+        kinds = [k.model_copy(update={"why": "among layouts with context parallelism only (row "
+                                             "1 has none): " + k.why})
+                 if k.verdict in ("wins", "ties", "loses") else k for k in kinds]
+    out += kinds
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
     out.append(_partial_recompute(req, cols, plan_at, fastest, band))  # fit
@@ -245,7 +281,7 @@ def _compare(option: str, with_i: int | None, without_i: int | None, plan_at, ba
         return Alternative(option=option, verdict="none fits", why=none_fit + ".")
     with_plan = plan_at(with_i)
     if without_i is None:
-        return Alternative(option=option, verdict="wins", plan=with_plan.config.label(batch=False),
+        return Alternative(option=option, verdict="wins", plan=with_plan.config.short_label(),
                            step_s=with_plan.time.step_s,
                            why="every plan that fits uses it.")
     return _verdict(option, with_plan, plan_at(without_i), band)
@@ -255,7 +291,7 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
              tried: str = "") -> Alternative:
     a, b = with_plan.time, without.time
     ratio = a.step_s / b.step_s - 1
-    label_a, label_b = with_plan.config.label(batch=False), without.config.label(batch=False)
+    label_a, label_b = with_plan.config.short_label(), without.config.short_label()
     if ratio < -band:
         verdict, why = "wins", (f"its fastest plan{tried}, {label_a}, is {-ratio:.1%} faster than "
                                 f"the fastest without it, {label_b}: "
@@ -301,6 +337,9 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
             if plan.memory.fits:
                 tried.append(plan)
     if not tried:
+        # the framework's reason, without its advice about --dp-shard: the user did not give it
+        refusal = re.split(r"[;,] (?:or )?(?:leave|use) --", refusal)[0].replace(
+            "--dp-shard", "hybrid sharding")
         why = (f"refused: {refusal}" if refusal else
                f"on the {len(best)} fastest layouts, no hybrid shard group (whole NVLink "
                "domains) fits")

@@ -15,16 +15,15 @@ from ..frameworks import FRAMEWORKS
 from ..model.estimate import estimate
 from ..results import Plan
 from ..schema import HardwareProfile, ModelSpec
-from .alternatives import Alternative, alternatives, step_differences
+from .alternatives import Alternative, alternatives
 from .diagnosis import diagnose, no_layout_message
 from .evaluate import evaluate_space
+from .ranking import DEFAULT_HEADROOM, check_headroom, in_margin, offloaded, rank
 from .request import PlanRequest
 from .space import CONSTRAINTS, config_at, gpu_counts
+from .summary import summary, why
 
 SORT_KEYS = ("time", "memory", "mfu", "gpus")
-
-
-DEFAULT_HEADROOM = 0.0
 
 
 class SearchResult(BaseModel):
@@ -45,6 +44,17 @@ class SearchResult(BaseModel):
     variants: list[int] = []
     # each option beyond the plain layout (schedules, hybrid sharding): did it win, and why
     alternatives: list[Alternative] = []
+    # the memory margin a recommended plan leaves free (planner.search.ranking), and whether any
+    # plan does: rows marked `m` fit only inside it
+    headroom: float = DEFAULT_HEADROOM
+    any_safe: bool = True
+    # the words: `answer` before the table (--sort gpus: the size), `summary` the few lines under
+    # it, `reason` the whole reasoning (--why)
+    answer: str = ""
+    summary: list[str] = []
+    # each row's `plan3d explain` arguments, which reproduce it exactly (filled by the CLI, which
+    # knows the names the user gave the model and the profile)
+    explain_args: list[list[str]] = []
 
 
 def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:
@@ -60,39 +70,8 @@ def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:
     return idx[np.lexsort(keys)]
 
 
-def _why(plans: list[Plan], tied: int = 1) -> str:
-    """A paragraph on the winner: what its step is made of, and what the next plans lose. With
-    `tied` plans tying for first, the first is the simplest of them, not always the fastest."""
-    if not plans:
-        return ""
-    best = plans[0]
-    t = best.time
-    fastest = min(plans[:tied], key=lambda p: p.time.step_s)
-    head = ("Best" if fastest is best else
-            f"Ranked first (the simplest of {tied} plans that tie; the fastest of them is "
-            f"{fastest.config.label(batch=False)}, {1 - fastest.time.step_s / t.step_s:.1%} "
-            "faster)")
-    parts = [f"{head}: {best.config.label(batch=False)} — step {t.step_s:.3g} s "
-             f"({t.tokens_per_s:,.0f} tokens/s, "
-             f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full): of the step, compute "
-             f"{t.compute_s / t.step_s:.0%}, bubble "
-             f"{t.bubble_s / t.step_s:.0%}, exposed communication "
-             f"{t.exposed_comm_s / t.step_s:.0%}; {best.memory.total_bytes / 2**30:.1f} of "
-             f"{best.memory.capacity_bytes / 2**30:.1f} GiB."]
-    for other in plans[1:3]:
-        o = other.time
-        ratio = o.step_s / t.step_s - 1
-        text = (f"{other.config.label(batch=False)} is {abs(ratio):.1%} "
-                f"{'slower' if ratio >= 0 else 'faster (ranked after it in a tie)'}")
-        differences = step_differences(t, o)
-        text += (f": {differences}" if differences else
-                 f" (same step time; it needs {other.memory.total_bytes / 2**30:.1f} GiB)")
-        parts.append(text + ".")
-    return " ".join(parts)
-
-
 def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_step_s: float,
-                top: int = 10, headroom: float = DEFAULT_HEADROOM) -> SearchResult:
+                top: int = 10, headroom: float | None = None) -> SearchResult:
     """The smallest cluster (whole domains, doubling, up to req.gpus) whose best plan steps in at
     most target_step_s, with its plans ranked by step time. Raises NoFeasiblePlan when even
     req.gpus does not reach the target."""
@@ -107,12 +86,12 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
                             headroom=headroom)
         except NoFeasiblePlan:
             continue
-        step = min(p.time.step_s for p in result.plans)  # the fastest, whatever its place in a tie
+        step = result.plans[0].time.step_s  # row 1: the recommendation at this size
         best_seen = (n, step)
         if step <= target_step_s:
-            return result.model_copy(update={"reason": (
-                f"{n} GPUs is the smallest size tried ({', '.join(map(str, sizes))}) whose best "
-                f"plan steps in ≤ {target_step_s:g} s. " + result.reason)})
+            return result.model_copy(update={"answer": (
+                f"{n:,} GPUs: the smallest size tried ({', '.join(f'{k:,}' for k in sizes)}) "
+                f"whose row 1 steps in ≤ {target_step_s:g} s ({step:.3g} s).")})
     seen = (f"; the best found is {best_seen[1]:.3g} s on {best_seen[0]} GPUs" if best_seen
             else "; no size fits in memory")
     raise NoFeasiblePlan(f"no cluster of up to {req.gpus} GPUs reaches a {target_step_s:g} s "
@@ -120,43 +99,49 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
 
 
 def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 10,
-           sort: str = "time", headroom: float = DEFAULT_HEADROOM,
+           sort: str = "time", headroom: float | None = None,
            target_step_s: float | None = None) -> SearchResult:
     """Rank the plans that fit. Raises NoFeasiblePlan, with a diagnosis, when none does.
-    sort = "gpus" finds the fewest GPUs whose best plan meets target_step_s."""
+    headroom: the memory margin a recommended plan leaves free (None: DEFAULT_HEADROOM).
+    sort = "gpus" finds the fewest GPUs whose row 1 meets target_step_s."""
+    headroom = DEFAULT_HEADROOM if headroom is None else headroom
+    asked = [d for d in (req.ep or []) + (req.etp or []) if d != 1]
+    if model.n_experts <= 1 and asked:  # the real cause first, not a count of removed layouts
+        raise PlanError(f"{model.name} has no routed experts, so there is nothing to split over "
+                        "expert parallelism: ep = etp = 1 is the only value that works; leave "
+                        "--ep and --etp out")
     if sort not in SORT_KEYS:
         raise PlanError(f"unknown sort '{sort}' (choose from {', '.join(SORT_KEYS)})")
     if sort == "gpus":
         if target_step_s is None:
             raise PlanError("--sort gpus needs --target-step-s (the step time to reach)")
         return fewest_gpus(model, hw, req, target_step_s, top, headroom)
-    if not 0 <= headroom < 1:
-        raise PlanError(f"headroom must be in [0, 1), got {headroom}")
-    budget = hw.capacity_bytes * (1 - headroom)
-    # offload: --offload fit (the default) evaluates the least offload that makes each plan fit,
-    # as auto does, but ranks it only when nothing fits without it ("Also weighed" says what it
-    # would win)
+    check_headroom(headroom)
+    capacity = hw.capacity_bytes
+    safe_budget = capacity * (1 - headroom)  # what a recommended plan may use
+    # offload: --offload fit (the default) evaluates the least offload that makes each plan fit
+    # with the margin, as auto does, but ranks it only when nothing fits with the margin without
+    # it ("Also weighed" says what it would win)
     evaluated = req.model_copy(update={"offload": "auto"}) if req.offload == "fit" else req
-    cols, costs = evaluate_space(model, hw, evaluated, budget)
+    cols, costs = evaluate_space(model, hw, evaluated, safe_budget)
     if not cols:
         raise NoFeasiblePlan(no_layout_message(model, hw, req))
-    fits = np.flatnonzero(costs["total_bytes"] <= budget)
+    fits = np.flatnonzero(costs["total_bytes"] <= capacity)
     if req.offload == "fit" and not req.offload_fixed:
-        from .ranking import offloaded
-
         plain = fits[offloaded(cols, fits) == 0]
-        fits = plain if plain.size else fits
+        plain_safe = plain[~in_margin(costs["total_bytes"][plain], capacity, headroom)]
+        fits = plain if plain_safe.size or fits.size == plain.size else fits
     considered = len(cols["tp"])
     if fits.size == 0:
         i = int(np.argmin(costs["total_bytes"]))
         need = costs["total_bytes"][i]
         cfg = config_at(model, req, cols, i)
-        raise NoFeasiblePlan(diagnose(model, hw, req, cfg, need, budget))
+        raise NoFeasiblePlan(diagnose(model, hw, req, cfg, need, capacity))
     if sort in ("time", "mfu"):
-        return _ranked(model, hw, req, cols, costs, fits, top, considered, budget)
+        return _ranked(model, hw, req, cols, costs, fits, top, considered, headroom)
     order, folded = _distinct(costs, _order(costs, cols, fits, sort), top)
     plans = [estimate(model, hw, config_at(model, req, cols, int(i))) for i in order]
-    reason = _why(plans)
+    reason = why(plans, [str(k) for k in range(1, len(plans) + 1)], 0.0, "", 0)
     if folded:
         reason += (f" {folded} other layouts with exactly the step time and memory of a plan shown "
                    "(e.g. context parallelism traded for micro-batch size) are folded into it.")
@@ -170,40 +155,29 @@ def _constraints(req: PlanRequest) -> list[str]:
                           for rule in FRAMEWORKS[req.framework].all_rules()]
 
 
-def _ranked(model, hw, req, cols, costs, fits, top, considered, budget) -> SearchResult:
-    """The honest ranking (planner.ranking): one row per layout, ties within the model's
-    uncertainty shown as ties and ordered by simplicity and the framework's defaults."""
+def _ranked(model, hw, req, cols, costs, fits, top, considered, headroom) -> SearchResult:
+    """The recommendation rule (planner.search.ranking): one row per layout, the fastest plan
+    that fits with the memory margin first, ties within the model's uncertainty marked."""
     from ..model.validation import model_uncertainty
-    from .ranking import distinct_layouts, tie_order
 
     band, source = model_uncertainty(hw)
-    step = costs["step_s"]
-    order = _order(costs, cols, fits, "time")
-    # more layouts than shown, so that a tie cut by `top` is the same tie at any --top
+    capacity = hw.capacity_bytes
     defaults = {**FRAMEWORKS[req.framework].defaults,  # cp-kind: its default kind too
                 "cp_kind": FRAMEWORKS[req.framework].cp_kinds[0]}
-    chosen, variants = distinct_layouts(cols, step, order, 3 * top + 10, band, defaults)
-    ranked, labels = tie_order(cols, step, chosen, band, defaults)
-    ranked, labels = ranked[:top], labels[:top]
-    folded_by = dict(zip(chosen, variants))
-    plans = [estimate(model, hw, config_at(model, req, cols, i)) for i in ranked]
-    ties = labels.count(labels[0]) if labels else 0
-    reason = _why(plans, ties)
-    if ties > 1:
-        reason += (f" The first {ties} plans tie (`1=`): their step times differ by less than the "
-                   f"model's uncertainty, ±{band:.1%} ({source}); inside a tie the simpler layout "
-                   "and the framework's defaults come first.")
-    folded = sum(folded_by[i] for i in ranked)
-    if folded:
-        reason += (f" Each row is one layout (dp, tp, pp, cp); {folded:,} variants of the layouts "
-                   "shown (ZeRO stage, recompute, micro-batch size, virtual stages) are folded "
-                   "into them.")
+    r = rank(cols, costs["step_s"], costs["total_bytes"], capacity, fits, band, headroom, top,
+             defaults)
+    plans = [estimate(model, hw, config_at(model, req, cols, i)) for i in r.rows]
+    folded = sum(r.folded)
+    # the alternatives are weighed among the plans a recommendation may come from
+    safe = fits[~in_margin(costs["total_bytes"][fits], capacity, headroom)] if r.any_safe else fits
+    weighed = alternatives(model, hw, req, cols, costs, safe, band, capacity * (1 - headroom))
     return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
-                        constraints=_constraints(req), reason=reason, folded=folded, ranks=labels,
-                        tie_band=band, tie_band_source=source,
-                        variants=[folded_by[i] for i in ranked],
-                        alternatives=alternatives(model, hw, req, cols, costs, fits, band,
-                                                  budget))
+                        constraints=_constraints(req), folded=folded,
+                        reason=why(plans, r.labels, band, source, folded),
+                        summary=summary(plans, r.labels, band, headroom, r.any_safe, weighed),
+                        ranks=r.labels, tie_band=band, tie_band_source=source,
+                        variants=r.folded, headroom=headroom, any_safe=r.any_safe,
+                        alternatives=weighed)
 
 
 def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..errors import PlanError
 from ..formulas.choices import Recompute, Schedule, ZeroStage
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
@@ -35,6 +36,27 @@ def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: in
     return None
 
 
+def _larger_profiles_that_fit(model, hw, req: PlanRequest) -> list[str]:
+    """The built-in profiles with more memory per GPU than `hw` on which some plan of the same
+    request fits at the same GPU count (each checked through the same search space)."""
+    from ..catalog import hardware_presets, load_hardware
+
+    out = []
+    req = req.model_copy(update={"gbs": req.global_batch(model)})
+    for name in hardware_presets():
+        other = load_hardware(name)
+        if other.capacity_bytes <= hw.capacity_bytes or req.gpus % other.gpus_per_domain and \
+                req.gpus > other.gpus_per_domain:
+            continue
+        try:
+            _, costs = evaluate_space(model, other, req)
+        except PlanError:  # a profile without figures for the request (e.g. its precision)
+            continue
+        if costs and float(np.min(costs["total_bytes"])) <= other.capacity_bytes:
+            out.append(name)
+    return out
+
+
 def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str:
     gib = 2**30
     hints = []
@@ -53,7 +75,10 @@ def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str
         hints.append("full recompute (--recompute full)")
     if req.offload == "none" and hw.host is not None:  # offload
         hints.append("offload to host memory (--offload fit)")
-    hints.append("a larger-memory profile (e.g. h200-nvlink, mi300x, gb200-nvl72)")
+    bigger = _larger_profiles_that_fit(model, hw, req)
+    if bigger:
+        hints.append(f"a larger-memory profile (checked: a plan fits on {req.gpus} × "
+                     f"{', '.join(bigger)})")
     return (f"no plan of {model.name} fits on {req.gpus} × {hw.name}: the smallest need is "
             f"{need / gib:.1f} GiB per GPU (dp{cfg.dp} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} "
             f"mbs{cfg.mbs} zero{int(cfg.zero_stage)} {cfg.recompute.value}) against "

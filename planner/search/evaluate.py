@@ -58,7 +58,7 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
             "gbs": req.global_batch(model), "seq_len": seq,
             # moe: the load settings the expert terms use, and the all-to-all overlap switch
             **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,
-                               req.moe_forced_balance, req.moe_a2a_overlap),
+                               req.moe_forced_balance),
             **req.fixed_offload()}  # offload: what the request fixes (default: none)
 
 
@@ -81,6 +81,13 @@ def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budg
                          {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs, base["recompute_layers"])
 
 
+def _admissible(model: ModelSpec, layouts, space: dict, interleaved: bool, r: Recompute):
+    """The candidates the rules admit; vpp > 1 for the interleaved schedule alone; moe: an
+    overlapped candidate only where Megatron runs the overlap (model/moe.py)."""
+    return (constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+            & MOE.overlap_admissible(space, r is Recompute.FULL))
+
+
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                    budget: float | None = None):
     """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
@@ -93,7 +100,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     seq, gbs = req.seq(model), req.global_batch(model)
     framework = FRAMEWORKS[req.framework]
     base = base_numbers(model, hw, req, framework)
-    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp", "deepep",
+    layout_keys = ("tp", "cp", "pp", "mbs", "vpp", "dp", "ep", "etp", "deepep", "a2a_overlap",
                    *(("dp_shard",) if "dp_shard" in space else ()),  # hybrid sharding
                    "cp_a2a")  # cp-kind
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
@@ -113,7 +120,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                   schedule=sched, **offload_layout(req, [r]))  # offload
         # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
-        mask = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
+        mask = _admissible(model, layouts, space, interleaved, r)
         runs = {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
                                                           req.precision).items()}
         mask = np.logical_or.reduce(list(runs.values()))

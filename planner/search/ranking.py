@@ -1,41 +1,81 @@
-"""An honest ranking: plans whose step times differ by less than the model's own uncertainty are
-ties, shown as such (`1=`), and ordered inside a tie by simplicity and by what the framework runs
-by default; one row per layout (dp, tp, pp, cp), its ZeRO, recompute, micro-batch and virtual-stage
-variants folded into the simplest of those within the band of its fastest.
+"""The recommendation rule: which plan is row 1, and how the rest of the table is ordered.
 
-The band is the model's stated uncertainty (planner.validation.model_uncertainty: the median
-|error| of the step times it predicts for published runs on the profile's GPU). Works on the
-search's candidate arrays (numpy), so the whole feasible set is considered."""
+Row 1 is the fastest plan that fits with the memory margin (`DEFAULT_HEADROOM`, `--headroom`):
+plans are ordered by one total order — first whether a plan fits outside the margin, then its
+step time, then (only among plans of exactly equal step time) the simpler layout and the
+framework's defaults. A plan that fits only inside the margin is marked and never ranked first.
+Plans whose step times lie within the model's own uncertainty of a row (the band: the median
+|error| of the step times it predicts for published runs, planner.validation.model_uncertainty)
+are marked as tied with it and listed after it in step order.
+
+Why one total order: it makes the choice stable. Adding a plan changes row 1 only if the new plan
+is better on both counts the rule weighs (it fits with the margin and its step is shorter);
+removing any plan other than row 1 never changes it; and `--headroom` moves row 1 only when row 1
+itself falls inside the new margin or a faster plan leaves it. (A rule that took the simplest plan
+within the band of the fastest, as plan3d did before, flips whenever a plan near the memory limit
+appears or vanishes, since it moves the band.) tests/search/test_recommendation.py checks these
+properties on random sets of plans.
+
+Works on the search's candidate arrays (numpy), so the whole feasible set is considered; one row
+per layout (dp, tp, pp, cp), the layout's other variants (ZeRO stage, recompute, micro-batch size,
+virtual stages, offload) folded into its first under the same order."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 LAYOUT_KEYS = ("dp", "tp", "pp", "cp")
 
-# What a framework runs when not told otherwise; a plan that asks for less is preferred inside a
-# tie. The NeMo / Megatron-Bridge recipes' defaults (distributed optimizer = ZeRO-1, selective
-# recompute, sequence parallelism with tp > 1; see planner/reference/published_h100.json "about").
-# planner.frameworks may pass its own.
+# The memory margin a plan must leave free to be recommended, as a fraction of capacity. What a
+# training job needs beyond plan3d's estimate, on an 80 GiB GPU:
+# - the estimate's own error: on the 18 measured torchtitan peaks it runs -9.0 % ... +6.7 %
+#   (tests/test_measured_memory.py), so a plan estimated at 55 GiB can reserve 60 GiB (~6 % of
+#   capacity);
+# - NCCL buffers beyond the one communicator the profiles' 2 GiB runtime reserve counts: each
+#   further process group holds its own, 544-688 MiB on A100 NVLink (NVIDIA/nccl#964), ~1.6 GB
+#   for one communicator and ~6 GB for three or more (NVIDIA/nccl#864); linear in the channels
+#   and flat beyond two nodes (NVIDIA/nccl#986, the maintainer). A layout with dp, tp, pp and cp
+#   groups opens three more than one: ~2-3 GiB, ~3 % of capacity;
+# - checkpoints: torch.distributed.checkpoint's async save stages the state in host memory, so a
+#   checkpoint adds little on the device — nothing is added for it.
+# Together ~9-10 % of capacity; plan3d keeps 10 % free. `--headroom` sets another margin.
+DEFAULT_HEADROOM = 0.10
+
+# What a framework runs when not told otherwise; among plans of exactly the same step time the one
+# that asks for less comes first. The NeMo / Megatron-Bridge recipes' defaults (distributed
+# optimizer = ZeRO-1, selective recompute, sequence parallelism with tp > 1; see
+# planner/reference/published_h100.json "about"). planner.frameworks may pass its own.
 DEFAULTS = {"zero": 1, "recompute": 1, "sp": True}  # recompute: index in Recompute (selective)
 
+# Step times equal to a nanosecond are one step time (the search computes them in float64 along
+# several paths, so they can differ in the last bits); a total order on the rounded value.
+STEP_RESOLUTION_S = 1e-9
+MARGIN_MARK = "m"  # a plan that fits only inside the memory margin
+TIE_MARK = "="  # a plan within the model's uncertainty of the row its group starts with
+SHOWN_IN_MARGIN = 2  # margin-only plans faster than row 1 that the table still shows
 
-def preference(cols: dict, idx: np.ndarray, defaults: dict | None = None) -> np.ndarray:
-    """A sort key per candidate (lower first) for ordering inside a tie: first simplicity — how
-    many of pp, cp, vpp are in use, then vpp, cp, pp, tp themselves — then how many settings
-    differ from the framework's defaults (ZeRO stage, recompute, sequence parallelism with
-    tp > 1), then the micro-batch size (smaller is the usual choice)."""
+
+def preference_keys(cols: dict, idx: np.ndarray, defaults: dict | None = None) -> tuple:
+    """The keys that order plans of equal step time (np.lexsort order: the last is primary):
+    first simplicity — how many of pp, cp, vpp are in use, then vpp, cp, pp, tp themselves — then
+    how many settings differ from the framework's defaults (ZeRO stage, recompute, sequence
+    parallelism with tp > 1, the context-parallel kind, offload), then the micro-batch size."""
     d = DEFAULTS if defaults is None else defaults
     c = {k: np.asarray(cols[k])[idx] for k in ("tp", "pp", "cp", "vpp", "zero", "recompute",
                                                 "sp", "mbs")}
     extra = (c["pp"] > 1).astype(int) + (c["cp"] > 1) + (c["vpp"] > 1)
     off = ((c["zero"] != d["zero"]).astype(int) + (c["recompute"] != d["recompute"])
            + ((c["tp"] > 1) & (c["sp"].astype(bool) != d["sp"])))
-    off = off + _cp_kind_off(cols, idx, c["cp"], d)  # cp-kind
-    off = off + offloaded(cols, idx)  # offload: no framework offloads by default
-    keys = (c["mbs"], off, c["tp"], c["pp"], c["cp"], c["vpp"], extra)  # lexsort: last primary
+    off = off + _cp_kind_off(cols, idx, c["cp"], d) + offloaded(cols, idx)
+    return (c["mbs"], off, c["tp"], c["pp"], c["cp"], c["vpp"], extra)
+
+
+def preference(cols: dict, idx: np.ndarray, defaults: dict | None = None) -> np.ndarray:
+    """Each candidate's place (0 first) by preference_keys alone."""
     rank = np.empty(len(idx), dtype=np.int64)
-    rank[np.lexsort(keys)] = np.arange(len(idx))
+    rank[np.lexsort(preference_keys(cols, idx, defaults))] = np.arange(len(idx))
     return rank
 
 
@@ -47,6 +87,8 @@ def _cp_kind_off(cols: dict, idx: np.ndarray, cp: np.ndarray, d: dict) -> np.nda
     c_a = np.asarray(cols["cp_a2a"])[idx]
     default = np.ones_like(c_a) if d["cp_kind"].value == "p2p" else cp
     return ((c_a != default) & (cp > 1)).astype(int)
+
+
 def offloaded(cols: dict, idx: np.ndarray) -> np.ndarray:
     """offload: 1 for the candidates that offload to host memory (search columns off_opt,
     off_params, off_act; 0 where the search tried no offload)."""
@@ -56,47 +98,127 @@ def offloaded(cols: dict, idx: np.ndarray) -> np.ndarray:
             | (np.asarray(cols["off_act"])[idx] > 0)).astype(int)
 
 
-def distinct_layouts(cols: dict, step: np.ndarray, order: np.ndarray, top: int, band: float,
-                     defaults: dict | None = None) -> tuple[list[int], list[int]]:
-    """The `top` fastest layouts (dp, tp, pp, cp) of `order` (candidate indices, fastest first),
-    each as one candidate: the most preferred of its variants whose step is within `band` of the
-    layout's fastest. Returns (chosen indices, variants folded into each)."""
-    if order.size == 0:
-        return [], []
+def check_headroom(headroom: float) -> None:
+    """--headroom is a fraction of capacity in [0, 1)."""
+    from ..errors import PlanError
+
+    if not 0 <= headroom < 1:  # false for nan
+        raise PlanError(f"--headroom is the fraction of memory a recommended plan leaves free, in "
+                        f"[0, 1) (default {DEFAULT_HEADROOM:g}), got {headroom:g}")
+
+
+def in_margin(total_bytes: np.ndarray, capacity_bytes: float, headroom: float) -> np.ndarray:
+    """True where a plan fits only inside the margin: above (1 − headroom)·capacity."""
+    return np.asarray(total_bytes) > capacity_bytes * (1 - headroom)
+
+
+def rule_order(cols: dict, step: np.ndarray, margin: np.ndarray, idx: np.ndarray,
+               defaults: dict | None = None) -> np.ndarray:
+    """`idx` (candidate indices) in the rule's total order: plans outside the margin first, then
+    by step time (to STEP_RESOLUTION_S), then by preference_keys. `margin` and `step` are indexed
+    by candidate."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if idx.size == 0:
+        return idx
+    ticks = np.round(np.asarray(step)[idx] / STEP_RESOLUTION_S)
+    keys = (*preference_keys(cols, idx, defaults), ticks, np.asarray(margin)[idx])
+    return idx[np.lexsort(keys)]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The table's rows: candidate indices in order, each row's label (`1`, `1=` tied with the
+    row its group starts with, `m` fits only inside the margin), how many variants of its layout
+    each row folds in, and whether any plan fits with the margin."""
+
+    rows: list[int]
+    labels: list[str]
+    folded: list[int]
+    any_safe: bool
+
+
+def layouts_in_order(cols: dict, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first candidate of each layout (dp, tp, pp, cp) in `order` (already in the rule's
+    order), in that order, and how many candidates each layout has."""
     # one int64 per layout (each degree < 2¹⁶, four of them in 64 bits): a 1-D unique, several
     # times faster than np.unique over rows
     key = np.zeros(order.size, dtype=np.int64)
     for k in LAYOUT_KEYS:
         key = (key << 16) | np.asarray(cols[k])[order].astype(np.int64)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    groups = np.argsort(first, kind="stable")[:top]  # layouts in order of their fastest plan
-    chosen, folded = [], []
-    for g in groups:
-        members = order[inverse == g]  # fastest first
-        near = members[step[members] <= step[members[0]] * (1 + band)]
-        pick = near[np.argmin(preference(cols, near, defaults))]
-        chosen.append(int(pick))
-        folded.append(int(members.size - 1))
-    return chosen, folded
+    _, first, counts = np.unique(key, return_index=True, return_counts=True)
+    by_place = np.argsort(first, kind="stable")
+    return order[first[by_place]], counts[by_place]
 
 
-def tie_order(cols: dict, step: np.ndarray, chosen: list[int], band: float,
-              defaults: dict | None = None) -> tuple[list[int], list[str]]:
-    """The chosen plans in tie groups: a group is a plan and every later plan within `band` of its
-    step; groups in step order, plans inside one by preference. Returns (order, rank labels):
-    `3` alone, `1=` for each member of a tie starting at place 1."""
-    idx = np.array(sorted(chosen, key=lambda i: step[i]), dtype=np.int64)
-    out, labels, i = [], [], 0
-    while i < idx.size:
-        lead = step[idx[i]]
-        j = i
-        while j < idx.size and step[idx[j]] <= lead * (1 + band):
-            j += 1
-        group = idx[i:j]
-        group = group[np.argsort(preference(cols, group, defaults), kind="stable")]
-        tie = "=" if group.size > 1 else ""
-        out += [int(k) for k in group]
-        labels += [f"{i + 1}{tie}"] * group.size
-        i = j
-    return out, labels
+def layout_firsts(cols: dict, step: np.ndarray, margin: np.ndarray, fits: np.ndarray,
+                  defaults: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """What layouts_in_order(cols, rule_order(...fits...)) gives — each layout's first candidate
+    by the rule, the layouts in the rule's order, and how many candidates each has — without
+    computing the preference keys of the whole space: candidates are sorted by layout and by
+    (margin, step) as int64s, and the preference keys are read only for the candidates that tie
+    for their layout's first place."""
+    if fits.size == 0:
+        return fits, fits
+    layout = np.zeros(fits.size, dtype=np.int64)
+    for k in LAYOUT_KEYS:  # each degree < 2¹⁶: four in 64 bits
+        layout = (layout << 16) | np.asarray(cols[k])[fits].astype(np.int64)
+    ticks = np.round(step[fits] / STEP_RESOLUTION_S).astype(np.int64)  # < 2⁵⁵: steps < 10⁷ s
+    primary = (margin[fits].astype(np.int64) << 55) | ticks
+    by = np.lexsort((primary, layout))  # by layout, then by (margin, step)
+    lay, prim, cand = layout[by], primary[by], fits[by]
+    start = np.r_[True, lay[1:] != lay[:-1]]
+    head = np.maximum.accumulate(np.where(start, np.arange(lay.size), 0))
+    counts = np.diff(np.r_[np.flatnonzero(start), lay.size])
+    tied = prim == prim[head]  # the candidates sharing their layout's best (margin, step)
+    group = np.cumsum(start)[tied] - 1  # which layout each tied candidate belongs to
+    pick = np.lexsort((*preference_keys(cols, cand[tied], defaults), group))
+    first_of = np.r_[True, group[pick][1:] != group[pick][:-1]]
+    firsts = cand[tied][pick][first_of]  # one per layout, in layout-key order
+    # the layouts in the rule's order (equal in every key: by candidate index, as rule_order)
+    order = rule_order(cols, step, margin, np.sort(firsts), defaults)
+    return order, _counts_in_order(firsts, counts, order)
+
+
+def _counts_in_order(firsts: np.ndarray, counts: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """counts (aligned with firsts) rearranged to follow order (a permutation of firsts)."""
+    where = {int(f): int(c) for f, c in zip(firsts, counts)}
+    return np.array([where[int(i)] for i in order], dtype=np.int64)
+
+
+def tie_labels(step: np.ndarray, rows: list[int], band: float, start: int = 1) -> list[str]:
+    """Labels of rows already in step order: a group starts at a row and holds every later row
+    whose step is within `band` of it; the first row of a group is labelled by its place, the
+    others by the same place and TIE_MARK ("1", "1=", "1=", "4", ...)."""
+    labels: list[str] = []
+    lead = None
+    for place, i in enumerate(rows, start):
+        if lead is not None and step[i] <= step[rows[lead - start]] * (1 + band):
+            labels.append(f"{lead}{TIE_MARK}")
+        else:
+            lead = place
+            labels.append(f"{place}")
+    return labels
+
+
+def rank(cols: dict, step: np.ndarray, total_bytes: np.ndarray, capacity_bytes: float,
+         fits: np.ndarray, band: float, headroom: float, top: int,
+         defaults: dict | None = None) -> Ranking:
+    """The table: the `top` first layouts in the rule's order (row 1 the recommendation), then up
+    to SHOWN_IN_MARGIN layouts faster than row 1 that fit only inside the margin, marked. Where no
+    plan fits with the margin, the rows are the plans that fit at all, each marked."""
+    step = np.asarray(step, dtype=float)
+    margin = in_margin(total_bytes, capacity_bytes, headroom)
+    firsts, counts = layout_firsts(cols, step, margin, np.asarray(fits, dtype=np.int64),
+                                   defaults)
+    safe_rows = firsts[~margin[firsts]]
+    if safe_rows.size == 0:
+        rows = [int(i) for i in firsts[:top]]
+        labels = [f"{lab}{MARGIN_MARK}" for lab in tie_labels(step, rows, band)]
+        return Ranking(rows, labels, [int(c) - 1 for c in counts[:top]], any_safe=False)
+    rows = [int(i) for i in safe_rows[:top]]
+    labels = tie_labels(step, rows, band)
+    faster = [int(i) for i in firsts[margin[firsts]] if step[i] < step[rows[0]]]
+    faster = sorted(faster, key=lambda i: step[i])[:SHOWN_IN_MARGIN]
+    folded_of = dict(zip((int(i) for i in firsts), (int(c) - 1 for c in counts)))
+    return Ranking(rows + faster, labels + [MARGIN_MARK] * len(faster),
+                   [folded_of[i] for i in rows + faster], any_safe=True)

@@ -83,7 +83,7 @@ class PlanRequest(BaseModel):
     moe_forced_balance: bool = False
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] | None = None
     moe_capacity_factor: float | None = Field(None, gt=0, le=64)
-    moe_a2a_overlap: bool = False
+    moe_a2a_overlap: bool | None = None  # None: search weighs it where Megatron runs it
     # hybrid sharding: the shard group over dp (None: all of dp shards, as without HSDP; explain
     # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
     # domains with the shard group, search.dp_shard_candidates)
@@ -256,7 +256,7 @@ def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:
 
 
 def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None,
-                 deepep: int | None = None) -> dict:
+                 deepep: int | None = None, overlap: int | None = None) -> dict:
     """The PlanConfig fields of expert parallelism (moe): ep and etp given, or the request's one
     value each (explain; default 1), the load settings, and the dispatcher (a search candidate's
     `deepep` column, else the request's)."""
@@ -266,5 +266,6 @@ def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None
     return dict(ep=ep if ep is not None else _one(req.ep, "ep", 1),
                 etp=etp if etp is not None else _one(req.etp, "etp", 1),
                 moe_imbalance=req.moe_imbalance, moe_capacity_factor=req.moe_capacity_factor,
-                moe_a2a_overlap=req.moe_a2a_overlap, moe_forced_balance=req.moe_forced_balance,
+                moe_a2a_overlap=(bool(req.moe_a2a_overlap) if overlap is None else bool(overlap)),
+                moe_forced_balance=req.moe_forced_balance,
                 moe_dispatcher=dispatcher)

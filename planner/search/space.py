@@ -186,13 +186,17 @@ def _with_expert_degrees(model: ModelSpec, hw: HardwareProfile, req: PlanRequest
     # the dispatchers weighed: the one asked for, else NCCL's all-to-all and DeepEP's (Megatron's
     # flex dispatcher, torchtitan's DeepEPTokenDispatcher) wherever ep > 1
     fixed = None if req.moe_dispatcher is None else int(req.moe_dispatcher == "deepep")
-    triples = [(e, t, d) for e, t in itertools.product(ep_vals, etp_vals)
-               for d in ((fixed,) if fixed is not None else (0, 1) if e > 1 else (0,))]
-    table = np.array(triples, dtype=np.int64).reshape(-1, 3)
+    # and the all-to-all overlap: as asked, else both where Megatron runs it (ep > 1)
+    overlaps = ((int(req.moe_a2a_overlap),) if req.moe_a2a_overlap is not None
+                else (0, 1) if req.framework == "megatron" else (0,))
+    rows = [(e, t, d, o) for e, t in itertools.product(ep_vals, etp_vals)
+            for d in ((fixed,) if fixed is not None else (0, 1) if e > 1 else (0,))
+            for o in (overlaps if e > 1 else (0,))]
+    table = np.array(rows, dtype=np.int64).reshape(-1, 4)
     n, k = len(next(iter(cols.values()))), len(table)
     out = {key: np.repeat(v, k) for key, v in cols.items()}
-    out["ep"], out["etp"] = np.tile(table[:, 0], n), np.tile(table[:, 1], n)
-    out["deepep"] = np.tile(table[:, 2], n)
+    for j, key in enumerate(("ep", "etp", "deepep", "a2a_overlap")):
+        out[key] = np.tile(table[:, j], n)
     return out
 
 
@@ -234,7 +238,8 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
                              bool(cols["sp"][i])),
         dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
         **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i]),  # moe
-                       int(cols["deepep"][i]) if "deepep" in cols else None),
+                       int(cols["deepep"][i]) if "deepep" in cols else None,
+                       int(cols["a2a_overlap"][i]) if "a2a_overlap" in cols else None),
         **cp_kind_at(req, int(cols["cp"][i]), int(cols["cp_a2a"][i])),  # cp-kind
         **({"offload_optimizer": float(cols["off_opt"][i]),  # offload
             "offload_params": bool(cols["off_params"][i]),

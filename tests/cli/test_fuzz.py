@@ -57,7 +57,7 @@ FLAGS = {
     "--grad-dtype": mostly(st.sampled_from(["fp32", "bf16"]), garbage),
     "--hw": mostly(st.sampled_from(HWS), garbage),
     "--train-tokens": mostly(st.sampled_from(["15T", "300B", "1e12"]), number),
-    "--gpu-hour-price": mostly(st.sampled_from(["2", "0", "2.5"]), number),
+    "--price": mostly(st.sampled_from(["2", "0", "2.5"]), number),
     "--gpu-power-w": mostly(st.sampled_from(["700", "1000"]), number),
     "--emit": mostly(st.sampled_from(["megatron", "nemo", "torchtitan", "deepspeed"]),
                         garbage),
@@ -144,7 +144,7 @@ def plausible_lines(draw):
         args += ["--pp", "4", "--vpp", "2", "--schedule", "interleaved"] if "--pp" not in args \
             else []
     if draw(st.booleans()):
-        args += ["--train-tokens", "1T", "--gpu-hour-price", "2"]
+        args += ["--train-tokens", "1T", "--price", "2"]
     return args + ["--json"]
 
 

@@ -16,7 +16,7 @@ MOE_TERMS = ("moe_load", "moe_router_permute_s", "expert_matmul_s", "expert_wave
 PLANS = {
     # DeepSeek-V3 as its report trained it: PP16, EP64 over 8 nodes, DeepEP, overlap
     "deepseek-v3": dict(dp=128, pp=16, ep=64, mbs=1, n_micro=16, gbs=2048, seq_len=4096,
-                        recompute="full", moe_dispatcher="deepep", moe_a2a_overlap=True,
+                        recompute="full", moe_dispatcher="deepep",
                         sequence_parallel=False),
     # Qwen3-235B-A22B as the Megatron MoE model zoo's H100 row
     "qwen3-235b-a22b": dict(dp=16, tp=2, pp=8, vpp=4, ep=32, mbs=1, n_micro=128, gbs=2048,

@@ -20,7 +20,7 @@ OUTPUTS = {
     "explain": [
         ["explain", "-m", "70b", "-n", "512", "--tp", "8", "--pp", "4", "--gbs", "1024"],
         ["explain", "-m", "70b", "-n", "512", "--tp", "8", "--pp", "4", "--gbs", "1024",
-         "--emit", "megatron", "--train-tokens", "15T", "--gpu-hour-price", "2"],
+         "--emit", "megatron", "--train-tokens", "15T", "--price", "2"],
         ["explain", "-m", "1t", "-n", "8", "--tp", "8"],  # exit 1: still the same schema
     ],
     "search": [

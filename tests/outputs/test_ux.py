@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -20,7 +19,6 @@ from planner.cli import app
 from planner.model.validation import MODEL_UNCERTAINTY, validate
 from planner.outputs.timeline import simulate, to_svg, to_text_cells
 from planner.search.core import search
-from planner.search.ranking import distinct_layouts, tie_order
 from planner.search.request import PlanRequest
 
 ROOT = Path(__file__).parents[2]
@@ -44,7 +42,7 @@ def run(*args, columns: int | None = None):
 
 COMMANDS = [
     SEARCH,
-    SEARCH + ["--train-tokens", "15T", "--gpu-hour-price", "2.5"],
+    SEARCH + ["--train-tokens", "15T", "--price", "2.5"],
     EXPLAIN,
     EXPLAIN + ["--timeline"],
     ["validate"],
@@ -81,7 +79,7 @@ def test_search_keeps_the_layout_and_decisive_numbers_at_80_columns():
 # ---- 2. the answer first -----------------------------------------------------------------------
 
 def test_explain_opens_with_the_verdict_then_sections():
-    out = run(*EXPLAIN, "--train-tokens", "15T", "--gpu-hour-price", "2").stdout
+    out = run(*EXPLAIN, "--train-tokens", "15T", "--price", "2").stdout
     lines = out.splitlines()
     assert lines[1].startswith("Fits: 38.5 of 79.6 GiB per GPU")
     assert lines[2].startswith("Peak at the first stage's first backward")
@@ -206,8 +204,10 @@ def test_validate_picks_the_runs_of_the_profile_gpu():
     h100 = run("validate", "--hw", "h100-nvlink", "--json")
     data = json.loads(h100.stdout)
     assert data["gpu"] == "H100" and len(data["cases"]) == 24
-    a100 = json.loads(run("validate", "--json").stdout)
+    a100 = json.loads(run("validate", "--hw", "a100-nvlink", "--json").stdout)
     assert a100["gpu"] == "A100" and len(a100["cases"]) == 20
+    # validate defaults like every other command (issue 19): h100-nvlink
+    assert json.loads(run("validate", "--json").stdout)["gpu"] == "H100"
     none = run("validate", "--hw", "b200-nvlink")
     assert none.exit_code == 2 and "no published runs were measured on NVIDIA B200" in none.stderr
 
@@ -228,33 +228,14 @@ def test_ties_are_shown_and_layouts_are_distinct():
     assert len(set(layouts)) == len(layouts) == 10
     steps = [p.time.step_s for p in r.plans]
     groups: dict[str, list[float]] = {}
-    for rank, s in zip(r.ranks, steps):
-        groups.setdefault(rank, []).append(s)
-    leaders = [min(g) for g in groups.values()]
-    assert leaders == sorted(leaders)
+    for rank, s in zip(r.ranks, steps):  # `1` and the `1=` tied with it form one group
+        groups.setdefault(rank.rstrip("="), []).append(s)
+    assert steps == sorted(steps)  # row 1 the fastest, ties after it in step order (issue 19)
     for g in groups.values():
-        assert max(g) <= min(g) * (1 + r.tie_band)
-    assert r.ranks[0] == "1=" and "tie" in r.reason
+        assert max(g) <= g[0] * (1 + r.tie_band)
+    assert r.ranks[:2] == ["1", "1="] and "Ties:" in r.reason
     out = " ".join(run(*SEARCH, columns=100).stdout.split())
     assert "1=" in out and f"±{MODEL_UNCERTAINTY['H100']:.1%}" in out
-
-
-def test_tie_order_by_hand():
-    # steps 10, 10.2, 10.9, 11.0 with a 3% band: {10, 10.2} tie (10.2 ≤ 10.3), then {10.9, 11.0}
-    # (11.0 ≤ 10.9·1.03 = 11.227); inside the first tie the plan without pipeline comes first
-    cols = {"dp": np.array([8, 16, 4, 2]), "tp": np.array([8, 8, 8, 8]),
-            "pp": np.array([2, 1, 4, 8]), "cp": np.array([1, 1, 1, 1]),
-            "vpp": np.ones(4, int), "mbs": np.ones(4, int), "zero": np.ones(4, int),
-            "recompute": np.ones(4, int), "sp": np.ones(4, bool)}
-    step = np.array([10.0, 10.2, 10.9, 11.0])
-    order, labels = tie_order(cols, step, [0, 1, 2, 3], 0.03)
-    assert order == [1, 0, 2, 3] and labels == ["1=", "1=", "3=", "3="]
-    # variants of one layout fold into the simplest within the band of its fastest
-    cols2 = {k: np.concatenate([v, v[:1]]) for k, v in cols.items()}
-    cols2["vpp"][4], cols2["vpp"][0] = 1, 4  # candidate 0 interleaved, 4 its plain twin
-    step2 = np.append(step, 10.1)
-    chosen, folded = distinct_layouts(cols2, step2, np.argsort(step2), 10, 0.03)
-    assert chosen[0] == 4 and folded[0] == 1
 
 
 # ---- 9. the timeline ---------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def hf_config(model: str) -> dict | None:
     """The Hugging Face config.json test copy of a preset, where the repository holds one."""
     folders = {"deepseek-v3": "DeepSeek-V3", "qwen3-30b-a3b": "Qwen3-30B-A3B",
                "qwen3-235b-a22b": "Qwen3-235B-A22B", "mixtral-8x22b": "Mixtral-8x22B-v0.1",
-               "gpt-oss-120b": "gpt-oss-120b"}
+               "gpt-oss-120b": "gpt-oss-120b", "llama-3.1-70b": "Llama-3.1-70B"}
     folder = folders.get(model)
     if folder is None:
         return None

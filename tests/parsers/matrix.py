@@ -28,6 +28,12 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
     ("offload-8b", "--model llama-3.1-8b --gpus 16 --tp 1 --pp 1 --zero 1 "
      "--offload-optimizer 1 --recompute full", MEGATRON),
     ("fp8-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --precision fp8", MEGATRON),
+    ("fp8-blockwise-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --precision fp8 "
+     "--fp8-recipe blockwise --fp8-param-gather", ("megatron",)),
+    ("recompute-levels-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --recompute full "
+     "--recompute-layers 10", MEGATRON),
+    ("recompute-mlp-8b", "--model llama-3.1-8b --gpus 16 --tp 2 --pp 2 --recompute selective "
+     "--recompute-modules core_attn,mlp", MEGATRON),
     ("moe-deepseek-v3", "--model deepseek-v3 --gpus 1024 --tp 1 --pp 16 --ep 64 --etp 1 "
      "--recompute full --hw h200-nvlink", ("megatron",)),
     ("moe-qwen3-30b", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1",
@@ -49,6 +55,8 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      "--schedule dualpipev", ("torchtitan",)),
     ("titan-uneven-405b", "--model 405b --gpus 512 --framework torchtitan --tp 8 --pp 16 "
      "--schedule 1f1b --recompute full --precision fp8", ("torchtitan",)),
+    ("titan-module-lists-8b", "--model llama-3.1-8b --gpus 40 --framework torchtitan --tp 1 "
+     "--pp 5 --vpp 2 --schedule interleaved --gbs 80", ("torchtitan",)),
     ("titan-cp-70b", "--model 70b --gpus 128 --framework torchtitan --tp 8 --pp 4 --cp 2 "
      "--seq-len 16384", ("torchtitan",)),
     ("titan-hsdp-8b", "--model llama-3.1-8b --gpus 32 --framework torchtitan --tp 1 --pp 1 "

@@ -5,7 +5,9 @@ groups beside it) on torch's fake process-group backend of dp·tp·pp·cp ranks.
 Compared with the plan (`--json`): the batch triple DeepSpeed checks (train_batch_size =
 micro-batch × gradient accumulation × data-parallel world), the ZeRO stage, the 16-bit mode,
 offload devices and ratio; and the Megatron-DeepSpeed launch arguments the emitter gives in its
-notes (tensor, pipeline, Ulysses sizes, batch, ZeRO stage).
+notes (tensor, pipeline, Ulysses sizes, batch, ZeRO stage); and the pipeline engine's layer
+partition (partition_balanced over transformer layers, as Megatron-DeepSpeed asks) against the
+layers plan3d costed.
 
 Stubs: none (DeepSpeed's config needs no GPU). Megatron-DeepSpeed itself is not on the package
 index: its arguments are checked by name and value against the plan, not parsed."""
@@ -119,3 +121,23 @@ def test_megatron_deepspeed_arguments_match_the_plan(rid, args):
     assert int(a["--zero-stage"]) == c["zero_stage"]
     assert int(a["--seq-length"]) == c["seq_len"]
     assert ("--fp16" in a) == (c["precision"] == "fp16")
+
+
+@pytest.mark.parametrize("rid,args", [r for r in DS_ROWS if " --pp 1 " not in r[1] + " "],
+                         ids=[r for r, a in DS_ROWS if " --pp 1 " not in a + " "])
+def test_pipeline_engine_places_what_plan3d_costed(rid, args):
+    """Megatron-DeepSpeed's GPTModelPipe partitions by 'type:transformer' (megatron/model/
+    gpt_model.py there): DeepSpeed's PipelineModule weighs each transformer layer 1, the rest 0,
+    and splits by deepspeed.runtime.utils.partition_balanced; no stage over plan3d's cost."""
+    from deepspeed.runtime.utils import partition_balanced
+
+    from planner.catalog import load_model
+
+    plan = plan_json(args)
+    c = plan["config"]
+    n_layers = load_model(args.split("--model ")[1].split()[0]).n_layers
+    weights = [0] + [1] * n_layers + [0, 0]  # embedding, the layers, final norm, head
+    bounds = partition_balanced(weights, c["pp"])
+    layers = [sum(weights[bounds[i]:bounds[i + 1]]) for i in range(c["pp"])]
+    assert sum(layers) == n_layers
+    assert max(layers) <= plan["memory"]["stage_layers"], (layers, plan["memory"]["stage_layers"])

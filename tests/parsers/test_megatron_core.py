@@ -110,7 +110,7 @@ ELSEWHERE = {
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--no-gradient-accumulation-fusion",
     "--ckpt-format", "--num-distributed-optimizer-instances", "--outer-dp-sharding-strategy",
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
-    "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe",
+    "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
     "--overlap-moe-expert-parallel-comm", "--yarn-original-max-position-embeddings",
     "--yarn-beta-fast", "--yarn-beta-slow", "--recompute-modules",
 }
@@ -253,6 +253,14 @@ def _compare_with_hf(config, flags, hf: dict) -> None:
     assert config.add_bias_linear == bool(hf.get("attention_bias", False))
     assert config.num_moe_experts == (hf.get("n_routed_experts") or hf.get("num_experts")
                                       or hf.get("num_local_experts"))
+    rope = hf.get("rope_scaling") or {}
+    if rope.get("rope_type") == "llama3":  # Megatron's fixed low/high factors and context
+        assert ("--use-rope-scaling" in flags and
+                _flag(flags, "--rope-scaling-factor") == rope["factor"])
+        assert (rope["low_freq_factor"], rope["high_freq_factor"],
+                rope["original_max_position_embeddings"]) == (1.0, 4.0, 8192)
+    if config.num_moe_experts is None:
+        return
     assert config.moe_router_topk == hf["num_experts_per_tok"]
     if "moe_intermediate_size" in hf:
         assert config.moe_ffn_hidden_size == hf["moe_intermediate_size"]
@@ -276,7 +284,6 @@ def _compare_with_hf(config, flags, hf: dict) -> None:
         assert config.qk_layernorm
     if hf.get("norm_topk_prob") is False and config.moe_router_score_function == "softmax":
         assert config.moe_router_pre_softmax
-    rope = hf.get("rope_scaling") or {}
     if rope.get("type", rope.get("rope_type")) == "yarn" and "kv_lora_rank" in hf:
         assert config.rotary_scaling_factor == rope["factor"]
         assert config.mscale == rope["mscale"] and config.mscale_all_dim == rope["mscale_all_dim"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from datetime import UTC, datetime
@@ -80,20 +81,31 @@ def factor(result, key):
 # The fit
 
 
+# Three factors far enough off that the runs need each (each lowers the squared log error by far
+# more than 3.841·σ², σ = 4.9 % on H100: calibrate.CHI2_95_ONE_DOF); HBM left as the profile has
+# it. (TRUTH moves all four by 20–25 %: there the runs need only two of them, see
+# test_fits_only_what_the_runs_need.)
+RECOVERABLE = {"gemm.bf16": 0.45, "fast_busbw": 200.0, "net_busbw": 15.0}
+
+
 def test_synthetic_recovery(h100):
-    truth = with_factors(h100, TRUTH)
+    truth = with_factors(h100, RECOVERABLE)
     runs = synthetic(LAYOUTS, truth)
     result = calibrate(runs, h100)
     # the starting profile is far off, so the test means something
     assert result.median_abs_error_before > 0.1
-    for key, value in TRUTH.items():
+    for key, value in RECOVERABLE.items():
         f = factor(result, key)
         assert f.fitted and f.status == "fitted", (key, f.reason)
         assert f.after == pytest.approx(value, rel=0.02), key
         assert f.before == pytest.approx(h100.efficiency.gemm.bf16 if key == "gemm.bf16" else
-                                          {"hbm": h100.efficiency.hbm,
-                                           "fast_busbw": h100.fast.busbw_gb_per_s,
+                                          {"fast_busbw": h100.fast.busbw_gb_per_s,
                                            "net_busbw": h100.network.busbw_gb_per_s}[key])
+        # each fitted value with its 1σ uncertainty: never below what the model's own 4.9 %
+        # error on one run allows, and here a few per cent of the value
+        assert 0 < f.rel_std < 0.15 and f.reason.startswith("1σ ±")
+    hbm = factor(result, "hbm")
+    assert not hbm.fitted and hbm.after == hbm.before and "do not need it" in hbm.reason
     assert result.max_abs_error_after < 1e-3
     assert all(abs(r.error_after) < 1e-3 for r in result.runs)
     assert result.converged and result.warnings == []
@@ -113,10 +125,47 @@ def test_synthetic_recovery(h100):
     # untouched parts of the profile stay as they were
     assert p.peak_tflops == h100.peak_tflops and p.runtime == h100.runtime
     assert p.fast.gb_per_s == h100.fast.gb_per_s and p.fast.latency_us == h100.fast.latency_us
+    assert p.efficiency.hbm == h100.efficiency.hbm
+
+
+def test_a_uniform_slowdown_moves_the_gemm_efficiency_not_the_network(h100):
+    # clean runs, every one 10 % slower than the model predicts: all four factors could share it
+    # (least squares with all four free moves each by 9–13 %), but one explains it within the
+    # model's uncertainty — the GEMM efficiency, which moves most of every step: 0.63 → ~0.56
+    # (0.63 / 1.1 = 0.573 if the whole step were GEMMs; communication and bubble that do not
+    # scale with it ask a little more of it)
+    runs = [m.model_copy(update={"step_s": m.step_s * 1.1}) for m in synthetic(LAYOUTS, h100)]
+    result = calibrate(runs, h100)
+    assert [f.key for f in result.fitted] == ["gemm.bf16"]
+    assert factor(result, "gemm.bf16").after == pytest.approx(0.56, abs=0.01)
+    for key in ("hbm", "fast_busbw", "net_busbw"):
+        f = factor(result, key)
+        assert f.after == f.before and "do not need it" in f.reason, key
+    assert result.profile.network == h100.network and result.profile.fast == h100.fast
+    assert result.rms_log_error_after < 0.02 < 0.09 < result.rms_log_error_before
+
+
+def test_fits_only_what_the_runs_need(h100):
+    # TRUTH moves all four by 20–25 %; GEMM and the network explain the runs to 1 %, and HBM and
+    # NVLink add less than the model's uncertainty: they stay, each with its reason
+    result = calibrate(synthetic(LAYOUTS, with_factors(h100, TRUTH)), h100)
+    assert sorted(f.key for f in result.fitted) == ["gemm.bf16", "net_busbw"]
+    assert result.rms_log_error_after < 0.02 and result.rms_log_error_before > 0.3
+    for key in ("hbm", "fast_busbw"):
+        assert "do not need it" in factor(result, key).reason
+
+
+def test_one_run_fits_one_factor_and_says_why_not_the_others(h100):
+    # one run: any one factor explains it exactly; the one that needs the least change is taken
+    # and the others cannot be told from it
+    result = calibrate(synthetic(LAYOUTS[:1], with_factors(h100, TRUTH)), h100)
+    assert [f.key for f in result.fitted] == ["gemm.bf16"]
+    assert "cannot tell it from gemm.bf16" in factor(result, "hbm").reason
+    assert "cannot tell it from gemm.bf16" in factor(result, "fast_busbw").reason
 
 
 def test_unidentifiable_network_left_unchanged(h100):
-    truth = with_factors(h100, TRUTH)
+    truth = with_factors(h100, {"gemm.bf16": 0.45, "fast_busbw": 200.0, "net_busbw": 35.0})
     runs = synthetic(IN_NODE, truth)
     assert all(m.config.n_gpus <= h100.gpus_per_domain for m in runs)
     result = calibrate(runs, h100, name="my-node")
@@ -128,8 +177,8 @@ def test_unidentifiable_network_left_unchanged(h100):
     assert result.profile.network == h100.network
     assert result.profile.name == "my-node"
     # what the runs do pin down is still recovered
-    for key in ("gemm.bf16", "hbm", "fast_busbw"):
-        assert factor(result, key).after == pytest.approx(TRUTH[key], rel=0.02), key
+    for key in ("gemm.bf16", "fast_busbw"):
+        assert factor(result, key).after == pytest.approx(RECOVERABLE[key], rel=0.02), key
     assert result.max_abs_error_after < 1e-3
 
 
@@ -322,7 +371,7 @@ def test_profile_to_toml_round_trips_every_preset(tmp_path, name):
 
 
 def test_calibrated_toml_round_trip(tmp_path, h100):
-    result = calibrate(synthetic(LAYOUTS, with_factors(h100, TRUTH)), h100)
+    result = calibrate(synthetic(LAYOUTS, with_factors(h100, RECOVERABLE)), h100)
     when = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
     text = calibration_toml(result, "cluster-runs.csv", when)
     path = write(tmp_path, text, "my-cluster.toml")
@@ -336,7 +385,9 @@ def test_calibrated_toml_round_trip(tmp_path, h100):
     assert "calibrated by plan3d calibrate" in joined
     assert "cluster-runs.csv" in joined and "2025-03-01T12:00:00+00:00" in joined
     assert f"efficiency.gemm.bf16: {h100.efficiency.gemm.bf16:g} -> 0.45" in joined
-    assert "network.busbw_gb_per_s: 46 GB/s -> 35 GB/s" in joined
+    # the 1σ depends on the model's stated uncertainty (the floor of the residual variance)
+    assert re.search(r"network.busbw_gb_per_s: 46 GB/s -> 15 GB/s\s+\(1σ ±[\d.]+ GB/s\)",
+                     joined.replace("\n#", " "))
     was = f"{h100.efficiency.gemm.bf16:g}"  # the shipped profile's value
     assert f"efficiency.gemm.fp16 = {h100.efficiency.gemm.fp16:g}: no run uses fp16" in joined
     assert f"bf16 = 0.45  # calibrated; was {was}" in text
@@ -360,7 +411,11 @@ def test_fit_is_fast_and_deterministic(h100):
     first = calibrate(runs, h100)
     elapsed = time.perf_counter() - start
     second = calibrate(runs, h100)
-    assert elapsed < 1.0
+    # 10 s, not the former 1 s: the fit now chooses its factors (forward and backward selection,
+    # issue 19), up to ten small least-squares fits instead of one: ~0.6 s alone on this 2-core
+    # machine, 3.3 s seen under the full suite with other sessions running; the bound only
+    # catches an order-of-magnitude regression (speed figures belong in benchmarks/)
+    assert elapsed < 10.0
     assert first == second
     assert np.isfinite([f.after for f in first.factors]).all()
 
@@ -370,46 +425,49 @@ def test_fit_is_fast_and_deterministic(h100):
 
 
 def test_refuses_a_fit_worse_than_the_start(tmp_path, h100):
-    from typer.testing import CliRunner
-
-    from planner.calibrate import check_not_worse
-    from planner.cli import app
+    from planner.calibrate import check_not_worse, check_writable
 
     # a starting profile whose BF16 GEMM efficiency (0.03) lies below the fit's physical lower
     # bound (0.05), and runs measured exactly as that profile predicts: before the fit every
-    # error is 0; the fit can only start from the bound, 0.05, which predicts every GEMM
-    # 0.03/0.05 = 0.6× as long — worse than where it started
+    # error is 0; a fit could only start from the bound, 0.05, which predicts every GEMM
+    # 0.03/0.05 = 0.6× as long — worse than where it started. The fit leaves it as it was (it
+    # lowers no error), and writing refuses a profile in which nothing moved
     start = with_factors(h100, {"gemm.bf16": 0.03})
     runs = synthetic(LAYOUTS[:4], start)
     result = calibrate(runs, start, fit=("gemm",))
     assert result.rms_log_error_before == pytest.approx(0.0, abs=1e-12)
     f = factor(result, "gemm.bf16")
-    assert f.after == pytest.approx(0.05) and f.status == "at-bound"
-    assert result.rms_log_error_after > 0.1
+    assert f.after == 0.03 and f.status == "left" and "do not need it" in f.reason
+    assert result.rms_log_error_after == result.rms_log_error_before
+    with pytest.raises(PlanError, match=r"not written: the runs moved no factor .* --force"):
+        check_writable(result)
+    # a result that fits worse than its start is still refused by check_not_worse
+    worse = result.model_copy(update={"rms_log_error_after": 0.2})
     with pytest.raises(PlanError, match=r"fits the runs worse than h100-nvlink did .* --force"):
-        check_not_worse(result)
+        check_not_worse(worse)
+    with pytest.raises(PlanError, match=r"fits the runs worse"):
+        check_writable(worse.model_copy(update={"factors": calibrate(
+            synthetic(LAYOUTS[:4], with_factors(h100, {"gemm.bf16": 0.5})), h100,
+            fit=("gemm",)).factors}))
     # a fit that improves passes
-    check_not_worse(calibrate(synthetic(LAYOUTS[:4], with_factors(h100, {"gemm.bf16": 0.5})),
-                              h100, fit=("gemm",)))
+    check_writable(calibrate(synthetic(LAYOUTS[:4], with_factors(h100, {"gemm.bf16": 0.5})),
+                             h100, fit=("gemm",)))
 
-    # the command: one line on stderr, exit 2, nothing written; --force writes it
-    profile = tmp_path / "start.toml"
-    profile.write_text(profile_to_toml(start.model_copy(update={"name": "start"})))
-    csv_path = tmp_path / "runs.csv"
-    csv_path.write_text("model,dp,tp,pp,mbs,gbs,seq_len,step_s\n" + "".join(
-        f"{m.model.name},{m.config.dp},{m.config.tp},{m.config.pp},{m.config.mbs},"
-        f"{m.config.gbs},{m.config.seq_len},{m.step_s!r}\n" for m in runs))
-    out = tmp_path / "fitted.toml"
-    runner = CliRunner()
-    r = runner.invoke(app, ["calibrate", str(csv_path), "--hw", str(profile), "--fit", "gemm",
-                            "-o", str(out)])
-    assert r.exit_code == 2, r.output
-    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
-    assert "fits the runs worse than start did" in r.stderr and not out.exists()
-    r = runner.invoke(app, ["calibrate", str(csv_path), "--hw", str(profile), "--fit", "gemm",
-                            "-o", str(out), "--force"])
-    assert r.exit_code == 0, r.output
-    assert load_hardware(str(out)).efficiency.gemm.bf16 == pytest.approx(0.05)
+
+def test_refuses_to_write_what_it_cannot_tell(h100):
+    from planner.calibrate import check_writable
+
+    good = calibrate(synthetic(LAYOUTS[:4], with_factors(h100, {"gemm.bf16": 0.5})), h100,
+                     fit=("gemm",))
+    g = factor(good, "gemm.bf16")
+    vague = good.model_copy(update={"factors": [
+        f.model_copy(update={"rel_std": 1.5}) if f.key == g.key else f for f in good.factors]})
+    with pytest.raises(PlanError, match=r"efficiency.gemm.bf16 = 0.5 is uncertain by more than "
+                                        r"its value"):
+        check_writable(vague)
+    stuck = good.model_copy(update={"converged": False})
+    with pytest.raises(PlanError, match=r"did not converge"):
+        check_writable(stuck)
 
 
 def test_measurements_carry_the_context_parallel_kind_and_hybrid_sharding(tmp_path):

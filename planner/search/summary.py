@@ -1,0 +1,107 @@
+"""The words under the search's table: a few short lines by default (`summary`), the whole
+reasoning behind `--why` (`why`). Every plan is named as the table spells it
+(PlanConfig.short_label), and every comparison names the parts of the step whose differences add
+up to the step difference (alternatives.step_differences)."""
+
+from __future__ import annotations
+
+from ..results import Plan
+from .alternatives import Alternative, step_differences, step_parts
+from .ranking import MARGIN_MARK, TIE_MARK
+
+GIB = 2**30
+
+
+def _name(plan: Plan) -> str:
+    return plan.config.short_label()
+
+
+def _vs(plan: Plan, other: Plan) -> str:
+    """'0.2% slower: exposed CP +0.017 s' — other against plan."""
+    ratio = other.time.step_s / plan.time.step_s - 1
+    diff = step_differences(plan.time, other.time)
+    word = "slower" if ratio >= 0 else "faster"
+    return f"{abs(ratio):.1%} {word}" + (f": {diff}" if diff else
+                                         f", the same step time; {gib(other)} GiB")
+
+
+def gib(plan: Plan) -> str:
+    return f"{plan.memory.total_bytes / GIB:.1f}"
+
+
+def composition(plan: Plan) -> str:
+    """'compute 85%, exposed CP 9%, exposed DP/ZeRO 6%': the parts of at least 1 % of the step,
+    largest first."""
+    t = plan.time
+    parts = sorted(step_parts(t).items(), key=lambda kv: -kv[1])
+    shown = [f"{name} {v / t.step_s:.0%}" for name, v in parts if v >= 0.01 * t.step_s]
+    return ", ".join(shown)
+
+
+def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
+    """Row 1 in one sentence: the plan, its step, its memory against the margin."""
+    m = plan.memory
+    share = m.total_bytes / m.capacity_bytes
+    head = (f"Row 1, the plan to run: {_name(plan)}" if any_safe else
+            f"No plan fits with the {headroom:.0%} memory margin (--headroom); row 1 is the "
+            f"fastest that fits at all: {_name(plan)}")
+    return f"{head}, {plan.time.step_s:.3g} s a step, {share:.0%} of memory."
+
+
+def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
+            any_safe: bool, alternatives: list[Alternative]) -> list[str]:
+    """The short lines: row 1 and its memory, where its step goes, its nearest rival (a tie or
+    row 2), the faster plans inside the margin, and each option weighed that would change the
+    answer."""
+    if not plans:
+        return []
+    best = plans[0]
+    lines = [headline(best, headroom, any_safe), f"Its step: {composition(best)}."]
+    ties = [i for i, lab in enumerate(labels) if lab.rstrip(MARGIN_MARK) == f"1{TIE_MARK}"]
+    ranked = [i for i, lab in enumerate(labels) if i and lab != MARGIN_MARK]
+    if ties:
+        n = len(ties)
+        lines.append(f"{n} more within the model's uncertainty, ±{band:.1%} (1=); the "
+                     f"nearest, {_name(plans[ties[0]])}: {_vs(best, plans[ties[0]])}.")
+    elif ranked:
+        i = ranked[0]
+        lines.append(f"Row {i + 1}, {_name(plans[i])}, is {_vs(best, plans[i])}.")
+    margin = [plans[i] for i, lab in enumerate(labels) if lab == MARGIN_MARK]
+    if margin:
+        fast = margin[0]
+        lines.append(f"Faster but inside the {headroom:.0%} memory margin (m): {_name(fast)}, "
+                     f"{1 - fast.time.step_s / best.time.step_s:.1%} faster at "
+                     f"{fast.memory.total_bytes / fast.memory.capacity_bytes:.0%} of memory.")
+    for a in alternatives:  # an option whose plan would beat row 1: it changes the answer
+        if a.step_s is not None and a.step_s < best.time.step_s and a.plan != _name(best):
+            hint = CHANGE_HINTS.get(a.option, "--why says more")
+            lines.append(f"{a.option[0].upper()}{a.option[1:]} would change the answer: "
+                         f"{a.plan}, {1 - a.step_s / best.time.step_s:.1%} faster ({hint}).")
+    return lines
+
+
+CHANGE_HINTS = {"offload to host memory": "not ranked by default: --offload auto ranks it",
+                "hybrid sharding (HSDP)": "--dp-shard auto searches it"}
+"""What makes the search rank an option it weighed but did not rank."""
+
+
+def why(plans: list[Plan], labels: list[str], band: float, source: str, folded: int) -> str:
+    """The whole reasoning (--why): row 1 and its step, then every plan shown against it."""
+    if not plans:
+        return ""
+    best = plans[0]
+    t = best.time
+    parts = [f"Row 1: {_name(best)} — step {t.step_s:.3g} s ({t.tokens_per_s:,.0f} tokens/s, "
+             f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full); of the step, "
+             f"{composition(best)}; {gib(best)} of {best.memory.capacity_bytes / GIB:.1f} GiB."]
+    for plan, lab in zip(plans[1:], labels[1:]):
+        tie = (" (within the model's uncertainty: a tie)" if TIE_MARK in lab else
+               " (fits only inside the memory margin)" if lab == MARGIN_MARK else "")
+        parts.append(f"Row {lab}, {_name(plan)}, is {_vs(best, plan)}{tie}.")
+    parts.append(f"Ties: step times within ±{band:.1%} of a row, the model's uncertainty "
+                 f"({source}).")
+    if folded:
+        parts.append(f"Each row is one layout (dp, tp, pp, cp); {folded:,} variants of the "
+                     "layouts shown (ZeRO stage, recompute, micro-batch size, virtual stages) are "
+                     "folded into them, each into its layout's first by the same rule.")
+    return " ".join(parts)

@@ -1,0 +1,79 @@
+"""From a row to a run (issue 19): every row's `explain` arguments reproduce it exactly, the footer
+prints the command for row 1, and a layout string that contradicts a flag is an error naming both."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args", [
+    ["--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"],
+    ["--model", "deepseek-v3", "--gpus", "2048"],
+    ["--model", "70b", "--gpus", "64", "--framework", "torchtitan"],
+    ["--model", "405b", "--gpus", "64", "--tp", "8", "--pp", "8"],  # offloads to fit
+    ["--model", "8b", "--gpus", "64", "--seq-len", "32768", "--framework", "deepspeed"],
+])
+def test_each_rows_explain_arguments_reproduce_it_exactly(args):
+    r = runner.invoke(app, ["search", *args, "--json", "--top", "3"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert len(data["explain_args"]) == len(data["plans"])
+    for plan, argv in zip(data["plans"], data["explain_args"]):
+        assert argv[argv.index("--plan") + 1] in (plan_label(plan),)
+        again = runner.invoke(app, [*argv, "--json"])
+        assert again.exit_code == 0, again.output
+        e = json.loads(again.stdout)
+        assert e["config"] == plan["config"]  # every setting, not only the numbers
+        assert e["time"]["step_s"] == plan["time"]["step_s"]
+        assert e["memory"]["total_bytes"] == plan["memory"]["total_bytes"]
+
+
+def plan_label(plan: dict) -> str:
+    from planner.schema import PlanConfig
+
+    return PlanConfig(**plan["config"]).short_label()
+
+
+def test_the_footer_prints_the_command_for_row_1_and_it_runs():
+    r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink",
+                            "--top", "3"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("Run row 1: plan3d explain"))
+    argv = shlex.split(line.removeprefix("Run row 1: plan3d "))
+    row1 = json.loads(runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--hw",
+                                          "h100-nvlink", "--top", "1", "--json"]).stdout)
+    e = json.loads(runner.invoke(app, [*argv, "--json"]).stdout)
+    assert e["config"] == row1["plans"][0]["config"]
+    assert '--plan "' in line  # the layout in one quoted argument, as the table prints it
+
+
+def test_a_layout_that_contradicts_a_flag_is_an_error_naming_both():
+    r = runner.invoke(app, ["explain", "--model", "70b", "--gpus", "512", "--plan",
+                            "dp128 tp2 pp1 cp2 z3 sel", "--zero", "1"])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("plan3d: error: --plan 'dp128 tp2 pp1 cp2 z3 sel' says zero 3 "
+                                "but --zero 1 was given: leave one of them out")
+    # forgetting --zero 3 no longer gives another plan: the string carries it
+    r = runner.invoke(app, ["explain", "--model", "70b", "--gpus", "512", "--plan",
+                            "dp128 tp2 pp1 cp2 z3 sel", "--json"])
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.stdout)["config"]
+    assert (c["dp"], c["tp"], c["cp"], c["zero_stage"], c["recompute"]) == (
+        128, 2, 2, 3, "selective")
+
+
+def test_emit_takes_the_layout_too():
+    r = runner.invoke(app, ["explain", "--model", "70b", "--gpus", "512", "--plan",
+                            "dp128 tp2 pp1 cp2 z3 sel", "--emit", "torchtitan"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"context_parallel_degree[ =]+2\b", r.stdout)
+    assert re.search(r"tensor_parallel_degree[ =]+2\b", r.stdout)
