@@ -53,6 +53,26 @@ class Memory(_Out):
     host_capacity_bytes: float = 0.0
 
 
+class CollectiveCall(_Out):
+    """One kind of collective of a step as NCCL's tuner runs each call (explain): the
+    algorithm and protocol it picks for one call of message_bytes over `ranks` ranks on `nodes`
+    NVLink domains, that call's latency (NCCL's per-call constants, its steps and hops) and
+    transfer (message / algorithm bandwidth) in seconds, the calls per step, and the step's
+    total, calls × (latency + transfer), before any overlap. A point-to-point send has
+    algorithm "p2p"."""
+
+    name: str
+    algorithm: str
+    protocol: str
+    ranks: float
+    nodes: float
+    message_bytes: float
+    calls_per_step: float
+    latency_s: float
+    transfer_s: float
+    step_s: float
+
+
 class Comm(_Out):
     """Bytes one GPU sends per step, by kind of parallelism, and the link each crosses
     ("nvlink" inside the fast domain, "network" across it, "none" when the degree is 1)."""
@@ -84,6 +104,8 @@ class Comm(_Out):
     nvlink_utilisation: float = 0.0
     network_utilisation: float = 0.0
     busiest_link: Literal["nvlink", "network", "none"] = "none"
+    # explain: each collective of the step as NCCL's tuner picks and prices each call
+    collectives: list[CollectiveCall] = []
 
 
 class Time(_Out):

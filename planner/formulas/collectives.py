@@ -308,6 +308,21 @@ def pat_busbw(busbw):
     return 0.75 * busbw
 
 
+def group_net_busbw(node_net_busbw, ranks_per_node, nics_per_gpu, nics_per_node):
+    """The network bandwidth one group's collectives may use on a node: the node's network bus
+    bandwidth × the share of its NICs the group's own ranks hold,
+
+        W_net,group = W_net,node · min(1, r · NICs per GPU / NICs per node),
+
+    r the group's ranks on the node. Groups that leave the node side by side (the t·c data-
+    parallel groups of a node, one rank each) each drive their own rails: 8 one-rank DP groups
+    of a tp = 8 plan on a node with 8 NICs get an eighth each; a group holding all the node's
+    GPUs gets all of it. Assumes rail-aligned NICs (one per GPU or per GPU pair), as NCCL's
+    topology search places them (one channel per NIC). Used by every pricing of a collective
+    (NVLS-tree's network side, CollNet), the cost path's and explain's alike."""
+    return node_net_busbw * _ops.minimum(1, ranks_per_node * nics_per_gpu / nics_per_node)
+
+
 def algbw(coll: Coll, algo: Algo, busbw, n_ranks):
     """Bus → algorithm bandwidth: × n/nsteps for ring, NVLS, NVLS-tree; × 1/2 for tree and
     CollNet; unchanged for a non-ring reduce-scatter or all-gather."""
@@ -326,23 +341,38 @@ DISABLED_S = 1e9
 large enough never to be the minimum, finite so that it multiplies by 0 on every backend."""
 
 
-def ring_time_s(coll: Coll, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
-                net_overhead_us=1.0, n_channels=32):
-    """Ring: ring latency (×1.4 for a multi-node Simple all-reduce once B ≥ 64·nChannels·n) +
-    B / (ring busbw · n/nsteps)."""
+def ring_parts_s(coll: Coll, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                 net_overhead_us=1.0, n_channels=32):
+    """Ring, as (latency, transfer): the ring latency (×1.4 for a multi-node Simple all-reduce
+    once B ≥ 64·nChannels·n) and B / (ring busbw · n/nsteps)."""
     latency = ring_latency_s(coll, proto, n_ranks, n_nodes, net_overhead_us)
     if coll is Coll.ALL_REDUCE and proto is Proto.SIMPLE:
         plateau = (1 - one_node(n_nodes)) * _ops.le(64 * n_channels * n_ranks, buffer_bytes)
         latency = latency * (1 + (RING_PLATEAU_FACTOR - 1) * plateau)
-    return latency + buffer_bytes / algbw(coll, Algo.RING, ring_busbw(proto, busbw, ll_max),
-                                          n_ranks)
+    return latency, buffer_bytes / algbw(coll, Algo.RING, ring_busbw(proto, busbw, ll_max),
+                                         n_ranks)
+
+
+def ring_time_s(coll: Coll, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                net_overhead_us=1.0, n_channels=32):
+    """Ring: latency + transfer (ring_parts_s)."""
+    latency, transfer = ring_parts_s(coll, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                                     net_overhead_us, n_channels)
+    return latency + transfer
+
+
+def tree_parts_s(proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max):
+    """Tree all-reduce, as (latency, transfer): the tree latency, and B / (tree busbw ·
+    correction(B) / 2)."""
+    bw = tree_busbw(proto, busbw, ll_max, n_nodes) * tree_correction(proto, buffer_bytes)
+    return (tree_latency_s(proto, n_ranks, n_nodes),
+            buffer_bytes / algbw(Coll.ALL_REDUCE, Algo.TREE, bw, n_ranks))
 
 
 def tree_time_s(proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max):
-    """Tree all-reduce: tree latency + B / (tree busbw · correction(B) / 2)."""
-    bw = tree_busbw(proto, busbw, ll_max, n_nodes) * tree_correction(proto, buffer_bytes)
-    return (tree_latency_s(proto, n_ranks, n_nodes)
-            + buffer_bytes / algbw(Coll.ALL_REDUCE, Algo.TREE, bw, n_ranks))
+    """Tree all-reduce: latency + transfer (tree_parts_s)."""
+    latency, transfer = tree_parts_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max)
+    return latency + transfer
 
 
 def _available(coll: Coll, algo: Algo, proto: Proto, nvls: bool = False, sharp: bool = False,
@@ -364,43 +394,58 @@ def _available(coll: Coll, algo: Algo, proto: Proto, nvls: bool = False, sharp: 
     return algo is Algo.PAT or (nvls and algo is Algo.NVLS)
 
 
-def candidate_time_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw,
-                     ll_max, net_busbw, nvls_bw, nics_per_node, net_overhead_us=1.0,
-                     collnet_efficiency=0.85, n_channels=32):
-    """The time the tuner predicts for one (algorithm, protocol) — DISABLED_S where it does not
-    apply at these values (PAT needs one rank per node, NVLS one node, NVLS-tree and CollNet more
-    than one) or at all (a pair `_available` leaves out). ll_max = ll_max_busbw(…); net_busbw the
-    network's ring bus bandwidth (NVLS-tree), nvls_bw the measured NVLS all-reduce bus bandwidth,
+def _enabled(on, parts):
+    """(latency, transfer) where on = 1; (DISABLED_S, 0) where on = 0."""
+    return _ops.select(on, parts[0], DISABLED_S), _ops.select(on, parts[1], 0)
+
+
+def candidate_parts_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes,
+                      busbw, ll_max, net_busbw, nvls_bw, nics_per_node, net_overhead_us=1.0,
+                      collnet_efficiency=0.85, n_channels=32):
+    """One (algorithm, protocol) as the tuner prices it, split into (latency, transfer): the
+    latency NCCL's tables give (per call, with its steps and hops) and B / algbw. (DISABLED_S, 0)
+    where it does not apply at these values (PAT needs one rank per node, NVLS one node,
+    NVLS-tree and CollNet more than one) or at all (a pair `_available` leaves out).
+    ll_max = ll_max_busbw(…); net_busbw the network's ring bus bandwidth this group owns
+    (group_net_busbw; NVLS-tree), nvls_bw the measured NVLS all-reduce bus bandwidth,
     collnet_efficiency CollNet-direct's 0.85 on sm90+ (1 before)."""
     multi = 1 - one_node(n_nodes)
     ppn = n_ranks / n_nodes
     if algo is Algo.RING:
-        return ring_time_s(coll, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
-                           net_overhead_us, n_channels)
+        return ring_parts_s(coll, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
+                            net_overhead_us, n_channels)
     if algo is Algo.TREE and coll is Coll.ALL_REDUCE:
-        return tree_time_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max)
+        return tree_parts_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max)
     if proto is not Proto.SIMPLE:
-        return DISABLED_S
+        return DISABLED_S, 0
     if algo is Algo.PAT and coll is not Coll.ALL_REDUCE:
-        pat = pat_latency_s(n_ranks, n_nodes) + buffer_bytes / pat_busbw(busbw)
-        return _ops.select(one_rank_per_node(n_ranks, n_nodes) * multi, pat, DISABLED_S)
+        return _enabled(one_rank_per_node(n_ranks, n_nodes) * multi,
+                        (pat_latency_s(n_ranks, n_nodes), buffer_bytes / pat_busbw(busbw)))
     if algo is Algo.NVLS:
-        nvls = nvls_latency_s(n_nodes) + buffer_bytes / algbw(
-            coll, Algo.NVLS, nvls_busbw(coll, nvls_bw, ppn), n_ranks)
-        return _ops.select(one_node(n_nodes), nvls, DISABLED_S)
+        return _enabled(one_node(n_nodes), (nvls_latency_s(n_nodes), buffer_bytes / algbw(
+            coll, Algo.NVLS, nvls_busbw(coll, nvls_bw, ppn), n_ranks)))
     if coll is not Coll.ALL_REDUCE:
-        return DISABLED_S
+        return DISABLED_S, 0
     if algo is Algo.NVLS_TREE:
+        latency = nvls_tree_latency_s(n_nodes)
         bw = nvls_tree_busbw(nvls_bw, net_busbw, n_nodes)
-        t = nvls_tree_latency_s(n_nodes) + buffer_bytes / algbw(coll, algo, bw, n_ranks)
     elif algo is Algo.COLLNET_DIRECT:
+        latency = collnet_direct_latency_s(n_ranks, n_nodes)
         bw = collnet_direct_busbw(busbw, ppn, nics_per_node) / 0.85 * collnet_efficiency
-        t = collnet_direct_latency_s(n_ranks, n_nodes) + buffer_bytes / algbw(coll, algo, bw,
-                                                                              n_ranks)
     else:  # CollNet chain
-        t = collnet_chain_latency_s(n_ranks, n_nodes) + buffer_bytes / algbw(coll, algo, busbw,
-                                                                             n_ranks)
-    return _ops.select(multi, t, DISABLED_S)
+        latency, bw = collnet_chain_latency_s(n_ranks, n_nodes), busbw
+    return _enabled(multi, (latency, buffer_bytes / algbw(coll, algo, bw, n_ranks)))
+
+
+def candidate_time_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw,
+                     ll_max, net_busbw, nvls_bw, nics_per_node, net_overhead_us=1.0,
+                     collnet_efficiency=0.85, n_channels=32):
+    """The time the tuner predicts for one (algorithm, protocol): latency + transfer
+    (candidate_parts_s); DISABLED_S where it cannot run."""
+    latency, transfer = candidate_parts_s(coll, algo, proto, buffer_bytes, n_ranks, n_nodes,
+                                          busbw, ll_max, net_busbw, nvls_bw, nics_per_node,
+                                          net_overhead_us, collnet_efficiency, n_channels)
+    return latency + transfer
 
 
 def _candidates(coll: Coll, nvls: bool = False, sharp: bool = False, ll128: bool = True) -> list:
@@ -421,18 +466,25 @@ def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_b
 
 # ---- point to point ---------------------------------------------------------------------------
 
-def send_recv_time_s(message_bytes, bw, inside):
-    """One send/recv of B bytes, as one ring step on its link (the tuner does not model
-    send/recv; this is plan3d's reading of its constants): LL up to 16 KiB (P2P_LL_THRESHOLD),
-    Simple above, each with the ring's base latency and one step's hardware latency (NVLink
-    inside the domain, inside = 1; the network otherwise), bandwidth W/2 for LL (the LL words carry
-    half data), W for Simple."""
+def send_recv_parts_s(message_bytes, bw, inside):
+    """One send/recv of B bytes as (latency, transfer), as one ring step on its link (the tuner
+    does not model send/recv; this is plan3d's reading of its constants): LL up to 16 KiB
+    (P2P_LL_THRESHOLD), Simple above, each with the ring's base latency and one step's hardware
+    latency (NVLink inside the domain, inside = 1; the network otherwise), bandwidth W/2 for LL
+    (the LL words carry half data), W for Simple."""
     ll, simple = Proto.LL.value, Proto.SIMPLE.value
     step = {p: _ops.select(inside, HW_LATENCY_US["nvlink"][Algo.RING][p],
                            HW_LATENCY_US["net"][Algo.RING][p]) for p in (ll, simple)}
-    t_ll = (BASE_LATENCY_US[Algo.RING][ll] + step[ll]) * US + message_bytes / (0.5 * bw)
-    t_simple = (BASE_LATENCY_US[Algo.RING][simple] + step[simple]) * US + message_bytes / bw
-    return _ops.select(_ops.le(message_bytes, P2P_LL_THRESHOLD_BYTES), t_ll, t_simple)
+    small = _ops.le(message_bytes, P2P_LL_THRESHOLD_BYTES)
+    latency = _ops.select(small, (BASE_LATENCY_US[Algo.RING][ll] + step[ll]) * US,
+                          (BASE_LATENCY_US[Algo.RING][simple] + step[simple]) * US)
+    return latency, _ops.select(small, message_bytes / (0.5 * bw), message_bytes / bw)
+
+
+def send_recv_time_s(message_bytes, bw, inside):
+    """One send/recv of B bytes: latency + transfer (send_recv_parts_s)."""
+    latency, transfer = send_recv_parts_s(message_bytes, bw, inside)
+    return latency + transfer
 
 
 def all_to_all_latency_s(n_ranks, inside):

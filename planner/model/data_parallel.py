@@ -15,6 +15,7 @@ from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import timing as T
 from .links import collective_group, dp_replicate_of
+from .nccl import Call, nccl_s, tuner_link
 from .numbers import Choices, any_row, same
 
 
@@ -55,28 +56,27 @@ NCCL_COLL = {C.Collective.ALL_REDUCE: K.Coll.ALL_REDUCE,
 
 def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share):
     """`calls` collectives of buffer/calls bytes each over the group, each as NCCL's tuner
-    picks and prices it (formulas/collectives.py) at the group's share of its link: every call
-    pays its own latency, and a small one may run LL or the tree. The node's network bandwidth
-    (NVLS-tree, CollNet) is split among the groups that leave the node side by side: this group
-    owns its r ranks' NICs, r·NICs per GPU of the node's NICs (8 one-rank DP groups of a tp = 8
-    plan each get an eighth), at its share of the link."""
-    ll_max = K.ll_max_of(group.k, x.ll_max_one, x.ll_max_two, x.ll_max_many)
-    own_nics = _ops.minimum(1, group.r * x.nics_per_gpu / x.nics_per_node)
-    one = K.nccl_time_s(NCCL_COLL[coll], buffer_bytes / calls, ranks, group.k, group.bw * share,
-                        ll_max, x.net_node_bw * own_nics * share, x.nvls_bw * share,
-                        x.nics_per_node,
-                        x.net_overhead_us, nvls=any_row(x.nvls), sharp=any_row(x.sharp))
-    return K.many_collectives_s(calls, one)
+    picks and prices it (formulas/collectives.py) on the group's tuner_link at its share of the
+    link: every call pays its own latency, and a small one may run LL or the tree. The node's
+    network (NVLS-tree, CollNet) counts only the NICs of the group's own ranks
+    (K.group_net_busbw, through tuner_link: 8 one-rank DP groups of a tp = 8 plan each get an
+    eighth). Returns (seconds, the ledger entry explain prices again: nccl.Call)."""
+    link = tuner_link(x, group, share)
+    one = nccl_s(NCCL_COLL[coll], buffer_bytes / calls, ranks, link)
+    return K.many_collectives_s(calls, one), Call(NCCL_COLL[coll], buffer_bytes / calls, calls,
+                                                  ranks, link)
 
 
 def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, group, concurrent,
-                      experts=False):
-    """(share of the link, seconds) of the ZeRO collectives that run at `when` (ZERO_COLLECTIVES)
-    over `ranks` ranks of `group`, for `params` parameters, beside `concurrent` bytes: each as
-    many calls as the framework issues (ZeRO-3's per-layer or per-module gathers, buckets)."""
+                      rounds, experts=False):
+    """(share of the link, seconds, ledger) of the ZeRO collectives that run at `when`
+    (ZERO_COLLECTIVES) over `ranks` ranks of `group`, for `params` parameters, beside
+    `concurrent` bytes: each as many calls as the framework issues (ZeRO-3's per-layer or
+    per-module gathers, buckets). The ledger names each collective for explain, with its calls
+    per step (× `rounds`, the rounds per step, for a per-micro-batch one)."""
     z = int(c.zero_stage)
     if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
-        return 1, 0
+        return 1, 0, []
     volume = C.zero_bytes(params, x.g_bytes, x.w_bytes, ranks, z, when)
     # a stage with nothing to move (one rank; a stage without MoE layers' experts) sends
     # nothing, so its share is 1, not 0/0
@@ -84,15 +84,21 @@ def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, gr
     share = C.link_share(volume, concurrent, sends)
     per_param = {"grad": x.g_bytes, "weight": x.w_bytes}
     per_layer = int(z == 3 and when is C.When.MICRO_BATCH)
-    total = 0
+    rounds = rounds if when is C.When.MICRO_BATCH else 1
+    total, ledger = 0, []
     for coll, buf, w in C.ZERO_COLLECTIVES[z]:
         if w is when:
             # linear modules per layer: attention's q, k, v, o and the MLP's matrices
             calls = c.framework.dp_calls(per_layer, buf, k.layers, params, ranks, x.overlap,
                                          4 + x.n_mlp)
-            total = total + nccl_collectives_s(x, coll, per_param[buf] * params, calls, ranks,
-                                               group, share)
-    return share, total
+            t, call = nccl_collectives_s(x, coll, per_param[buf] * params, calls, ranks, group,
+                                         share)
+            total = total + t
+            name = f"{'EP-DP' if experts else 'DP'} {coll.label}"  # one per stage and when
+            if ledger and ledger[-1].name == name:  # ZeRO-3: the backward's gathers again
+                call, calls = ledger.pop(), 2 * calls
+            ledger.append(call.named(name, calls * rounds))
+    return share, total, ledger
 
 
 def replica_allreduce_s(x, z: int, when, k: SimpleNamespace, dp: SimpleNamespace):
@@ -114,8 +120,13 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
     the per-micro-batch, reduce and gather seconds."""
     z, group, concurrent = int(c.zero_stage), k.links.dp, k.dp_concurrent_bytes
 
+    ledger = []
+
     def dp_time(when):
-        return zero_collective_s(x, c, k, when, dp.held_params, k.d_shard, group, concurrent)
+        share, t, calls = zero_collective_s(x, c, k, when, dp.held_params, k.d_shard, group,
+                                            concurrent, dp.zero_rounds)
+        ledger.extend(calls)
+        return share, t
 
     mb_share, zero_mb_s = dp_time(C.When.MICRO_BATCH)
     tail_share, reduce_s = dp_time(C.When.STEP_REDUCE)
@@ -128,14 +139,17 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         # ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp filling a node, each
         # node holds one edp rank and the group leaves it on one rank's NICs
         edp_group = collective_group(x, dp.edp, x.ep * x.etp, k.links.domain)
+        expert = []
         with np.errstate(invalid="ignore", divide="ignore"):
-            expert = [_ops.select(x.moe, zero_collective_s(
-                x, c, k, when, dp.held_experts, dp.edp, edp_group, concurrent,
-                experts=True)[1], 0)
-                for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER)]
+            for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER):
+                _, t, calls = zero_collective_s(x, c, k, when, dp.held_experts, dp.edp,
+                                                edp_group, concurrent, dp.zero_rounds,
+                                                experts=True)
+                expert.append(_ops.select(x.moe, t, 0))
+                ledger.extend(calls)
         zero_mb_s, reduce_s, gather_s = (zero_mb_s + expert[0], reduce_s + expert[1],
                                          gather_s + expert[2])
-    return mb_share, tail_share, zero_mb_s, reduce_s, gather_s
+    return mb_share, tail_share, zero_mb_s, reduce_s, gather_s, ledger
 
 
 def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
@@ -143,7 +157,8 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     """The data-parallel time: ZeRO-2/3's per micro-batch beyond its compute, and the step's
     reduction and gather beyond the backward and forward they overlap."""
     z, m, layers = int(c.zero_stage), k.m, k.layers
-    mb_share, tail_share, zero_mb_s, reduce_s, gather_s = dp_collective_times(x, c, k, dp)
+    mb_share, tail_share, zero_mb_s, reduce_s, gather_s, ledger = dp_collective_times(x, c, k,
+                                                                                      dp)
     reduce_s = note("dp_reduce_s", reduce_s)
     gather_s = note("dp_gather_s", gather_s)
     dp_share = note("dp_share", mb_share if z >= 2 else tail_share)
@@ -164,4 +179,5 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
         + T.exposed_time_s(gather_s, fwd_window)
         + C.overlap_slowdown_s(gather_s, fwd_window, x.overlap_slow)))
     return SimpleNamespace(dp_share=dp_share, zero3_mb_s=zero3_mb_s,
-                           dp_tail_exposed=dp_tail_exposed)
+                           dp_tail_exposed=dp_tail_exposed,
+                           dp_collectives=note("collectives", ledger))

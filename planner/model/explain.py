@@ -22,10 +22,11 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..results import Plan, Term
+from ..results import CollectiveCall, Plan, Term
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from .cost import Choices, numbers, plan_costs
 from .estimate import check_config, plan_from_costs
+from .nccl import Call, priced
 from .terms import TERMS
 
 # The papers' symbols (Narayanan 2021, Korthikanti 2022, Rajbhandari 2020), and the profile's
@@ -296,8 +297,12 @@ def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
     sub-terms follow it, keyed `term:1`, `term:2`, …"""
     check_config(model, hw, config)
     recorded: dict[str, float] = {}
+    ledger: list[Call] = []
 
     def record(name, value):
+        if name == "collectives":  # the step's collectives as priced (model/nccl.py Call)
+            ledger.extend(value)
+            return value
         recorded[name] = float(value)
         return value
 
@@ -318,7 +323,30 @@ def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
         for i, (symbol, text, value) in enumerate(folded.get(k, []), 1):
             terms.append(Term(key=f"{k}:{i}", symbol=symbol, group=info.group, unit="count",
                               formula=text, value=value, why=f"sub-term of {info.symbol}"))
-    return plan_from_costs(model, hw, config, costs).model_copy(update={"terms": terms})
+    plan = plan_from_costs(model, hw, config, costs)
+    comm = plan.comm.model_copy(update={"collectives": collective_calls(ledger)})
+    return plan.model_copy(update={"terms": terms, "comm": comm})
+
+
+def collective_calls(ledger: list) -> list[CollectiveCall]:
+    """The noted collectives (model/nccl.py Call) that move anything, each with the tuner's
+    pick for one call and its latency and transfer (nccl.priced), in the order the cost path
+    priced them."""
+    out = []
+    for call in ledger:
+        pick = priced(call)
+        if pick is None or float(call.calls) <= 0:
+            continue
+        out.append(CollectiveCall(
+            name=call.name, algorithm="p2p" if call.coll is None else pick.algo.value,
+            protocol=pick.proto.name.capitalize() if pick.proto.name == "SIMPLE"
+            else pick.proto.name,
+            ranks=float(call.ranks),
+            nodes=float(getattr(call.link, "n_nodes", 2 - float(getattr(call.link, "inside", 1)))),
+            message_bytes=float(call.buffer_bytes), calls_per_step=float(call.calls),
+            latency_s=pick.latency_s, transfer_s=pick.transfer_s,
+            step_s=float(call.calls) * pick.time_s))
+    return out
 
 
 def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list[tuple]:

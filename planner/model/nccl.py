@@ -1,11 +1,14 @@
 """NCCL's tuner for one cluster (beside model/collectives.py, the links and collectives concern):
 which GPU generation, host CPU and switch features a profile has, turned into the arguments of
-planner/formulas/collectives.py, and — for one plan, on floats — the algorithm and protocol the
-tuner picks, for `explain`."""
+planner/formulas/collectives.py; the bandwidths one group's collectives get (tuner_link, the one
+place the cost path and `explain` take them from); and — for one plan, on floats — the algorithm
+and protocol the tuner picks, with its latency and transfer parts, for `explain`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any
 
 from ..formulas import collectives as K
 from ..schema import HardwareProfile
@@ -45,18 +48,94 @@ class Cluster:
                    net_busbw=hw.network.busbw_bytes_per_s * hw.nics_per_gpu * hw.node_gpus)
 
 
-def candidates(coll: K.Coll, cluster: Cluster) -> list:
-    """The (algorithm, protocol) pairs the tuner weighs for coll on this cluster."""
-    return K._candidates(coll, cluster.nvls_bw is not None, cluster.sharp)
+def tuner_link(x, group, share) -> SimpleNamespace:
+    """What the tuner is told of one group's link, on any backend: the domains it spans, the bus
+    bandwidth of its ring (group.bw) and of NVLS at its share of the link, the LL ceiling for
+    its node count, and the network bandwidth its own ranks' NICs give (K.group_net_busbw): the
+    node's whole network only for a group that holds all the node's GPUs. `x` the plan's numbers
+    (numbers.nccl_numbers), `group` a links.collective_group, `share` its C.link_share."""
+    return SimpleNamespace(
+        n_nodes=group.k, busbw=group.bw * share,
+        ll_max=K.ll_max_of(group.k, x.ll_max_one, x.ll_max_two, x.ll_max_many),
+        net_busbw=K.group_net_busbw(x.net_node_bw, group.r, x.nics_per_gpu,
+                                    x.nics_per_node) * share,
+        nvls_bw=x.nvls_bw * share, nics_per_node=x.nics_per_node,
+        net_overhead_us=x.net_overhead_us, nvls=x.nvls, sharp=x.sharp)
 
 
-def nccl_pick(coll: K.Coll, buffer_bytes: float, n_ranks: float, n_nodes: float, busbw: float,
-              cluster: Cluster) -> tuple[K.Algo, K.Proto, float]:
-    """For one plan (floats): the (algorithm, protocol) the tuner picks and its time (s)."""
-    ll_max = float(K.ll_max_busbw(cluster.generation, n_nodes, cluster.cpu))
-    times = {(a, p): float(K.candidate_time_s(
-        coll, a, p, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, cluster.net_busbw,
-        cluster.nvls_bw or busbw, cluster.nics_per_node, K.NET_OVERHEAD_US[cluster.cpu.value]))
-        for a, p in candidates(coll, cluster)}
-    algo, proto = min(times, key=times.get)
-    return algo, proto, times[(algo, proto)]
+def any_on(flag) -> bool:
+    """A cluster flag (NVLS, SHARP) as the tuner's candidate list needs it: on when any row has
+    it (a search's rows share one profile)."""
+    import numpy as np
+
+    return bool(np.any(np.asarray(flag, dtype=float) > 0))
+
+
+def nccl_s(coll: K.Coll, buffer_bytes, n_ranks, link: SimpleNamespace):
+    """One collective of `buffer_bytes` over `n_ranks` ranks as the tuner picks and prices it
+    (K.nccl_time_s), on the group's tuner_link; any backend."""
+    return K.nccl_time_s(coll, buffer_bytes, n_ranks, link.n_nodes, link.busbw, link.ll_max,
+                         link.net_busbw, link.nvls_bw, link.nics_per_node, link.net_overhead_us,
+                         nvls=any_on(link.nvls), sharp=any_on(link.sharp))
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The tuner's choice for one call, on floats: algorithm, protocol, and the call's time split
+    into NCCL's latency (per call) and the transfer (B / algorithm bandwidth)."""
+
+    algo: K.Algo
+    proto: K.Proto
+    latency_s: float
+    transfer_s: float
+
+    @property
+    def time_s(self) -> float:
+        return self.latency_s + self.transfer_s
+
+
+def nccl_pick(coll: K.Coll, buffer_bytes: float, n_ranks: float,
+              link: SimpleNamespace) -> Pick | None:
+    """For one plan (floats): the (algorithm, protocol) the tuner picks on the group's
+    tuner_link — the same inputs nccl_s prices — and its latency and transfer; None for one rank
+    (nothing sent)."""
+    if n_ranks <= 1:
+        return None
+    parts = {(a, p): tuple(float(v) for v in K.candidate_parts_s(
+        coll, a, p, buffer_bytes, n_ranks, link.n_nodes, link.busbw, link.ll_max,
+        link.net_busbw, link.nvls_bw, link.nics_per_node, link.net_overhead_us))
+        for a, p in K._candidates(coll, any_on(link.nvls), any_on(link.sharp))}
+    algo, proto = min(parts, key=lambda ap: sum(parts[ap]))
+    return Pick(algo, proto, *parts[(algo, proto)])
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kind of collective of a step, as the cost path priced it (any backend): the tuner's
+    collective (None for a point-to-point send/recv), the bytes of one call, the calls per step,
+    the ranks, and the link it was priced on (tuner_link; for a send/recv: bw and inside).
+    Noted under "collectives" (a list) so that explain can show the tuner's pick for each."""
+
+    coll: K.Coll | None
+    buffer_bytes: Any
+    calls: Any
+    ranks: Any
+    link: SimpleNamespace
+    name: str = ""
+
+    def named(self, name: str, calls_per_step) -> Call:
+        return replace(self, name=name, calls=calls_per_step)
+
+
+def priced(call: Call) -> Pick | None:
+    """The pick and parts of one call of a noted Call, on floats: the tuner's (nccl_pick) for a
+    collective, the LL/Simple send of K.send_recv_parts_s for a point-to-point one."""
+    if call.coll is not None:
+        return nccl_pick(call.coll, float(call.buffer_bytes), float(call.ranks), call.link)
+    if float(call.ranks) <= 1 or float(call.calls) == 0:
+        return None
+    latency, transfer = K.send_recv_parts_s(float(call.buffer_bytes), float(call.link.bw),
+                                            float(call.link.inside))
+    small = float(call.buffer_bytes) <= K.P2P_LL_THRESHOLD_BYTES
+    return Pick(K.Algo.RING, K.Proto.LL if small else K.Proto.SIMPLE, float(latency),
+                float(transfer))

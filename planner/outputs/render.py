@@ -265,6 +265,9 @@ def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = Fal
         if group == "comm":
             out.print(layout_line(plan))
             out.print(links_line(plan))  # comm: link model (see links_line)
+            if plan.comm.collectives:
+                out.print()
+                out.print(collectives_table(plan, out))
 
 
 def _render_constants(constants, out: Console, title: str) -> None:
@@ -311,6 +314,35 @@ def links_line(plan: Plan) -> str:
     busy = (comm.nvlink_utilisation if busiest == "nvlink" else comm.network_utilisation)
     return (f"Links: {'; '.join(parts)}. Busiest: "
             f"{'NVLink' if busiest == 'nvlink' else 'network'}, {busy:.0%} of the step.")
+
+
+def _short_time(x: float) -> str:
+    """A call's part, in µs below a millisecond, else ms or s."""
+    if x < 1e-3:
+        return f"{x * 1e6:,.1f} µs"
+    return seconds(x)
+
+
+def _message(x: float) -> str:
+    return f"{x / 1e6:,.2f} MB" if x >= 1e5 else f"{x / 1e3:,.1f} kB"
+
+
+def collectives_table(plan: Plan, out: Console) -> Table:
+    """Each collective of the step as NCCL's tuner runs one call: the algorithm and protocol it
+    picks, the call's latency and transfer parts, the calls per step and the message, and the
+    step's total before overlap (Comm.collectives)."""
+    calls = plan.comm.collectives
+    columns = [
+        Column("collective", [c.name for c in calls], justify="left"),
+        Column("algorithm", [f"{c.algorithm}/{c.protocol}" for c in calls], justify="left"),
+        Column("ranks", [f"{c.ranks:,.0f}" for c in calls], priority=2),
+        Column("message", [_message(c.message_bytes) for c in calls], priority=1),
+        Column("latency", [_short_time(c.latency_s) for c in calls]),
+        Column("transfer", [_short_time(c.transfer_s) for c in calls]),
+        Column("calls", [f"{c.calls_per_step:,.0f}" for c in calls]),
+        Column("per step", [seconds(c.step_s) for c in calls])]
+    return fitted_table(out, columns, "Collectives per step, each call as NCCL's tuner picks it "
+                                      "(before overlap)")
 
 
 def budget_line(plan: Plan) -> str:

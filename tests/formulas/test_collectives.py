@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import sympy as sp
 
 from planner.formulas import collectives as K
-from planner.model.nccl import Cluster, nccl_pick
+from planner.model.nccl import nccl_pick, nccl_s, tuner_link
 
 CASES = tomllib.loads((Path(__file__).parents[1] / "cases" / "collectives.toml").read_text())
 GB, US = 1e9, 1e-6
@@ -34,9 +35,13 @@ def _times(case, sharp=True):
             for a, p in K._candidates(coll, nvls=True, sharp=sharp)}
 
 
-def _cluster(case, sharp):
-    return Cluster(K.Gen.HOPPER, K.Cpu.INTEL, NVLS_BW, sharp, NICS,
-                   case.get("net_busbw_gb", case["busbw_gb"]) * GB)
+def _link(case, sharp):
+    """The case's group as the tuner is told of it (model/nccl.py tuner_link's fields)."""
+    return SimpleNamespace(n_nodes=case["k"], busbw=case["busbw_gb"] * GB,
+                           ll_max=K.ll_max_busbw(K.Gen.HOPPER, case["k"]),
+                           net_busbw=case.get("net_busbw_gb", case["busbw_gb"]) * GB,
+                           nvls_bw=NVLS_BW, nics_per_node=NICS, net_overhead_us=1.0, nvls=1,
+                           sharp=int(sharp))
 
 
 @pytest.mark.parametrize("case", CASES["case"], ids=lambda c: f"{c['algo']}-{c['proto']}-{c['n']}")
@@ -48,9 +53,9 @@ def test_each_algorithm_and_protocol_by_hand(case):
 @pytest.mark.parametrize("case", CASES["pick"], ids=lambda c: f"{c['algo']}-{c['n']}")
 def test_the_tuner_picks_the_fastest_enabled(case):
     sharp = case.get("sharp", False)
-    algo, proto, t = nccl_pick(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
-                               case["busbw_gb"] * GB, _cluster(case, sharp))
-    assert (algo.value, proto.name) == (case["algo"], case["proto"])
+    pick = nccl_pick(_coll(case["coll"]), case["bytes"], case["n"], _link(case, sharp))
+    assert (pick.algo.value, pick.proto.name) == (case["algo"], case["proto"])
+    t = pick.time_s
     assert t == min(_times(case, sharp).values())
     # the vectorised minimum is the same number
     assert K.nccl_time_s(_coll(case["coll"]), case["bytes"], case["n"], case["k"],
@@ -119,3 +124,30 @@ def test_symbols_give_the_papers_ring_and_tree():
     # tree latency: 2((n/k − 1)·4.0 + log2(k)·14) + 8.4, for k a power of two
     lat = K.tree_latency_s(K.Proto.SIMPLE, n, k)
     assert lat.subs({m: 62, k: 8}) == pytest.approx(148.4 * US)
+
+
+def test_a_groups_network_is_its_own_ranks_nics():
+    # K.group_net_busbw: W_node · min(1, r · NICs per GPU / NICs per node). A node of 8 GPUs,
+    # one NIC each, 8 × 46 = 368 GB/s of network: a one-rank DP group (tp = 8) owns 1 NIC,
+    # 368 · min(1, 1·1/8) = 46 GB/s; four ranks 184; eight (or more) the whole 368
+    node = 368 * GB
+    assert K.group_net_busbw(node, 1, 1, 8) == pytest.approx(46 * GB)
+    assert K.group_net_busbw(node, 4, 1, 8) == pytest.approx(184 * GB)
+    assert K.group_net_busbw(node, 16, 1, 8) == pytest.approx(368 * GB)
+
+
+def test_the_cost_path_and_explain_price_a_group_on_one_link():
+    # one tuner_link (K.group_net_busbw inside) feeds both the cost path (nccl_s) and the pick
+    # explain shows (nccl_pick): a 64-rank all-reduce of 25 MB over 64 nodes, one rank per node,
+    # at half its link; the network it is told of is one NIC's 46 GB/s × 0.5, not the node's 368
+    x = SimpleNamespace(ll_max_one=141 * GB, ll_max_two=39 * GB, ll_max_many=20.4 * GB,
+                        net_node_bw=368 * GB, nics_per_gpu=1.0, nics_per_node=8.0,
+                        nvls_bw=480 * GB, net_overhead_us=1.0, nvls=1, sharp=0)
+    group = SimpleNamespace(k=64, r=1, bw=46 * GB)
+    link = tuner_link(x, group, 0.5)
+    assert link.net_busbw == pytest.approx(23 * GB)
+    assert link.busbw == pytest.approx(23 * GB) and link.nvls_bw == pytest.approx(240 * GB)
+    for coll in K.Coll:
+        pick = nccl_pick(coll, 25e6, 64, link)
+        assert pick.time_s == pytest.approx(nccl_s(coll, 25e6, 64, link), rel=1e-12)
+        assert pick.latency_s > 0 and pick.transfer_s > 0
