@@ -1,0 +1,76 @@
+"""explain's collectives (issue 22): each collective of the step with the algorithm and protocol
+NCCL's tuner picks for one call, the call's latency and transfer, the calls per step and the
+message — the same numbers the cost path charged (model/nccl.py Call, priced)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.catalog import load_hardware, load_model
+from planner.cli import app
+from planner.formulas import collectives as K
+from planner.model.explain import explain
+from planner.schema import PlanConfig
+
+H100 = load_hardware("h100-nvlink")
+LLAMA70 = load_model("70b")
+US = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAN3D_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _plan(**kw):
+    kw = {"dp": 16, "tp": 8, "pp": 4, "mbs": 1, "gbs": 1024, "seq_len": 8192, **kw}
+    config = PlanConfig(n_micro=kw["gbs"] // (kw["mbs"] * kw["dp"]), **kw)
+    plan = explain(LLAMA70, H100, config)
+    return plan, {t.key: t.value for t in plan.terms}, {c.name: c for c in plan.comm.collectives}
+
+
+def test_megatron_dp_collectives_by_hand():
+    plan, terms, calls = _plan(zero_stage=1)
+    rs, ag = calls["DP reduce-scatter"], calls["DP all-gather"]
+    # dp16 tp8 pp4: each DP group has one rank per node (tp = 8 fills the node), 16 nodes. The
+    # tuner's ring Simple reduce-scatter: base 8.4 µs + (n − 1) = 15 steps, all across the
+    # network at the tree's 14 µs (one rank per node) = 8.4 + 15·14 = 218.4 µs. PAT (one rank
+    # per node) has less latency, 8 + ⌊log₂16⌋·14/3.5 + 2.8·16 = 68.8 µs, but runs at 0.75·W:
+    # slower at these ~160 MB buckets
+    assert (rs.algorithm, rs.protocol) == ("ring", "Simple")
+    assert rs.latency_s == pytest.approx(218.4 * US)
+    assert ag.latency_s == pytest.approx(218.4 * US)
+    # Megatron's buckets: ⌈Ψ_gpu / max(4·10⁷, 10⁶·16)⌉ = ⌈Ψ_gpu / 4·10⁷⌉, each call one bucket
+    psi = plan.memory.params_per_gpu
+    buckets = K.megatron_buckets(psi, 16, 1)
+    assert rs.calls_per_step == ag.calls_per_step == buckets
+    # a bucket's reduce-scatter buffer: its gradients, 4 bytes each (Megatron's fp32 main
+    # grads) → 4·Ψ/buckets; the all-gather's, its bf16 weights → 2·Ψ/buckets
+    assert rs.message_bytes == pytest.approx(4 * psi / buckets, rel=1e-9)
+    assert ag.message_bytes == pytest.approx(2 * psi / buckets, rel=1e-9)
+    # the transfer: B / (W · n/(n − 1)), W = 46 GB/s of one NIC (the group's own)
+    assert rs.transfer_s == pytest.approx(rs.message_bytes * 15 / 16 / 46e9, rel=0.01)
+    # the cost path charged exactly calls × (latency + transfer)
+    assert rs.step_s == pytest.approx(terms["dp_reduce_s"], rel=1e-12)
+    assert ag.step_s == pytest.approx(terms["dp_gather_s"], rel=1e-12)
+
+
+def test_zero3_gathers_forward_and_backward_every_micro_batch():
+    _, terms, calls = _plan(zero_stage=3, framework="torchtitan", pp=1, dp=64)
+    ag, rs = calls["DP all-gather"], calls["DP reduce-scatter"]
+    # FSDP2: one all-gather per block forward, again backward; one reduce-scatter per block;
+    # every micro-batch: 80 layers × 2 × m, m = 1024/(64·1) = 16 → 2,560 and 1,280 calls
+    assert ag.calls_per_step == 80 * 2 * 16 and rs.calls_per_step == 80 * 16
+    assert ag.ranks == rs.ranks == 64
+
+
+def test_explain_names_each_call_within_80_columns():
+    r = CliRunner().invoke(app, ["explain", "--model", "70b", "--gpus", "512", "--hw",
+                                 "h100-nvlink", "--tp", "8", "--pp", "4", "--mbs", "1", "--gbs",
+                                 "1024", "--section", "comm"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert all(len(line) <= 80 for line in r.output.splitlines())
+    assert r.output.index("Step") < r.output.index("Collectives per step")  # the answer first
+    row = next(line for line in r.output.splitlines() if "DP reduce-scatter" in line)
+    assert "ring/Simple" in row and "218.4 µs" in row and "57" in row
