@@ -35,6 +35,7 @@ from ..formulas.choices import (
     ZeroStage,
 )
 from ..formulas.memory import ZERO_SHARDS
+from ..formulas.moe_step import GROUPED_GEMM_STREAMS
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from .base import (
@@ -652,4 +653,9 @@ FRAMEWORK = Framework(
     # CPU for CPU-GPU copies", aten/src/ATen/native/cuda/Copy.cu): 4 B read + 2 B written per
     # parameter in host DRAM before the DMA reads the 2 B
     offload_conversion_bytes=6,
+    # moe: --moe-grouped-gemm runs TEGroupedMLP, Transformer Engine's GroupedLinear
+    # (core/extensions/transformer_engine.py TEGroupedLinear @ d98e8a64dd), whose grouped GEMM is
+    # one cuBLAS GEMM per local expert over 4 streams (TransformerEngine common/gemm/
+    # cublaslt_gemm.cu multi_stream_cublas_gemm, util/multi_stream.cpp @ d0067d0)
+    expert_gemm_streams=GROUPED_GEMM_STREAMS,
 )

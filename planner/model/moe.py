@@ -93,20 +93,23 @@ def load(x, tokens):
     return _ops.select(_ops.le(x.moe_cap, 0), lam, _ops.minimum(lam, x.moe_cap))
 
 
-def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp):
+def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp, streams=0):
     """One MoE layer's forward time outside its GEMMs and its exchange: the router's and the
     permutation's HBM traffic (moe_step.memory_bound_bytes) at the profile's memory-bound
     efficiency, and the kernels the router, the dispatch and the experts launch
-    (moe_step.layer_kernels) at the profile's per-kernel overhead. The backward's share follows
-    the layer's (backward_layer_s doubles it)."""
+    (moe_step.layer_kernels; one GEMM per local expert where the framework runs its grouped
+    GEMMs on `streams` > 0 streams) at the profile's per-kernel overhead. The backward's share
+    follows the layer's (backward_layer_s doubles it)."""
     passes = ROUTER_PASSES[(Balancing.AUX_LOSS, False)]
+    local = MO.local_experts(x.n_experts, x.ep)
+    per_expert = int(streams > 0)
 
     def term(kind: Dispatcher):
-        moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts,
-                                     MO.local_experts(x.n_experts, x.ep), kind, passes, tp, x.ep,
-                                     lam, x.act_bytes)
+        moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts, local, kind,
+                                     passes, tp, x.ep, lam, x.act_bytes)
         return (T.memory_bound_time_s(moved, x.hbm_bw, x.hbm_eff)
-                + T.kernel_overhead_s(S.layer_kernels(kind, False), x.kernel_s))
+                + T.kernel_overhead_s(S.layer_kernels(kind, False, local, per_expert),
+                                      x.kernel_s))
 
     return _by_dispatcher(x, dispatcher, term)
 

@@ -79,6 +79,12 @@ def test_overlap_kinds():
 def test_kernels_and_bytes():
     assert S.layer_kernels(Dispatcher.ALL_TO_ALL, False) == 78
     assert S.layer_kernels(Dispatcher.DEEPEP, True) == 23
+    # Transformer Engine's grouped GEMM launches one cuBLAS GEMM per local expert: Qwen3-30B-A3B
+    # at ep 8 holds 128/8 = 16 experts, so fc1 and fc2 launch 16 each: 72 + 4 + 2·16 = 108
+    assert S.layer_kernels(Dispatcher.ALL_TO_ALL, False, 16, 1) == 108
+    # one grouped kernel (torch._grouped_mm) launches once whatever E_l: 72 + 4 + 2 = 78
+    assert S.layer_kernels(Dispatcher.ALL_TO_ALL, False, 16, 0) == 78
+    assert S.grouped_gemm_launches(np.array([1.0, 4.0, 32.0]), 1).tolist() == [1, 4, 32]
     b = S.memory_bound_bytes(T, K, H, 256, 4, Dispatcher.ALL_TO_ALL, 6, 1, 64, 1.0)
     assert b == 25_559_040 + 233_472 * 2 * H  # test_moe_layer_terms' two hand values
 
