@@ -523,8 +523,10 @@ def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, ob
         notes.append("Attention is left at the default backend (auto: Transformer Engine picks "
                      "a flash or cuDNN fused kernel, neither stores the s×s scores).")
     from .model_settings import bridge_model_fields
+    from .moe_launch import bridge_moe_fields
 
     model.update(bridge_model_fields(c, m))
+    model.update(bridge_moe_fields(c, m))
     return model
 
 

@@ -79,6 +79,7 @@ TO_CONFIG = {
     "--moe-router-topk-scaling-factor": ("moe_router_topk_scaling_factor", FLOAT),
     "--moe-router-enable-expert-bias": ("moe_router_enable_expert_bias", TRUE),
     "--moe-token-dispatcher-type": ("moe_token_dispatcher_type", STR),
+    "--moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", STR),
     "--moe-expert-capacity-factor": ("moe_expert_capacity_factor", FLOAT),
     "--mtp-num-layers": ("mtp_num_layers", INT),
     "--q-lora-rank": ("q_lora_rank", INT),
