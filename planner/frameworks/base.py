@@ -156,6 +156,9 @@ class Framework:
     (1 for ZeRO-3's per-micro-batch collectives, "grad"/"weight", stage layers, parameters, d
     ranks, overlap, linear modules per layer) → calls — so that each pays its own latency at its
     own message size (issue 22)."""
+    trains_mtp: bool = False
+    """moe: whether it trains a model's multi-token-prediction modules (Megatron-Core's
+    --mtp-num-layers; formulas/moe_mtp.py)."""
     expert_gemm_streams: int = 0
     """moe: how the framework runs a grouped expert GEMM: 0, one grouped kernel over every local
     expert (torch._grouped_mm); n > 0, one GEMM per local expert spread over n CUDA streams

@@ -32,11 +32,14 @@ def model_numbers(model: ModelSpec) -> dict:
                 expert_groups=model.n_expert_groups or 1, topk_groups=model.topk_groups or 1)
 
 
-def load_numbers(imbalance: float | None, capacity_factor: float | None, forced: bool) -> dict:
+def load_numbers(imbalance: float | None, capacity_factor: float | None, forced: bool,
+                 mtp: bool = True) -> dict:
     """A plan's or a request's load settings as numbers: the λ it fixes (0: derived), the
-    capacity factor that caps it (0: dropless), forced balance."""
+    capacity factor that caps it (0: dropless), forced balance; and whether the model's
+    multi-token-prediction modules train (`mtp_on`; the search: yes)."""
     given = 1.0 if forced else (imbalance or 0.0)
-    return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0, moe_forced=int(forced))
+    return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0, moe_forced=int(forced),
+                mtp_on=int(mtp))
 
 
 def overlap_problem(ep, pp, vpp, full_recompute, dispatcher: str | None) -> str | None:
@@ -66,7 +69,7 @@ def config_numbers(config: PlanConfig) -> dict:
     """A plan's load settings and whether it dispatches by DeepEP (`deepep`, 0 or 1: the search
     carries it as a column, so one choice group weighs both dispatchers)."""
     return dict(**load_numbers(config.moe_imbalance, config.moe_capacity_factor,
-                               config.moe_forced_balance),
+                               config.moe_forced_balance, config.mtp),
                 a2a_overlap=int(config.moe_a2a_overlap),
                 deepep=int(config.moe_dispatcher == Dispatcher.DEEPEP.value))
 

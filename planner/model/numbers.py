@@ -115,6 +115,7 @@ def moe_numbers(model: ModelSpec) -> dict:
         # the MLP GEMMs beside the experts that the non-expert wave quantisation weighs
         ne_ffn=model.n_shared_experts * model.shared_expert_ffn if model.n_shared_experts
         else model.ffn,
+        mtp=model.mtp_layers,  # multi-token prediction modules (formulas/moe_mtp.py)
         q_rank=model.q_lora_rank or 0, kv_rank=model.kv_lora_rank or 0,
         rope_dim=model.qk_rope_head_dim or 0, v_dim=model.value_head_dim,
         **MOE.model_numbers(model),  # the balancing's skew, group-limited routing

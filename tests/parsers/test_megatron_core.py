@@ -169,6 +169,12 @@ def build_config(flags):
 
 
 def _layers_per_rank(config, pp: int, vpp: int) -> list[int]:
+    layout = config.pipeline_model_parallel_layout
+    if layout is not None:  # transformer_block's helper drops pp_rank for a layout: ask it
+        from megatron.core.transformer.enums import LayerType
+
+        return [sum(layout.layout[r][v].count(LayerType.decoder) for v in range(vpp))
+                for r in range(pp)]
     return [sum(get_num_layers_to_build(config, vp_stage=v if vpp > 1 else None, pp_rank=r)
                 for v in range(vpp)) for r in range(pp)]
 
