@@ -556,6 +556,9 @@ class PlanConfig(_Strict):
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=64, description="Token dropping at this capacity factor: an expert takes at "
         "most this multiple of its mean tokens, which bounds the imbalance (None: dropless).")
+    moe_shared_expert_overlap: bool = Field(
+        False, description="Shared experts computed beside the dispatch and combine (Megatron "
+        "--moe-shared-expert-overlap; alltoall dispatcher only).")
     mtp: bool = Field(
         True, description="Train the model's multi-token-prediction modules (Megatron "
         "--mtp-num-layers); False: without them, as a run that leaves them out.")
@@ -602,6 +605,15 @@ class PlanConfig(_Strict):
         if self.offload_params and self.offload_optimizer != 1:
             raise ValueError(f"offload_params moves the optimizer states to the host too: "
                              f"offload_optimizer must be 1, got {self.offload_optimizer:g}")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_overlap_dispatcher(self) -> PlanConfig:
+        # Megatron-Core: "moe_shared_expert_overlap only works with alltoall token dispatcher"
+        # (transformer_config.py __post_init__ @ d98e8a64dd)
+        if self.moe_shared_expert_overlap and self.moe_dispatcher not in (None, "alltoall"):
+            raise ValueError("moe_shared_expert_overlap runs with the alltoall dispatcher only, "
+                             f"not {self.moe_dispatcher}")
         return self
 
     @property

@@ -125,6 +125,20 @@ def dispatch_time_s(dispatcher: Dispatcher, tokens, top_k, hidden, ep, ep_in_dom
     return all_to_all_time_s(sent, ep, ep_in_domain, fast_bw, net_bw, lat)
 
 
+def shared_overlap_exposed_s(exposed_s, shared_forward_s, overlap):
+    """The layer's exchange left exposed when the shared experts run beside it (Megatron-Core
+    --moe-shared-expert-overlap, alltoall dispatcher only: token_dispatcher.py
+    `MoEAlltoAllTokenDispatcher.token_dispatch`/`token_combine` launch the shared experts' fc1
+    and fc2 on their own stream (shared_experts.py `SharedExpertMLP.stream`) between the
+    all-to-alls @ d98e8a64dd). The forward's dispatch and combine (half the layer's exchange)
+    hide under the shared experts' forward S_f, the backward's under their backward, 2·S_f:
+        overlap = 1:  max(0, E/2 − S_f) + max(0, E/2 − 2·S_f);  overlap = 0: E
+    `overlap` is 0 or 1; E is what the other overlaps left (exposed_exchange_s)."""
+    half = exposed_s / 2
+    hidden = _ops.maximum(0, half - shared_forward_s) + _ops.maximum(0, half - 2 * shared_forward_s)
+    return overlap * hidden + (1 - overlap) * exposed_s
+
+
 def exposed_exchange_s(exchange_s, window_s, overlap: A2AOverlap, n_micro, comm_sms, n_sms):
     """The layer's exchange time per micro-batch left on the critical path, with the SMs a
     communication kernel takes from the compute it overlaps:

@@ -50,6 +50,8 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
             args.append(("--moe-expert-capacity-factor", config.moe_capacity_factor))
         if config.moe_a2a_overlap:
             args.append(("--overlap-moe-expert-parallel-comm", None))
+        if config.moe_shared_expert_overlap:
+            args.append(("--moe-shared-expert-overlap", None))
     if model.mtp_layers and config.mtp:
         # DeepSeek-V3's multi-token prediction (TransformerConfig.mtp_num_layers)
         args.append(("--mtp-num-layers", model.mtp_layers))

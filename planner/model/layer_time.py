@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import flops as F
 from ..formulas import moe as MO
+from ..formulas import moe_layer as ML
 from ..formulas import quantization as Q
 from ..formulas import timing as T
 from ..formulas.choices import Attention, Recompute, RecomputeModule
@@ -31,14 +32,18 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, note=same):
         _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
     rows_per_expert = MO.expert_tokens(k.moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
                                        k.lam)
+    # under fp8 each expert's rows are padded to the recipe's multiple (Megatron's Fp8Padding or
+    # --moe-router-padding-for-quantization: moe/experts.py, token_dispatcher.py @ d98e8a64dd),
+    # (a − 1)/2 rows on average (formulas.moe_layer.padded_rows), which the GEMMs run
+    padded = rows_per_expert + ML.padded_rows(1, x.moe_align)
     expert_wave = note("expert_wave_efficiency", _ops.select(
         has_sm * x.moe, MO.expert_layer_wave_efficiency(
-            rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp,
+            padded, h, x.expert_ffn, x.n_mlp, x.etp,
             MO.concurrent_experts(MO.local_experts(x.n_experts, x.ep), streams),
             _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
     expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
-        F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul),
-        x.peak_flops, x.gemm_eff * expert_wave))
+        F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul)
+        * padded / rows_per_expert, x.peak_flops, x.gemm_eff * expert_wave))
     return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
                              x.gemm_eff * ne_wave) + expert_s)
 

@@ -39,7 +39,7 @@ def load_numbers(imbalance: float | None, capacity_factor: float | None, forced:
     multi-token-prediction modules train (`mtp_on`; the search: yes)."""
     given = 1.0 if forced else (imbalance or 0.0)
     return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0, moe_forced=int(forced),
-                mtp_on=int(mtp))
+                mtp_on=int(mtp), shared_overlap=0)
 
 
 def overlap_problem(ep, pp, vpp, full_recompute, dispatcher: str | None) -> str | None:
@@ -68,8 +68,9 @@ def overlap_admissible(space: dict, full_recompute: bool):
 def config_numbers(config: PlanConfig) -> dict:
     """A plan's load settings and whether it dispatches by DeepEP (`deepep`, 0 or 1: the search
     carries it as a column, so one choice group weighs both dispatchers)."""
-    return dict(**load_numbers(config.moe_imbalance, config.moe_capacity_factor,
-                               config.moe_forced_balance, config.mtp),
+    return dict(**{**load_numbers(config.moe_imbalance, config.moe_capacity_factor,
+                                  config.moe_forced_balance, config.mtp),
+                   "shared_overlap": int(config.moe_shared_expert_overlap)},
                 a2a_overlap=int(config.moe_a2a_overlap),
                 deepep=int(config.moe_dispatcher == Dispatcher.DEEPEP.value))
 
@@ -129,6 +130,16 @@ def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp):
     etp = ((x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes / x.fast_bw
            + (1 - _ops.le(x.etp, 1)) * x.fast_lat)
     return one + etp
+
+
+def shared_overlap_exposed_s(x, k, exposed):
+    """What --moe-shared-expert-overlap leaves of the layer's exposed exchange
+    (moe_step.shared_overlap_exposed_s): the shared experts' forward GEMMs, 2·T·n_s·n·h·f_s
+    FLOPs on the GPU's tokens over t, hide the forward's dispatch and combine, their backward the
+    backward's."""
+    shared_fwd_s = T.compute_time_s(2 * k.b * k.s / k.cp * x.shared_matmul / k.t, x.peak_flops,
+                                    x.gemm_eff)
+    return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap)
 
 
 def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, exchange, window_s):

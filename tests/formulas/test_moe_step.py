@@ -95,3 +95,13 @@ def test_arrays():
                           S.node_limit(S.ep_nodes(ep, np.minimum(ep, 8)), 8, 4), NVL, NET,
                           LAT_F, LAT_N)
     assert t.shape == (3,) and t[0] < t[1]
+
+
+def test_shared_expert_overlap_by_hand():
+    # 4 ms of exchange per layer and micro-batch, 2 forward and 2 backward; the shared experts'
+    # forward 0.5 ms hides 0.5 of the forward's 2 ms, their backward (1 ms) 1 of the backward's:
+    # 1.5 + 1 = 2.5 ms left
+    assert S.shared_overlap_exposed_s(4e-3, 0.5e-3, 1) == pytest.approx(2.5e-3)
+    # shared experts longer than the exchange hide all of it; without the overlap nothing
+    assert S.shared_overlap_exposed_s(4e-3, 3e-3, 1) == 0
+    assert S.shared_overlap_exposed_s(4e-3, 0.5e-3, 0) == pytest.approx(4e-3)

@@ -283,6 +283,30 @@ def test_nemo_writes_expert_parallelism_as_transformer_config_fields():
         emit("nemo", PlanConfig(**DSV3), load_model("deepseek-v3"))
 
 
+def test_shared_expert_overlap_and_fp8_padding():
+    from planner.frameworks import FRAMEWORKS
+    from planner.model.numbers import precision_numbers
+
+    # DeepSeek-V3 (one shared expert of 2048): --moe-shared-expert-overlap can only shorten the
+    # step, by at most the exposed exchange, and Megatron gets the flag
+    plain = PlanConfig(**DSV3)
+    shared = PlanConfig(**DSV3, moe_shared_expert_overlap=True)
+    model = load_model("deepseek-v3")
+    a, b = estimate(model, H100, plain), estimate(model, H100, shared)
+    assert 0 < a.time.step_s - b.time.step_s
+    assert "--moe-shared-expert-overlap" in emit("megatron", shared, model).text
+    # Megatron runs it with the alltoall dispatcher only
+    with pytest.raises(ValueError, match="alltoall"):
+        PlanConfig(**DSV3, moe_shared_expert_overlap=True, moe_dispatcher="deepep")
+    # fp8 pads each expert's rows to 16, MXFP8 to 32 (fp8_utils.get_fp8_align_size); 16 bits: 1
+    from planner.formulas.choices import Precision, QuantRecipe
+
+    mega, b200 = FRAMEWORKS["megatron"], load_hardware("b200-nvlink")
+    assert precision_numbers(mega, H100, Precision.FP8)["moe_align"] == 16
+    assert precision_numbers(mega, b200, Precision.FP8, QuantRecipe.MXFP8)["moe_align"] == 32
+    assert precision_numbers(mega, H100, Precision.BF16)["moe_align"] == 1
+
+
 def test_dense_plans_keep_ep_one():
     req = PlanRequest(gpus=64, tp=[8], pp=[1])
     cols, _ = evaluate_space(load_model("8b"), H100, req)
