@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..model.cost import Choices, layout_costs, zero_costs
+from ..model.states import stage_memory
 
 # what the ranking, the diagnosis and the agreement tests read of each candidate
 KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction", "dp_bytes",
@@ -41,3 +42,49 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
                 v = out[k]
                 part[k].append(v if np.ndim(v) else np.full(rows, float(v)))
     return [{k: np.concatenate(v) for k, v in part.items()} for part in parts]
+
+
+def costs_by_stage(base: dict, columns: dict[str, np.ndarray], choices: Choices,
+                   runs: dict, keys: tuple[str, ...] = KEPT_COSTS) -> dict:
+    """costs_in_chunks for a choice group whose ZeRO stages run on different rows (`runs`:
+    {stage: row mask}, the framework's rules): each stage is costed only on the rows where it
+    runs ({stage: {key: array}}, NaN elsewhere), the rows that run the same stages costed
+    together so that they still share the layout half. (Megatron runs no ZeRO-2/3 with the
+    interleaved schedule: costing every stage on every row spent half the search on rows thrown
+    away.) Each row's costs are the same whichever rows share its chunk: the formulas work
+    element by element."""
+    zeros = list(runs)
+    n = len(next(iter(columns.values())))
+    pattern = np.zeros(n, dtype=np.int64)
+    for bit, z in enumerate(zeros):
+        pattern |= np.asarray(runs[z], dtype=np.int64) << bit
+    found = np.unique(pattern)
+    if found.size == 1 and found[0] == (1 << len(zeros)) - 1:  # every stage on every row
+        return dict(zip(zeros, costs_in_chunks(base, columns, choices, zeros, keys)))
+    out = {z: {k: np.full(n, np.nan) for k in keys} for z in zeros}
+    for p in found:
+        stages = [z for bit, z in enumerate(zeros) if p >> bit & 1]
+        if not stages:
+            continue
+        rows = np.flatnonzero(pattern == p)
+        parts = costs_in_chunks(base, {k: v[rows] for k, v in columns.items()},
+                                replace(choices, zero_stage=stages[0]), stages, keys)
+        for z, part in zip(stages, parts):
+            for k in keys:
+                out[z][k][rows] = part[k]
+    return out
+
+
+def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices) -> np.ndarray:
+    """Each candidate's total_bytes alone: the layout half of the model and the most loaded
+    stage's memory (model.states.stage_memory, the first concern of cost.zero_costs, which reads
+    nothing of the data-parallel traffic or the step), in chunks as costs_in_chunks; the same
+    numbers as costs_in_chunks(…, keys=("total_bytes",)) without the time half."""
+    n = len(next(iter(columns.values())))
+    parts = []
+    for start in range(0, n, CHUNK):
+        rows = min(CHUNK, n - start)
+        x = SimpleNamespace(**base, **{k: v[start:start + rows] for k, v in columns.items()})
+        v = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
+        parts.append(v if np.ndim(v) else np.full(rows, float(v)))
+    return np.concatenate(parts) if parts else np.zeros(0)

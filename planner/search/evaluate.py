@@ -21,7 +21,7 @@ from ..model.numbers import (
     precision_numbers,
 )
 from ..schema import HardwareProfile, ModelSpec
-from .costing import KEPT_COSTS, costs_in_chunks
+from .costing import KEPT_COSTS, costs_by_stage
 from .offload import (
     OFFLOAD_COLUMNS,
     OFFLOAD_KEPT,
@@ -140,11 +140,11 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                                    if r is Recompute.SELECTIVE else None))
         partial = (r is Recompute.FULL and not req.recompute_layers and not offload_fixed
                    and framework.partial_recompute == "searched")
-        outs = costs_in_chunks(base, f, group_choices, zeros,
-                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
-                               + (("stage_layers",) if partial else ()))
-        for z, out in zip(zeros, outs):
-            keep = runs[z][mask]
+        outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
+                              KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
+                              + (("stage_layers",) if partial else ()))
+        for z in zeros:
+            out, keep = outs[z], runs[z][mask]
             if not keep.any():
                 continue
             out = {k: v[keep] for k, v in out.items()}
