@@ -47,31 +47,31 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
 def costs_by_stage(base: dict, columns: dict[str, np.ndarray], choices: Choices,
                    runs: dict, keys: tuple[str, ...] = KEPT_COSTS) -> dict:
     """costs_in_chunks for a choice group whose ZeRO stages run on different rows (`runs`:
-    {stage: row mask}, the framework's rules): each stage is costed only on the rows where it
-    runs ({stage: {key: array}}, NaN elsewhere), the rows that run the same stages costed
-    together so that they still share the layout half. (Megatron runs no ZeRO-2/3 with the
-    interleaved schedule: costing every stage on every row spent half the search on rows thrown
-    away.) Each row's costs are the same whichever rows share its chunk: the formulas work
+    {stage: row mask}, the framework's rules): each stage costed only on the rows where it runs,
+    {stage: {key: array over those rows, in row order}}; the rows that run the same stages are
+    costed together so that they still share the layout half. (Megatron runs no ZeRO-2/3 with
+    the interleaved schedule: costing every stage on every row spent half the search on rows
+    thrown away.) A row's costs do not depend on which rows share its chunk: the formulas work
     element by element."""
     zeros = list(runs)
     n = len(next(iter(columns.values())))
     pattern = np.zeros(n, dtype=np.int64)
     for bit, z in enumerate(zeros):
         pattern |= np.asarray(runs[z], dtype=np.int64) << bit
-    found = np.unique(pattern)
-    if found.size == 1 and found[0] == (1 << len(zeros)) - 1:  # every stage on every row
+    found = [int(p) for p in np.unique(pattern) if p]
+    if found == [(1 << len(zeros)) - 1]:  # every stage on every row
         return dict(zip(zeros, costs_in_chunks(base, columns, choices, zeros, keys)))
-    out = {z: {k: np.full(n, np.nan) for k in keys} for z in zeros}
+    out = {z: {k: np.empty(int(np.count_nonzero(runs[z]))) for k in keys} for z in zeros}
+    place = {z: np.cumsum(runs[z]) - 1 for z in zeros}  # a row's place among its stage's rows
     for p in found:
         stages = [z for bit, z in enumerate(zeros) if p >> bit & 1]
-        if not stages:
-            continue
         rows = np.flatnonzero(pattern == p)
         parts = costs_in_chunks(base, {k: v[rows] for k, v in columns.items()},
                                 replace(choices, zero_stage=stages[0]), stages, keys)
         for z, part in zip(stages, parts):
+            at = place[z][rows]
             for k in keys:
-                out[z][k][rows] = part[k]
+                out[z][k][at] = part[k]
     return out
 
 

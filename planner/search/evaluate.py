@@ -144,10 +144,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))
         for z in zeros:
-            out, keep = outs[z], runs[z][mask]
+            out, keep = outs[z], runs[z][mask]  # out: the costs of the rows kept
             if not keep.any():
                 continue
-            out = {k: v[keep] for k, v in out.items()}
             layout = {k: sub[k][keep] for k in layout_keys}
             _append_rows(cols, costs, layout, (z, r, sp, sched),
                          offload_columns(fixed, int(keep.sum())), out, req.recompute_layers)
