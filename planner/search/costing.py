@@ -16,11 +16,12 @@ KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction",
               "tp_bytes", "pp_bytes", "cp_bytes")
 
 
-CHUNK = 4096
-"""Candidates per plan_costs call. float64 columns of this length stay in the CPU's cache between
-the formulas' array operations: on the 2-core CI-sized machine, 10⁶ candidates (with their ZeRO
-stages sharing the layout half) evaluate at ~3.6 M/s in chunks of 4,096, 3.3 M/s in chunks of
-16,384 and 2.8 M/s in chunks of 2,048 (benchmarks/bench_search.py)."""
+CHUNK = 16384
+"""Candidates per plan_costs call. Measured on the 2-core CI-sized machine (4 Dec 2026, CPU time,
+the machine shared, load ≈ 7): 10⁶ dense candidates (with their ZeRO stages sharing the layout
+half) evaluate at 2.0 M/s in chunks of 16,384 against 1.7 M/s in chunks of 4,096, and the
+DeepSeek-V3 search on 16,384 GB200 (its NCCL pricing makes more, smaller array operations per
+chunk) spends ~15 % less in chunks of 16,384 (benchmarks/bench_search.py)."""
 
 
 def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices,
