@@ -363,7 +363,8 @@ class Efficiency(_Strict):
 
 
 class Runtime(_Strict):
-    reserved_gib: float = Field(ge=0, description="CUDA context, workspaces, NCCL buffers (GiB).")
+    reserved_gib: float = Field(ge=0, description="CUDA context outside the allocator (GiB); NCCL "
+                                "buffers and workspaces are counted per plan.")
     fragmentation_fraction: float = Field(ge=0, lt=1,
                                           description="Allocator fragmentation, share of tensors.")
 

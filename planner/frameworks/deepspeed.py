@@ -307,6 +307,9 @@ FRAMEWORK = Framework(
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
         gathered_layers=0, bucket_bytes=bucket_bytes,
+        # fit: the world beside the data-parallel group, which is a clone of it without an mpu
+        # (deepspeed/utils/groups.py _clone_world_group, deepspeed 0.19.8): the default
+        # communicators
         # fit: activation_checkpointing.partition_activations, which _config writes with tp > 1
         # and no sequence parallelism: each checkpoint split over the tp ranks
         partitions_checkpoints=1,

@@ -632,7 +632,14 @@ FRAMEWORK = Framework(
         # 1958-1960, 2068-2071; Megatron-Core extensions/transformer_engine.py @ d98e8a6
         # l.1338-1345; --fp8-recipe defaults to delayed (transformer_config.py fp8_recipe)
         quantized_weight_cache=1, fp8_saves_linear_inputs=1,
-        default_fp8_recipe=QuantRecipe.DELAYED),
+        default_fp8_recipe=QuantRecipe.DELAYED,
+        # fit: groups beside the parallel ones: the world (barriers, timers; the distributed
+        # optimizer's gradient statistics: optimizer/distrib_optimizer.py
+        # get_grad_stats_parallel_group), the model-parallel group for those statistics without
+        # it (optimizer/optimizer.py), the embedding group of a tied model's end stages
+        # (distributed/finalize_model_grads.py _allreduce_word_embedding_grads) @ d98e8a64dd;
+        # one Transformer Engine GEMM workspace (cpp_extensions/gemm.py @ d0067d0)
+        communicators=("world", "model_parallel", "embedding"), te_workspaces=1),
     stage_split="flexible",
     extra_stage_units=2,
     emitters={"megatron": _megatron, "nemo": _nemo},

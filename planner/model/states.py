@@ -1,6 +1,7 @@
 """Memory of the most loaded stage, as the plan's framework lays it out: the model states
 (weights, gradients, optimizer) sharded by the ZeRO stage, the buffers the framework holds beside
-them, the activations, the allocator's slack; the first or the last stage, whichever holds more
+them, the activations, the allocator's slack, what the runtime holds beside the tensors
+(model/runtime.py); the first or the last stage, whichever holds more
 (formulas/memory.py)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..formulas import pipeline as PL
 from ..formulas import quantization as Q
 from .numbers import Choices, any_row, may_be_nonzero, same
 from .offload import offload_states
+from .runtime import runtime_holdings
 
 
 def param_gather_bytes(x, conv) -> float:
@@ -75,10 +77,12 @@ def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
     return held
 
 
-def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_host=0):
+def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_host=0,
+                rt=None):
     """One stage's (weights, gradients, optimizer, activations, overhead with the buffers,
     allocated, reserved, host) bytes per GPU, for psi parameters (psi_e routed experts) and `act`
-    activation bytes on the device (act_host on the host)."""
+    activation bytes on the device (act_host on the host); `rt` the runtime's holdings
+    (model/runtime.py: outside the allocator, and its GEMM workspaces inside it)."""
     conv = c.framework.memory
     states = conv.states(c.zero_stage, x.g_bytes)
     d_shard = k.d_shard
@@ -104,13 +108,14 @@ def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_
         w, g, o, host_states = offload_states(x, c, states, conv, w, g, o)
         host = host + host_states
     held = held_buffers(x, c, k, psi, ends)
-    allocated = w + g + o + act + held
+    outside, workspaces = (0, 0) if rt is None else (rt.outside, rt.workspaces)
+    allocated = w + g + o + act + held + workspaces
     frag = x.frag if conv.fragmentation is None else conv.fragmentation
-    # the allocator's slack is on what the step allocates and frees, not on the model states,
-    # which sit in buffers allocated once
+    # the allocator's slack is on what the step allocates and frees, not on the model states
+    # or the workspaces, which sit in buffers allocated once
     slack = frag * (act + held)
-    overhead = M.runtime_overhead_bytes(x.reserved, frag, act + held)
-    return w, g, o, act, overhead + held, allocated, allocated + slack, host
+    overhead = M.runtime_overhead_bytes(outside, frag, act + held)
+    return w, g, o, act, overhead + held + workspaces, allocated, allocated + slack, host
 
 
 def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -124,10 +129,11 @@ def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespac
         act_host_last = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
                                                           k.inflight_last)
         act_first, act_last = act_first - act_host_first, act_last - act_host_last
+    rt = runtime_holdings(x, c, k, note)  # the CUDA context, NCCL's buffers, the workspaces
     first = stage_bytes(x, c, k, k.params_first, act_first, first_ends, k.expert_first,
-                        act_host_first)
+                        act_host_first, rt)
     last = stage_bytes(x, c, k, k.params_last, act_last, first_ends, k.expert_last,
-                       act_host_last)
+                       act_host_last, rt)
     is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
     stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))

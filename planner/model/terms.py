@@ -60,8 +60,18 @@ TERMS: dict[str, TermInfo] = {
                                         "ones, act·(s/c)·b·(h + (n−1)·f/t)"),
     "activations_bytes": TermInfo("M_act", "bytes", "memory",
                                   "in-flight micro-batches × layers × per-layer activations"),
+    "nccl_bytes": TermInfo("M_nccl", "bytes", "memory",
+                           "NCCL's buffers: per communicator of more than one rank, one "
+                           "connection's LL/LL128/Simple FIFOs per ring channel, NVLS's per head "
+                           "where the switch has it; point-to-point FIFOs per pipeline "
+                           "neighbour and all-to-all peer (NCCL @ 5067397c)"),
+    "workspace_bytes": TermInfo("M_ws", "bytes", "memory",
+                                "GEMM workspaces: PyTorch's cuBLAS + cuBLASLt per thread "
+                                "(main, autograd), Transformer Engine's where the framework "
+                                "runs it"),
     "overhead_bytes": TermInfo("M_rt", "bytes", "memory",
-                               "runtime outside the allocator (CUDA context, NCCL), the "
+                               "runtime outside the allocator (CUDA context M_ctx, NCCL), the "
+                               "GEMM workspaces, the "
                                "allocator's slack, and what the framework holds beside the "
                                "states: gathered ZeRO-3 layers, unsharded pipelined FSDP2 state, "
                                "buckets, fp8 weight copies"),
