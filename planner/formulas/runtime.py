@@ -50,11 +50,11 @@ taken for every GPU (and for ROCm's HIP context), and kernels a training step lo
 are not counted (an assumption, said here).
 
 **CUDA graphs.** Not composed into a plan: none of the launch settings plan3d writes captures
-graphs (torchtitan's are turned off, Megatron's `--cuda-graph-impl` is not written).  A captured graph replays into a private memory pool that holds the captured
-region's activations for every micro-batch it may replay concurrently; Megatron's per-layer
-graphs (`--cuda-graph-impl local`, `--cuda-graph-scope`) keep each captured layer's static
-input/output buffers.  Counted as the static buffers of the captured layers
-(cuda_graph_pool_bytes).
+graphs (torchtitan's are turned off, Megatron's `--cuda-graph-impl` is not written).  A captured
+graph replays into a private memory pool that holds the captured region's activations for every
+micro-batch it may replay concurrently; Megatron's per-layer graphs (`--cuda-graph-impl local`,
+`--cuda-graph-scope`) keep each captured layer's static input/output buffers: counted as the
+static buffers of the captured layers (cuda_graph_pool_bytes), for when a recipe captures them.
 """
 
 from __future__ import annotations
