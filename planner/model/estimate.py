@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import PlanError
-from ..formulas.choices import Precision, QuantRecipe, Recompute
+from ..formulas.choices import Precision, QuantRecipe, Recompute, RecomputeModule
 from ..results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from . import constraints
@@ -53,9 +53,28 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
         flag = "--recompute-layers" if c.recompute_layers else "--recompute-modules"
         raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block, "
                         f"--recompute-modules); {c.framework} does not run it")
+    problem = recompute_modules_problem(model, c)
+    if problem:
+        raise PlanError(problem)
     if c.offload and hw.host is None:  # offload
         raise PlanError(f"{hw.name} has no [host] section (host memory, link and DRAM per GPU): "
                         "add one to plan offload, or leave the --offload flags out")
+
+
+def recompute_modules_problem(model: ModelSpec, c: PlanConfig) -> str | None:
+    """fit: module lists Megatron-Core refuses (transformer_config.py __post_init__
+    @ d98e8a64dd): moe_act only with --moe-grouped-gemm, which plan3d writes for a MoE model
+    alone; moe_act or layernorm under fp8 delayed scaling."""
+    modules = set(c.recompute_modules or ())
+    if RecomputeModule.MOE_ACT in modules and not model.is_moe:
+        return (f"--recompute-modules moe_act recomputes routed experts' activation; "
+                f"{model.name} has none (Megatron-Core runs it only with --moe-grouped-gemm)")
+    fine = {RecomputeModule.CORE_ATTN, RecomputeModule.MLP}
+    if modules - fine and c.precision is Precision.FP8 and (
+            c.fp8_recipe or QuantRecipe.DELAYED) is QuantRecipe.DELAYED:
+        return ("--recompute-modules moe_act and layernorm do not run under fp8 delayed scaling "
+                "(Megatron-Core transformer_config.py); add --fp8-recipe current")
+    return None
 
 
 def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,

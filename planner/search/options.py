@@ -114,8 +114,9 @@ def recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute, rec
     if recompute_modules is not None:
         modules = tuple(enum_list(recompute_modules, RecomputeModule, "recompute-modules",
                                   allow_auto=False) or ())
-        if not modules or not set(modules) <= {RecomputeModule.CORE_ATTN, RecomputeModule.MLP}:
-            raise PlanError(f"--recompute-modules takes a comma list of core_attn, mlp, got "
+        if not modules:
+            raise PlanError(f"--recompute-modules takes a comma list of "
+                            f"{', '.join(m.value for m in RecomputeModule)}, got "
                             f"{_shown(recompute_modules)}")
         if levels and not levels & {"selective", "auto"}:
             raise PlanError(f"--recompute-modules needs --recompute selective, got "
