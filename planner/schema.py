@@ -526,6 +526,10 @@ class PlanConfig(_Strict):
         0, description="With full recompute: only this many layers of each pipeline stage are "
         "recomputed, the rest keep every activation (Megatron --recompute-method block "
         "--recompute-num-layers N); 0: all of them.")
+    recompute_group: PositiveInt = Field(
+        1, description="With full recompute: layers checkpointed together as one unit, only the "
+        "unit's input kept and the whole unit rerun at its backward (Megatron --recompute-method "
+        "uniform --recompute-num-layers N); 1: every layer its own unit.")
     distribute_saved_activations: bool = Field(
         False, description="With full recompute and no sequence parallelism: each checkpointed "
         "layer input split over the tp ranks (Megatron --distribute-saved-activations; DeepSpeed "
@@ -585,6 +589,10 @@ class PlanConfig(_Strict):
             raise ValueError("fp8_param_gather needs precision fp8 or nvfp4")
         if self.recompute_layers and self.recompute is not Recompute.FULL:
             raise ValueError(f"recompute_layers needs recompute full, got {self.recompute.value}")
+        if self.recompute_group > 1 and (self.recompute is not Recompute.FULL
+                                         or self.recompute_layers):
+            raise ValueError("recompute_group needs recompute full over every layer (Megatron's "
+                             "uniform method; recompute_layers is the block method)")
         if self.distribute_saved_activations and (self.recompute is not Recompute.FULL
                                                   or self.sequence_parallel):
             raise ValueError("distribute_saved_activations needs recompute full without "
@@ -606,6 +614,8 @@ class PlanConfig(_Strict):
         """full, full4 (4 layers a stage recomputed), selective, selective[core_attn+mlp], none."""
         if self.recompute_layers:
             return f"full{self.recompute_layers}"
+        if self.recompute_group > 1:
+            return f"full/{self.recompute_group}"
         if self.recompute_modules is not None:
             return f"selective[{'+'.join(m.value for m in self.recompute_modules)}]"
         return self.recompute.value
@@ -714,6 +724,8 @@ class PlanConfig(_Strict):
         short = {"selective": "sel", "full": "full", "none": ""}[self.recompute.value]
         if self.recompute_layers:  # fit: full4 = 4 layers of each stage recomputed
             short = f"full{self.recompute_layers}"
+        if self.recompute_group > 1:  # fit: full/4 = groups of 4 layers checkpointed together
+            short = f"full/{self.recompute_group}"
         if self.recompute_modules is not None:  # fit: sel+mlp = core_attn and mlp checkpointed
             short = "sel" + "".join(f"+{m.value}" for m in self.recompute_modules
                                     if m is not RecomputeModule.CORE_ATTN)

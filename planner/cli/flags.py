@@ -86,6 +86,11 @@ RecomputeLayersOpt = Annotated[int, typer.Option(
     "rest keep every activation (Megatron --recompute-method block --recompute-num-layers); "
     "0: all. search also tries, for every plan that fits with full recompute, the fewest "
     "layers that still fit.", min=0)]
+RecomputeGroupOpt = Annotated[int, typer.Option(
+    help="With --recompute full: checkpoint this many consecutive layers as one unit, keeping "
+    "only the unit's input and rerunning the whole unit at its backward (Megatron "
+    "--recompute-method uniform --recompute-num-layers N); 1: every layer its own unit.",
+    min=1)]
 DistributeOpt = Annotated[bool, typer.Option(
     "--distribute-saved-activations/--no-distribute-saved-activations",
     help="With --recompute full and --no-sp: split each checkpointed layer input over the tp "

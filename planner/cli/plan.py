@@ -71,6 +71,7 @@ from .flags import (
     PpOpt,
     PrecisionOpt,
     PriceOpt,
+    RecomputeGroupOpt,
     RecomputeLayersOpt,
     RecomputeModulesOpt,
     RecomputeOpt,
@@ -123,7 +124,7 @@ def explain(
     = False,
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
-    distribute_saved_activations: DistributeOpt = False,
+    distribute_saved_activations: DistributeOpt = False, recompute_group: RecomputeGroupOpt = 1,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     o = SimpleNamespace(**locals())
@@ -149,7 +150,7 @@ def _plan_request(o, **extra):
                     fp8_recipe=o.fp8_recipe, fp8_param_gather=o.fp8_param_gather,  # fit
                     recompute_layers=o.recompute_layers, recompute_modules=o.recompute_modules,
                     distribute_saved_activations=o.distribute_saved_activations,
-                    **extra)
+                    recompute_group=o.recompute_group, **extra)
 
 
 def _explained(o) -> SimpleNamespace:
@@ -198,7 +199,7 @@ LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp"
                   "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
                   "offload_optimizer", "offload_params", "offload_activations",
                   "moe_dispatcher", "moe_a2a_overlap", "recompute_layers", "recompute_modules",
-                  "fp8_recipe", "fp8_param_gather")
+                  "fp8_recipe", "fp8_param_gather", "recompute_group")
 """explain's options a layout string (--plan) can set."""
 
 
@@ -208,16 +209,17 @@ def _apply_layout(o) -> None:
     from ..layout_text import merge_layout
 
     # options at the values they take when not given count as not given
-    unset = {"recompute_layers": 0, "fp8_param_gather": False, "precision": "bf16",
+    unset = {"recompute_layers": 0, "recompute_group": 1, "fp8_param_gather": False, "precision": "bf16",
              "moe_a2a_overlap": False}
     given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
              for k in LAYOUT_OPTIONS}
     fields = merge_layout(o.plan, given)
     for key, value in fields.items():
         if key in LAYOUT_OPTIONS:
+            # options typed as they are, not degree lists
             typed = isinstance(value, bool) or key.startswith("offload") or key in (
                 "precision", "gbs", "seq_len", "moe_dispatcher", "recompute_layers",
-                "recompute_modules", "fp8_recipe")  # options typed as they are, not degree lists
+                "recompute_group", "recompute_modules", "fp8_recipe")
             setattr(o, key, value if typed else str(value))
 
 
@@ -323,7 +325,7 @@ def search(
     offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
-    distribute_saved_activations: DistributeOpt = False,
+    distribute_saved_activations: DistributeOpt = False, recompute_group: RecomputeGroupOpt = 1,
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""

@@ -320,9 +320,10 @@ def _recompute_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> N
         a.add("--recompute-method", "block")
         a.add("--recompute-num-layers", c.recompute_layers)
     elif c.recompute is Recompute.FULL:
+        # fit: groups of recompute_group layers, each checkpointed as one unit (uniform branch)
         a.add("--recompute-granularity", "full")
         a.add("--recompute-method", "uniform")
-        a.add("--recompute-num-layers", 1)
+        a.add("--recompute-num-layers", c.recompute_group)
     if c.distribute_saved_activations:  # fit: checkpoints split over the tp ranks
         a.add("--distribute-saved-activations")
 
@@ -511,7 +512,7 @@ def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, ob
     elif c.recompute is Recompute.FULL:  # fit: block over recompute_layers, else every layer
         model["recompute_granularity"] = "full"
         model["recompute_method"] = "block" if c.recompute_layers else "uniform"
-        model["recompute_num_layers"] = c.recompute_layers or 1
+        model["recompute_num_layers"] = c.recompute_layers or c.recompute_group
     else:
         model["recompute_granularity"] = None
     if c.attention is Attention.CLASSIC:

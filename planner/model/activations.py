@@ -151,6 +151,8 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     # fit: partial recompute, r of the stage's layers recomputed fully and the rest keeping
     # everything; the stage holds layers × this mean layer (formulas.recompute)
     partial = c.recompute is Recompute.FULL and may_be_nonzero(x.recompute_layers)
+    grouped = (c.recompute is Recompute.FULL and not partial
+               and may_be_nonzero(getattr(x, "recompute_group", 1) - 1))
     recomputed = k.layers
     if partial:  # 0 (the default) is every layer of the stage
         recomputed = note("recomputed_layers", _ops.select(
@@ -159,11 +161,22 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
         layer_act = note("layer_activation_bytes", RC.partial_saved_bytes(
             k.layers, recomputed, layer_set(Recompute.FULL), layer_set(Recompute.NONE))
             / k.layers)
+    elif grouped:
+        # fit: Megatron's uniform method, groups of g layers checkpointed as one unit: ⌈L/g⌉
+        # inputs kept (formulas.recompute.grouped_saved_bytes; the last group may be shorter)
+        g = x.recompute_group
+        layer_act = note("layer_activation_bytes", RC.grouped_saved_bytes(
+            _ops.ceil(k.layers / g) * g, g, layer_set(Recompute.FULL)) / k.layers)
     else:
         layer_act = note("layer_activation_bytes", layer_set(c.recompute))
     # the layer under backward recomputes what it did not save: under full recompute all of its
-    # activations are alive for a moment, under selective the rest of them
-    working_act = (layer_set(Recompute.NONE) if c.recompute is Recompute.FULL else
+    # activations are alive for a moment (a whole group's under the uniform method: its g
+    # layers rerun before their backward, formulas.recompute.grouped_working_bytes), under
+    # selective the rest of them
+    full_working = (RC.grouped_working_bytes(_ops.minimum(x.recompute_group, k.layers),
+                                             layer_set(Recompute.NONE))
+                    if grouped else layer_set(Recompute.NONE))
+    working_act = (full_working if c.recompute is Recompute.FULL else
                    layer_set(Recompute.NONE) - layer_set(c.recompute)
                    if c.recompute is Recompute.SELECTIVE else 0)
     # and its activation gradients: the residual stream's and the MLP intermediates'

@@ -48,11 +48,13 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
                         f"cores (Blackwell: b200-nvlink, gb200-nvl72); use --fp8-recipe delayed, "
                         f"current or blockwise here")
     fw = framework_named(c.framework)
-    if (c.recompute_layers and fw.partial_recompute == "none") or (
-            c.recompute_modules is not None and fw.partial_recompute != "searched"):
-        flag = "--recompute-layers" if c.recompute_layers else "--recompute-modules"
-        raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block, "
-                        f"--recompute-modules); {c.framework} does not run it")
+    if ((c.recompute_layers or c.recompute_group > 1) and fw.partial_recompute == "none") or (
+            (c.recompute_modules is not None or c.recompute_group > 1)
+            and fw.partial_recompute != "searched"):
+        flag = ("--recompute-layers" if c.recompute_layers else "--recompute-group"
+                if c.recompute_group > 1 else "--recompute-modules")
+        raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block or "
+                        f"uniform, --recompute-modules); {c.framework} does not run it")
     problem = recompute_modules_problem(model, c)
     if problem:
         raise PlanError(problem)

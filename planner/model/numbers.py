@@ -265,6 +265,7 @@ def config_numbers(config: PlanConfig) -> dict:
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
         overlap=int(config.overlap_grad_reduce),
         recompute_layers=config.recompute_layers,  # fit: 0 is every layer at the plan's level
+        recompute_group=config.recompute_group,  # fit: layers per checkpointed unit
         distribute=int(config.distribute_saved_activations
                        or FRAMEWORKS[config.framework].memory.partitions_checkpoints),
         # moe: expert parallelism (1, 1 and no a2a for a dense model)

@@ -144,7 +144,8 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   offload_optimizer=None,
                   offload_params=None, offload_activations=None,
                   offload="fit", fp8_recipe=None, fp8_param_gather=False, recompute_layers=0,
-                  recompute_modules=None, distribute_saved_activations=False) -> PlanRequest:
+                  recompute_modules=None, distribute_saved_activations=False,
+                  recompute_group=1) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -173,6 +174,12 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
     fit = recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute,
                                recompute_layers, recompute_modules)
     fit["distribute_saved_activations"] = bool(distribute_saved_activations)
+    fit["recompute_group"] = int(recompute_group or 1)
+    levels = {r.strip().lower() for r in str(recompute or "").split(",") if r.strip()}
+    if fit["recompute_group"] > 1 and (recompute_layers or (levels and not levels & {"full"})):
+        raise PlanError("--recompute-group checkpoints groups of layers under --recompute full "
+                        "(Megatron's uniform method); --recompute-layers is the block method: "
+                        "give one")
     return PlanRequest(
         **fit,  # fit: the recipe and the finer recompute levels
         offload_optimizer=offload_optimizer, offload_params=offload_params,

@@ -70,6 +70,7 @@ class PlanRequest(BaseModel):
     recompute_layers: int = Field(0, ge=0, le=2**20)
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     distribute_saved_activations: bool = False
+    recompute_group: int = Field(1, ge=1, le=2**20)  # fit: Megatron's uniform method
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
@@ -151,6 +152,7 @@ def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | Non
     distribute."""
     n = req.recompute_layers if layers is None else layers
     return dict(recompute_layers=n if recompute is Recompute.FULL else 0,
+                recompute_group=req.recompute_group if recompute is Recompute.FULL else 1,
                 distribute_saved_activations=(req.distribute_saved_activations
                                               and recompute is Recompute.FULL and not sp),
                 recompute_modules=(req.recompute_modules if recompute is Recompute.SELECTIVE
