@@ -77,12 +77,11 @@ def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
     return held
 
 
-def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_host=0,
-                rt=None):
+def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_host=0):
     """One stage's (weights, gradients, optimizer, activations, overhead with the buffers,
     allocated, reserved, host) bytes per GPU, for psi parameters (psi_e routed experts) and `act`
-    activation bytes on the device (act_host on the host); `rt` the runtime's holdings
-    (model/runtime.py: outside the allocator, and its GEMM workspaces inside it)."""
+    activation bytes on the device (act_host on the host); without what the runtime holds beside
+    the tensors, the same on every stage (added by stage_memory)."""
     conv = c.framework.memory
     states = conv.states(c.zero_stage, x.g_bytes)
     d_shard = k.d_shard
@@ -108,14 +107,12 @@ def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_
         w, g, o, host_states = offload_states(x, c, states, conv, w, g, o)
         host = host + host_states
     held = held_buffers(x, c, k, psi, ends)
-    outside, workspaces = (0, 0) if rt is None else (rt.outside, rt.workspaces)
-    allocated = w + g + o + act + held + workspaces
+    allocated = w + g + o + act + held
     frag = x.frag if conv.fragmentation is None else conv.fragmentation
-    # the allocator's slack is on what the step allocates and frees, not on the model states
-    # or the workspaces, which sit in buffers allocated once
+    # the allocator's slack is on what the step allocates and frees, not on the model states,
+    # which sit in buffers allocated once
     slack = frag * (act + held)
-    overhead = M.runtime_overhead_bytes(outside, frag, act + held)
-    return w, g, o, act, overhead + held + workspaces, allocated, allocated + slack, host
+    return w, g, o, act, slack + held, allocated, allocated + slack, host
 
 
 def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -129,13 +126,18 @@ def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespac
         act_host_last = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
                                                           k.inflight_last)
         act_first, act_last = act_first - act_host_first, act_last - act_host_last
-    rt = runtime_holdings(x, c, k, note)  # the CUDA context, NCCL's buffers, the workspaces
     first = stage_bytes(x, c, k, k.params_first, act_first, first_ends, k.expert_first,
-                        act_host_first, rt)
+                        act_host_first)
     last = stage_bytes(x, c, k, k.params_last, act_last, first_ends, k.expert_last,
-                       act_host_last, rt)
+                       act_host_last)
     is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
+    # what the runtime holds beside the tensors, the same on every stage: the CUDA context and
+    # NCCL's buffers outside the allocator, the GEMM workspaces inside it (allocated once, no
+    # slack on them)
+    rt = runtime_holdings(x, c, k, note)
+    worst[4] = worst[4] + rt.outside + rt.workspaces
+    worst[5], worst[6] = worst[5] + rt.workspaces, worst[6] + rt.workspaces
     stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
     stage_experts = _ops.select(is_first, k.expert_first, k.expert_last)  # moe
     if any_row(x.moe):  # moe: the expert parameters per GPU, shown for MoE models
