@@ -175,7 +175,18 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         capacity=hw.capacity_bytes,
         **topology_numbers(hw),
         **host_numbers(hw),  # offload
+        **reliability_numbers(hw),  # goodput
     )
+
+
+def reliability_numbers(hw: HardwareProfile) -> dict:
+    """goodput: the cluster's interruption rate (per GPU-hour), the restart time, and each
+    GPU's share of the checkpoint storage's write and read bandwidth (schema.Storage, Reliability),
+    in base units."""
+    storage = hw.checkpoint_storage
+    return dict(fail_rate=hw.reliability.failures_per_gpu_hour,
+                restart=hw.reliability.restart_s, ckpt_write_bw=storage.write_bytes_per_s,
+                ckpt_read_bw=storage.read_bytes_per_s)
 
 
 def host_numbers(hw: HardwareProfile) -> dict:
