@@ -693,7 +693,7 @@ def render_compare(result, out: Console) -> None:
 
     by_cost = result.cheapest_by == "cost"
     within = f" within {result.deadline_days:g} days" if result.deadline_days is not None else ""
-    given = "" if result.goodput is None else f", goodput {result.goodput:.0%} (--goodput)"
+    given = "" if result.goodput is None else f", goodput {result.goodput:.0%}"
     say(f"{result.model}, {_short_number(result.train_tokens)} tokens, batch {result.gbs:,} × "
         f"{result.seq_len:,} tokens (all cells){given}")
     if result.cheapest is None:
