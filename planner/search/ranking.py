@@ -162,8 +162,10 @@ def layout_firsts(cols: dict, step: np.ndarray, margin: np.ndarray, fits: np.nda
     layout = np.zeros(fits.size, dtype=np.int64)
     for k in LAYOUT_KEYS:  # each degree < 2¹⁶: four in 64 bits
         layout = (layout << 16) | np.asarray(cols[k])[fits].astype(np.int64)
-    ticks = np.round(step[fits] / STEP_RESOLUTION_S).astype(np.int64)  # < 2⁵⁵: steps < 10⁷ s
-    primary = (margin[fits].astype(np.int64) << 55) | ticks
+    ticks = np.round(step[fits] / STEP_RESOLUTION_S)  # < 2⁵⁵ for steps < 3·10⁷ s
+    if not ticks.max() < 2**55:  # absurd inputs (a step of years) or NaN: the ticks' ranks, which
+        ticks = np.unique(ticks, return_inverse=True)[1]  # keep their order and fit in 55 bits
+    primary = (margin[fits].astype(np.int64) << 55) | ticks.astype(np.int64)
     by = np.lexsort((primary, layout))  # by layout, then by (margin, step)
     lay, prim, cand = layout[by], primary[by], fits[by]
     start = np.r_[True, lay[1:] != lay[:-1]]

@@ -1,7 +1,9 @@
 """Symbolic identities, proved with sympy on the very functions the planner runs.
 
 plan_costs is evaluated with every model, hardware and plan number a positive sympy symbol, with
-only the quantity an identity is about fixed (pp = 1, tp = 1, cp = 1, g = w = 2). A last test
+only the quantity an identity is about fixed (pp = 1, tp = 1, cp = 1, g = w = 2). Its mins and
+maxes are built unevaluated and only the outputs an identity is about are evaluated (.doit()): see
+symbolic_costs. A last test
 introspects every public function of planner.formulas.* and evaluates it on symbols: a formula
 that branched on a value (`if x > 0`, `min(a, b)`) could not run on symbols.
 """
@@ -13,16 +15,18 @@ import inspect
 import itertools
 import pkgutil
 import typing
+from contextlib import contextmanager
 from enum import Enum
 from functools import cache
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import sympy as sp
 
 import planner.formulas
 from planner.catalog import load_hardware, load_model
-from planner.formulas import memory, params, pipeline
+from planner.formulas import _ops, memory, params, pipeline
 from planner.formulas.choices import (
     MLP_MATRICES,
     Attention,
@@ -73,7 +77,33 @@ def symbolic_costs(choices: Choices, fixed: tuple[tuple[str, int], ...],
     if plan_only:
         x.update({n: v for n, v in inputs().items() if n in model_and_hardware_names()})
     x.update(dict(fixed))
-    return plan_costs(SimpleNamespace(**x), choices)
+    with unevaluated_extrema():
+        return plan_costs(SimpleNamespace(**x), choices)
+
+
+@contextmanager
+def unevaluated_extrema():
+    """_ops.minimum and _ops.maximum build sympy's Min and Max unevaluated (as _ops.smallest
+    already does). Evaluating Max(a, b) on the whole plan's expressions makes sympy factor a − b
+    for every pair of arguments: minutes per plan (the step time's max over the link floors, each
+    exposed time's max(0, comm − compute)), for outputs no identity reads. An unevaluated Max is
+    still max(a, b), exactly, so nothing can be proved that does not hold; `evaluated` then
+    evaluates the outputs an identity is about, and those alone."""
+    minimum, maximum = _ops.minimum, _ops.maximum
+
+    def lazy_min(a, b):
+        return sp.Min(a, b, evaluate=False) if _ops._is_symbolic(a, b) else minimum(a, b)
+
+    def lazy_max(a, b):
+        return sp.Max(a, b, evaluate=False) if _ops._is_symbolic(a, b) else maximum(a, b)
+
+    with mock.patch.object(_ops, "minimum", lazy_min), mock.patch.object(_ops, "maximum", lazy_max):
+        yield
+
+
+def evaluated(costs: dict, name: str):
+    """One output of symbolic_costs with its mins and maxes evaluated."""
+    return sp.sympify(costs[name]).doit()
 
 
 def float_costs(**config) -> dict:
@@ -102,10 +132,10 @@ PP1_G2 = (("pp", 1), ("vpp", 1), ("w_bytes", 2), ("g_bytes", 2), ("fp8", 0),
 
 def test_pp1_removes_bubble_and_pp_traffic():
     r = symbolic_costs(ZERO3_1F1B, PP1_G2, plan_only=True)
-    assert r["bubble_fraction"] == 0
-    assert r["pp_bytes"] == 0
-    assert r["bubble_s"] == 0
-    assert r["pp_exposed_s"] == 0
+    assert evaluated(r, "bubble_fraction") == 0
+    assert evaluated(r, "pp_bytes") == 0
+    assert evaluated(r, "bubble_s") == 0
+    assert evaluated(r, "pp_exposed_s") == 0
     # the identity is not vacuous: pp = 2 has both
     r2 = float_costs(dp=1, pp=2, n_micro=4, gbs=4, seq_len=4096, sequence_parallel=False)
     assert r2["bubble_fraction"] > 0 and r2["pp_bytes"] > 0
@@ -114,8 +144,8 @@ def test_pp1_removes_bubble_and_pp_traffic():
 def test_pp1_removes_bubble_and_pp_traffic_gpipe():
     c = Choices(ZeroStage.NONE, Recompute.NONE, Schedule.GPIPE, False, Attention.CLASSIC)
     r = symbolic_costs(c, (("pp", 1), ("vpp", 1)), plan_only=True)
-    assert r["bubble_fraction"] == 0 and r["pp_bytes"] == 0
-    assert r["bubble_s"] == 0 and r["pp_exposed_s"] == 0
+    assert evaluated(r, "bubble_fraction") == 0 and evaluated(r, "pp_bytes") == 0
+    assert evaluated(r, "bubble_s") == 0 and evaluated(r, "pp_exposed_s") == 0
 
 
 def test_pp1_bubble_vanishes_for_any_v_and_m():
@@ -128,8 +158,8 @@ def test_tp1_removes_tp_traffic():
     c = Choices(ZeroStage.OPTIMIZER, Recompute.FULL, Schedule.INTERLEAVED, False,
                 Attention.CLASSIC)
     r = symbolic_costs(c, (("tp", 1),), plan_only=True)
-    assert r["tp_bytes"] == 0
-    assert r["tp_exposed_s"] == 0
+    assert evaluated(r, "tp_bytes") == 0
+    assert evaluated(r, "tp_exposed_s") == 0
     r2 = float_costs(dp=1, tp=2, gbs=1, seq_len=4096, sequence_parallel=False)
     assert r2["tp_bytes"] > 0 and r2["tp_exposed_s"] > 0
 
@@ -137,8 +167,8 @@ def test_tp1_removes_tp_traffic():
 def test_cp1_removes_cp_traffic():
     c = Choices(ZeroStage.GRADIENTS, Recompute.SELECTIVE, Schedule.GPIPE, True, Attention.FLASH)
     r = symbolic_costs(c, (("cp", 1),), plan_only=True)
-    assert r["cp_bytes"] == 0
-    assert r["cp_exposed_s"] == 0
+    assert evaluated(r, "cp_bytes") == 0
+    assert evaluated(r, "cp_exposed_s") == 0
     r2 = float_costs(dp=1, cp=2, gbs=1, seq_len=4096, sequence_parallel=False)
     assert r2["cp_bytes"] > 0
 
@@ -159,10 +189,12 @@ def test_zero3_model_states_through_plan_costs():
     dp_shard = dp/r (hybrid sharding's r replicas; r = 1 without it), plus a MoE stage's routed
     experts, 16·Ψ_experts/edp with edp = dp·cp·tp/(ep·etp)."""
     r = symbolic_costs(ZERO3_1F1B, PP1_G2, plan_only=True)
-    states = r["weights_bytes"] + r["gradients_bytes"] + r["optimizer_bytes"]
+    states = sum(evaluated(r, name) for name in ("weights_bytes", "gradients_bytes",
+                                                 "optimizer_bytes"))
     edp = SYM["dp"] * SYM["cp"] * SYM["tp"] / (SYM["ep"] * SYM["etp"])
-    diff = (states - 16 * r["stage_params"] / (SYM["dp"] / SYM["dp_replicate"] * SYM["cp"])
-            - 16 * r["expert_stage_params"] / edp)
+    diff = (states
+            - 16 * evaluated(r, "stage_params") / (SYM["dp"] / SYM["dp_replicate"] * SYM["cp"])
+            - 16 * evaluated(r, "expert_stage_params") / edp)
     assert sp.cancel(without_piecewise(diff)) == 0
 
 
