@@ -85,7 +85,9 @@ STORAGE_WRITE_GB_PER_S_PER_GPU = 2000.0 / 24576
 """Checkpoint write bandwidth per GPU when every GPU saves its shard at once: Llama 3's
 Tectonic storage sustains 2 TB/s (7 TB/s peak) for its 24K-GPU clusters, and "checkpoint
 writes saturate the storage fabric for short durations" (Dubey et al. 2024 §3.3.1):
-2,000 GB/s / 24,576 GPUs = 0.0814 GB/s each. The default where a profile states none."""
+2,000 GB/s / 24,576 GPUs = 0.0814 GB/s each. The default where a profile states none (the
+profiles' [storage] sections give their own); time to train divides by the goodput
+(formulas/budget.py wall_clock_s)."""
 
 RESTART_S = 600.0
 """Relaunch after an interruption (reschedule, rendezvous, NCCL set-up; the checkpoint's load is
@@ -139,8 +141,3 @@ def goodput(interval_s, checkpoint_s, restart_s, mtbf):
     lost: goodput = τ/(τ + δ) · (1 − (R + (τ + δ)/2)/M), never below 0."""
     return _ops.maximum(0, interval_s / (interval_s + checkpoint_s)
                         * (1 - (restart_s + (interval_s + checkpoint_s) / 2) / mtbf))
-
-
-def wall_clock_s(train_s, goodput_fraction):
-    """Time to train on the wall clock: the failure-free time over the goodput."""
-    return train_s / goodput_fraction

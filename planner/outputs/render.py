@@ -705,7 +705,11 @@ def render_compare(result, out: Console) -> None:
     cells = result.shown
     priced = any(c.plan is not None and c.plan.budget.cost is not None for c in cells)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    columns = ["hardware", "GPUs", "layout", "step s", "good", "days", "GPU-h"]
+    # each cell's own goodput (none to show when --goodput sets one for all), whole percent
+    # rounded down so that it stays two digits and the table 80 columns
+    own = result.goodput is None
+    columns = ["hardware", "GPUs", "layout", "step"] + (["G%"] if own else [])
+    columns += ["days", "GPU-h"]
     columns += ["cost"] if priced else []
     columns += ["MWh"]
     for col in columns:
@@ -719,8 +723,9 @@ def render_compare(result, out: Console) -> None:
             continue
         p, b = c.plan, c.plan.budget
         late = "" if c.meets_deadline is not False else " >"
-        row = [c.hardware, f"{c.gpus:,}", compact_layout(p), f"{p.time.step_s:,.2f}",
-               f"{b.goodput:.0%}", f"{b.days:,.1f}{late}", _short_number(b.gpu_hours)]
+        row = [c.hardware, f"{c.gpus:,}", compact_layout(p), f"{p.time.step_s:,.2f}"]
+        row += [f"{math.floor(100 * b.goodput):d}"] if own else []
+        row += [f"{b.days:,.1f}{late}", _short_number(b.gpu_hours)]
         if priced:
             row.append("—" if b.cost is None else _short_number(b.cost))
         row.append("—" if b.energy_mwh is None else _short_number(b.energy_mwh))
@@ -733,7 +738,7 @@ def render_compare(result, out: Console) -> None:
     for note in result.notes:
         say(note)
     at = (f"at goodput {result.goodput:.0%} (--goodput)" if result.goodput is not None else
-          "at each cell's goodput (good: the share of the wall clock that trains after failures, "
-          "checkpoints and restarts at that size)")
+          "at each cell's goodput (G%: the share of the wall clock that trains after failures, "
+          "checkpoints and restarts at that size, rounded down)")
     say(f"Days and GPU-hours are wall-clock {at}; energy is GPU board power (TDP unless "
         "--gpu-power-w) over those days.")
