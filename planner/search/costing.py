@@ -9,17 +9,19 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..model.cost import Choices, layout_costs, zero_costs
+from ..model.states import stage_memory
 
 # what the ranking, the diagnosis and the agreement tests read of each candidate
 KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction", "dp_bytes",
               "tp_bytes", "pp_bytes", "cp_bytes")
 
 
-CHUNK = 4096
-"""Candidates per plan_costs call. float64 columns of this length stay in the CPU's cache between
-the formulas' array operations: on the 2-core CI-sized machine, 10⁶ candidates (with their ZeRO
-stages sharing the layout half) evaluate at ~3.6 M/s in chunks of 4,096, 3.3 M/s in chunks of
-16,384 and 2.8 M/s in chunks of 2,048 (benchmarks/bench_search.py)."""
+CHUNK = 16384
+"""Candidates per plan_costs call. Measured on the 2-core CI-sized machine (4 Dec 2026, CPU time,
+the machine shared, load ≈ 7): 10⁶ dense candidates (with their ZeRO stages sharing the layout
+half) evaluate at 2.0 M/s in chunks of 16,384 against 1.7 M/s in chunks of 4,096, and the
+DeepSeek-V3 search on 16,384 GB200 (its NCCL pricing makes more, smaller array operations per
+chunk) spends ~15 % less in chunks of 16,384 (benchmarks/bench_search.py)."""
 
 
 def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices,
@@ -41,3 +43,49 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
                 v = out[k]
                 part[k].append(v if np.ndim(v) else np.full(rows, float(v)))
     return [{k: np.concatenate(v) for k, v in part.items()} for part in parts]
+
+
+def costs_by_stage(base: dict, columns: dict[str, np.ndarray], choices: Choices,
+                   runs: dict, keys: tuple[str, ...] = KEPT_COSTS) -> dict:
+    """costs_in_chunks for a choice group whose ZeRO stages run on different rows (`runs`:
+    {stage: row mask}, the framework's rules): each stage costed only on the rows where it runs,
+    {stage: {key: array over those rows, in row order}}; the rows that run the same stages are
+    costed together so that they still share the layout half. (Megatron runs no ZeRO-2/3 with
+    the interleaved schedule: costing every stage on every row spent half the search on rows
+    thrown away.) A row's costs do not depend on which rows share its chunk: the formulas work
+    element by element."""
+    zeros = list(runs)
+    n = len(next(iter(columns.values())))
+    pattern = np.zeros(n, dtype=np.int64)
+    for bit, z in enumerate(zeros):
+        pattern |= np.asarray(runs[z], dtype=np.int64) << bit
+    found = [int(p) for p in np.unique(pattern) if p]
+    if found == [(1 << len(zeros)) - 1]:  # every stage on every row
+        return dict(zip(zeros, costs_in_chunks(base, columns, choices, zeros, keys)))
+    out = {z: {k: np.empty(int(np.count_nonzero(runs[z]))) for k in keys} for z in zeros}
+    place = {z: np.cumsum(runs[z]) - 1 for z in zeros}  # a row's place among its stage's rows
+    for p in found:
+        stages = [z for bit, z in enumerate(zeros) if p >> bit & 1]
+        rows = np.flatnonzero(pattern == p)
+        parts = costs_in_chunks(base, {k: v[rows] for k, v in columns.items()},
+                                replace(choices, zero_stage=stages[0]), stages, keys)
+        for z, part in zip(stages, parts):
+            at = place[z][rows]
+            for k in keys:
+                out[z][k][at] = part[k]
+    return out
+
+
+def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices) -> np.ndarray:
+    """Each candidate's total_bytes alone: the layout half of the model and the most loaded
+    stage's memory (model.states.stage_memory, the first concern of cost.zero_costs, which reads
+    nothing of the data-parallel traffic or the step), in chunks as costs_in_chunks; the same
+    numbers as costs_in_chunks(…, keys=("total_bytes",)) without the time half."""
+    n = len(next(iter(columns.values())))
+    parts = []
+    for start in range(0, n, CHUNK):
+        rows = min(CHUNK, n - start)
+        x = SimpleNamespace(**base, **{k: v[start:start + rows] for k, v in columns.items()})
+        v = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
+        parts.append(v if np.ndim(v) else np.full(rows, float(v)))
+    return np.concatenate(parts) if parts else np.zeros(0)

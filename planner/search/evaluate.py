@@ -21,7 +21,7 @@ from ..model.numbers import (
     precision_numbers,
 )
 from ..schema import HardwareProfile, ModelSpec
-from .costing import KEPT_COSTS, costs_in_chunks
+from .costing import KEPT_COSTS, costs_by_stage
 from .offload import (
     OFFLOAD_COLUMNS,
     OFFLOAD_KEPT,
@@ -81,11 +81,13 @@ def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budg
                          {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs, base["recompute_layers"])
 
 
-def _admissible(model: ModelSpec, layouts, space: dict, interleaved: bool, r: Recompute):
-    """The candidates the rules admit; vpp > 1 for the interleaved schedule alone; moe: an
-    overlapped candidate only where Megatron runs the overlap (model/moe.py)."""
-    return (constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
-            & MOE.overlap_admissible(space, r is Recompute.FULL))
+def _group_space(space: dict, interleaved: bool, r: Recompute) -> dict:
+    """The part of the space a choice group weighs, before the rules read it (they cost a pass
+    over the space each, per group): vpp > 1 for the interleaved schedule alone, vpp = 1 for the
+    others; moe: an overlapped candidate only where Megatron runs the overlap (model/moe.py).
+    Boolean indexing keeps the rows in the space's order."""
+    keep = ((space["vpp"] > 1) == interleaved) & MOE.overlap_admissible(space, r is Recompute.FULL)
+    return {k: v[keep] for k, v in space.items()}
 
 
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
@@ -117,16 +119,16 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     fastest_fit = np.inf  # offload: the fastest step that fits without offload
     for r, sp, sched, zeros in choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
-        layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
+        group = _group_space(space, interleaved, r)
+        layouts = SimpleNamespace(**group, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                   schedule=sched, **offload_layout(req, [r]))  # offload
-        # the search gives vpp > 1 to the interleaved schedule alone, and vpp = 1 to the others
-        mask = _admissible(model, layouts, space, interleaved, r)
+        mask = constraints.admissible(model, layouts)
         runs = {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
                                                           req.precision).items()}
         mask = np.logical_or.reduce(list(runs.values()))
         if not mask.any():
             continue
-        sub = {k: v[mask] for k, v in space.items()}
+        sub = {k: v[mask] for k, v in group.items()}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
         group_choices = Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
                                 sequence_parallel=sp, attention=req.attention,
@@ -138,14 +140,13 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                                    if r is Recompute.SELECTIVE else None))
         partial = (r is Recompute.FULL and not req.recompute_layers and not offload_fixed
                    and framework.partial_recompute == "searched")
-        outs = costs_in_chunks(base, f, group_choices, zeros,
-                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
-                               + (("stage_layers",) if partial else ()))
-        for z, out in zip(zeros, outs):
-            keep = runs[z][mask]
+        outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
+                              KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
+                              + (("stage_layers",) if partial else ()))
+        for z in zeros:
+            out, keep = outs[z], runs[z][mask]  # out: the costs of the rows kept
             if not keep.any():
                 continue
-            out = {k: v[keep] for k, v in out.items()}
             layout = {k: sub[k][keep] for k in layout_keys}
             _append_rows(cols, costs, layout, (z, r, sp, sched),
                          offload_columns(fixed, int(keep.sum())), out, req.recompute_layers)

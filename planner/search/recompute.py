@@ -11,7 +11,7 @@ import numpy as np
 
 from ..formulas import recompute as RC
 from ..model.cost import Choices
-from .costing import costs_in_chunks
+from .costing import costs_in_chunks, memory_in_chunks
 
 NEEDED = ("total_bytes", "stage_layers")
 """What partial_recompute_variants reads of a candidate's full-recompute costs."""
@@ -29,10 +29,10 @@ def partial_recompute_variants(base: dict, columns: dict[str, np.ndarray], out: 
         return None
     shared = {k: v for k, v in base.items() if k != "recompute_layers"}
     sub = {k: v[rows] for k, v in columns.items()}
-    one = costs_in_chunks(shared, {**sub, "recompute_layers": np.ones(int(rows.sum()))}, choices,
-                          keys=("total_bytes",))[0]
+    one = memory_in_chunks(shared, {**sub, "recompute_layers": np.ones(int(rows.sum()))},
+                           choices)
     full = out["total_bytes"][rows]
-    gain = (one["total_bytes"] - full) / (layers[rows] - 1)  # memory per layer not recomputed
+    gain = (one - full) / (layers[rows] - 1)  # memory per layer not recomputed
     r = RC.fewest_layers_to_recompute(layers[rows], full, budget, np.maximum(gain, 1.0))
     fewer = r < layers[rows]
     if not fewer.any():
