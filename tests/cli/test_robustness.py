@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -148,9 +147,10 @@ def test_vpp_that_does_not_divide_the_stage_is_a_plan_with_its_warning():
     assert plan["memory"]["stage_layers"] == 21
 
 
-def test_a_billion_gpus_is_refused_at_once_and_a_million_answers_quickly():
-    t = time.perf_counter()
-    assert_one_line_error(run("search", "-m", "405b", "-n", "1000000000"), 2, "--gpus")
+def test_a_billion_gpus_is_refused_and_a_million_get_a_plan():
+    # how fast: benchmarks/bench_limits.py (no timed tests)
+    assert_one_line_error(run("search", "-m", "405b", "-n", "1000000000"), 2, "--gpus",
+                          "1,048,576")
     r = run("search", "-m", "405b", "-n", str(2**20), "--json")
     assert r.exit_code == 0, r.output
     plans = strict_json(r.stdout)["plans"]
@@ -158,7 +158,6 @@ def test_a_billion_gpus_is_refused_at_once_and_a_million_answers_quickly():
     assert c["dp"] * c["tp"] * c["pp"] * c["cp"] == 2**20
     r = run("search", "-m", "405b", "-n", str(2**20 - 1))  # odd: nothing divides it usefully
     assert r.exit_code in (0, 1), r.output
-    assert time.perf_counter() - t < 10
 
 
 @pytest.mark.parametrize("args", [
@@ -177,9 +176,7 @@ def test_a_billion_gpus_is_refused_at_once_and_a_million_answers_quickly():
 # int64 ticks): as an error, it makes the CLI exit 3
 @pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_absurd_values_give_finite_json_or_a_clear_refusal(args):
-    t = time.perf_counter()
-    r = run(*args, "--json")
-    assert time.perf_counter() - t < 10
+    r = run(*args, "--json")  # how fast: benchmarks/bench_limits.py
     assert r.exit_code in (0, 1, 2), r.output
     assert "Traceback" not in r.output
     if r.stdout.strip():
@@ -194,10 +191,8 @@ def test_absurd_values_give_finite_json_or_a_clear_refusal(args):
 
 
 def test_timeline_of_a_huge_batch_refuses_instead_of_hanging():
-    t = time.perf_counter()
     r = run("explain", "-m", "70b", "-n", "64", "--tp", "8", "--pp", "8", "--gbs", "8000000",
-            "--timeline")
-    assert time.perf_counter() - t < 10
+            "--timeline")  # how fast: benchmarks/bench_limits.py
     assert_one_line_error(r, 2, "--timeline", "smaller --gbs")
 
 

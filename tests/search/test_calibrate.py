@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 import statistics
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -405,17 +404,11 @@ def test_toml_strings_are_escaped(tmp_path, h100):
     assert load_hardware(str(path)).description == data["description"]
 
 
-def test_fit_is_fast_and_deterministic(h100):
+def test_fit_is_deterministic(h100):
+    # how fast: benchmarks/bench_limits.py (no timed tests)
     runs = synthetic(LAYOUTS, with_factors(h100, TRUTH))
-    start = time.perf_counter()
     first = calibrate(runs, h100)
-    elapsed = time.perf_counter() - start
     second = calibrate(runs, h100)
-    # 10 s, not the former 1 s: the fit now chooses its factors (forward and backward selection,
-    # issue 19), up to ten small least-squares fits instead of one: ~0.6 s alone on this 2-core
-    # machine, 3.3 s seen under the full suite with other sessions running; the bound only
-    # catches an order-of-magnitude regression (speed figures belong in benchmarks/)
-    assert elapsed < 10.0
     assert first == second
     assert np.isfinite([f.after for f in first.factors]).all()
 
