@@ -398,14 +398,14 @@ def _show_searched(o, run) -> None:
     # with --emit, stdout carries the settings alone; the table goes to stderr
     out = render.console(stderr=run.launch is not None)
     render.render_search(run.result, out, mfu_convention=run.convention, why=o.why,
-                         footer=_footer(run.result, o.why))
+                         footer=_footer(run.result))
     if run.launch is not None:
         render.render_launch_notes(run.launch, out)
         render.write_settings(run.launch)
 
 
-def _footer(result, why: bool) -> list[str]:
-    """The command that runs row 1 as printed, and where the rest of the reasoning is."""
+def _footer(result) -> list[str]:
+    """The command that runs row 1 as printed."""
     import shlex
 
     if not result.explain_args:
@@ -413,7 +413,4 @@ def _footer(result, why: bool) -> list[str]:
     # a layout in double quotes, as the issue and the README write it; anything else as shlex does
     words = [f'"{a}"' if " " in a and '"' not in a and "$" not in a and "`" not in a
              else shlex.quote(a) for a in result.explain_args[0]]
-    lines = ["Run row 1: plan3d " + " ".join(words)]
-    if not why:
-        lines.append("--why: every row against row 1, and every option weighed.")
-    return lines
+    return ["Run row 1: plan3d " + " ".join(words)]

@@ -284,9 +284,10 @@ def validate(hw: HardwareProfile, framework: str = "megatron") -> ValidationRepo
                             max_abs_error=max(errors))
 
 
-# The model's stated uncertainty on a step time: the median |error| of `validate` on the runs
-# measured on each GPU (tests/test_validation_gpu.py recomputes them). Plans whose step times
-# differ by less are ties (search). A GPU without runs takes the largest.
+# The model's measured uncertainty on a step time: the median |error| of `validate` on the runs
+# measured on each GPU (tests/test_validation_gpu.py recomputes them); calibrate's σ. A GPU without
+# runs takes the largest. The search's ties use a fixed, stated bound instead, so that they do not
+# move as this figure does (planner.search.ranking.TIE_BAND).
 # H100: 4.2 % with the DP collectives priced per NCCL call (issue 22)
 MODEL_UNCERTAINTY = {"A100": 0.036, "H100": 0.042}
 

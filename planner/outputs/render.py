@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 
 from rich import box
@@ -460,6 +461,7 @@ def layout_cell(plan: Plan) -> str:
     return plan.config.short_label()
 
 
+WHY_HINT = "--why: each row and option weighed."
 RANK_LEGEND = "# 1= a tie with its group's first row, m inside the memory margin, ! a warning"
 LAYOUT_LEGEND = (RANK_LEGEND + "; layout: z = ZeRO stage, v = virtual stages, sel/full = "
                  "recompute (none when absent), nosp = no sequence parallelism")
@@ -518,10 +520,15 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     title = (f"{len(plans)} of {result.feasible:,} plans that fit "
              f"({result.considered:,} considered)")
     out.print(fitted_table(out, columns, title))
-    out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
-              "bubble = T_bubble/T_step, the step's idle fill and drain." if why else
-              RANK_LEGEND + ".")
+    if why:  # by default the lines below say what the marks mean (1= ties, m, ! warnings)
+        out.print(LAYOUT_LEGEND + f"; mem = of capacity; MFU counts {MFU_WORDS[mfu_convention]}; "
+                  "bubble = T_bubble/T_step, the step's idle fill and drain.")
+    elif not result.summary:
+        out.print(RANK_LEGEND + ".")
     lines = list(result.summary) if result.summary else ([] if why else [result.reason])
+    hint = not why and len(lines) >= 2  # the way to the rest, on the line of row 1's margin
+    if hint:
+        lines[1] += " " + WHY_HINT
     if why:
         lines += [result.reason] if result.reason else []
         lines += ["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
@@ -529,19 +536,56 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     if lines:  # one print: rich's per-call cost is most of a short line's
         out.print(Text("\n".join(line for line in lines if line)))
     if budget:
-        out.print("Plan 1: " + budget_line(plans[0]))
-    # one line per kind of warning: its first plan's message, and which other plans share it
-    by_code: dict[str, tuple[str, list[str]]] = {}
+        out.print(("Plan 1: " + budget_line(plans[0])) if why else budget_brief(plans[0]))
+    # one line per kind of warning: its first plan's message (by default its first clause), and
+    # which other plans share it
+    by_code: dict[str, tuple[str, list[int]]] = {}
     for i, p in enumerate(plans, 1):
         for w in _shown_warnings(p, mfu_convention):
             first = by_code.setdefault(w.code, (w.message, []))
-            first[1].append(str(i))
+            first[1].append(i)
     for code, (message, which_plans) in by_code.items():
-        which = f"plan {which_plans[0]}" if len(which_plans) == 1 else \
-            f"plans {', '.join(which_plans)}; shown for plan {which_plans[0]}"
-        out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
+        if why:
+            which = (f"plan {which_plans[0]}" if len(which_plans) == 1 else
+                     f"plans {numbers_text(which_plans)}; shown for plan {which_plans[0]}")
+            out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
+        elif code not in QUIET_WARNINGS:  # by default the warnings the `!` marks, one line each
+            which = "plan" + ("s" if len(which_plans) > 1 else "")
+            out.print(Text(f"! {which} {numbers_text(which_plans)}: {_warning_clause(message)} "
+                           f"[{code}]", style="yellow"))
     for line in footer or []:
         out.print(Text(line))
+    if not why and not hint:
+        out.print(Text(WHY_HINT))
+
+
+def numbers_text(numbers: list[int]) -> str:
+    """Row numbers with runs collapsed: [1, 2, 3, 5] → '1–3, 5'."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def _warning_clause(message: str) -> str:
+    """A warning's first clause (up to its first colon or semicolon), for the short output."""
+    return re.split(r": |; ", one_line(message), maxsplit=1)[0].rstrip(".")
+
+
+def budget_brief(plan: Plan) -> str:
+    """Row 1's training budget in one line: 'Row 1 trains 15T tokens in 74.9 days: 29.5M
+    GPU-hours, cost 73.7M, 20.6k MWh.' (--why: budget_line, every figure in full)."""
+    b = plan.budget
+    parts = [f"{_short_number(b.gpu_hours)} GPU-hours"]
+    if b.cost is not None:
+        parts.append(f"cost {_short_number(b.cost)}")
+    if b.energy_mwh is not None:
+        parts.append(f"{_short_number(b.energy_mwh)} MWh")
+    return (f"Row 1 trains {token_text(b.train_tokens)} tokens in {b.days:,.1f} days: "
+            + ", ".join(parts) + ".")
 
 
 def share_of_capacity(memory) -> str:

@@ -105,9 +105,9 @@ SCHEDULE_OPTIONS = (
 def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band: float,
                  budget: float) -> list[Alternative]:
     """The verdict on each option (see the module's docstring). `fits` indexes the candidates
-    the search ranks; `band` is the model's relative step-time uncertainty, within which two
-    plans tie; `budget` the bytes a plan must fit in (offloaded candidates that fit but are not
-    ranked, under `--offload fit`, are weighed here)."""
+    the search ranks; `band` is the tie band (ranking.TIE_BAND), the relative step-time
+    difference within which two plans tie; `budget` the bytes a plan must fit in (offloaded
+    candidates that fit but are not ranked, under `--offload fit`, are weighed here)."""
     from ..model.estimate import estimate
     from .space import config_at
 
@@ -300,8 +300,8 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
         verdict, why = "loses", (f"its fastest plan{tried}, {label_a}, is {ratio:.1%} slower than "
                                  f"{label_b}: {step_differences(b, a) or 'same parts'}")
     else:
-        verdict, why = "ties", (f"its fastest plan{tried}, {label_a}, is within the model's "
-                                f"uncertainty (±{band:.1%}) of {label_b} ({ratio:+.1%})")
+        verdict, why = "ties", (f"its fastest plan{tried}, {label_a}, is within the tie band "
+                                f"(±{band:.0%}) of {label_b} ({ratio:+.1%})")
     return Alternative(option=option, verdict=verdict, plan=label_a, step_s=a.step_s,
                        versus=label_b, versus_step_s=b.step_s, why=why + ".")
 

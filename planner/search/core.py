@@ -18,10 +18,18 @@ from ..schema import HardwareProfile, ModelSpec
 from .alternatives import Alternative, alternatives
 from .diagnosis import diagnose, no_layout_message
 from .evaluate import evaluate_space
-from .ranking import DEFAULT_HEADROOM, check_headroom, in_margin, offloaded, rank
+from .ranking import (
+    DEFAULT_HEADROOM,
+    TIE_BAND,
+    TIE_BAND_SOURCE,
+    check_headroom,
+    in_margin,
+    offloaded,
+    rank,
+)
 from .request import PlanRequest
 from .space import CONSTRAINTS, config_at, gpu_counts
-from .summary import summary, why
+from .summary import memory_summary, summary, why
 
 SORT_KEYS = ("time", "memory", "mfu", "gpus")
 
@@ -36,7 +44,7 @@ class SearchResult(BaseModel):
     reason: str = ""
     folded: int = 0  # plans left out of the table: same step time and memory as a simpler one
     # the honest ranking (sort time or mfu): each plan's place, `1=` in a tie; the band within
-    # which step times tie (the model's uncertainty) and where it comes from; the variants of
+    # which step times tie (ranking.TIE_BAND) and where it comes from; the variants of
     # each plan's layout (ZeRO, recompute, mbs, vpp) folded into it
     ranks: list[str] = []
     tie_band: float = 0.0
@@ -146,7 +154,8 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
         reason += (f" {folded} other layouts with exactly the step time and memory of a plan shown "
                    "(e.g. context parallelism traded for micro-batch size) are folded into it.")
     return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
-                        constraints=_constraints(req), reason=reason, folded=folded)
+                        constraints=_constraints(req), reason=reason, folded=folded,
+                        summary=memory_summary(plans))
 
 
 def _constraints(req: PlanRequest) -> list[str]:
@@ -157,10 +166,8 @@ def _constraints(req: PlanRequest) -> list[str]:
 
 def _ranked(model, hw, req, cols, costs, fits, top, considered, headroom) -> SearchResult:
     """The recommendation rule (planner.search.ranking): one row per layout, the fastest plan
-    that fits with the memory margin first, ties within the model's uncertainty marked."""
-    from ..model.validation import model_uncertainty
-
-    band, source = model_uncertainty(hw)
+    that fits with the memory margin first, ties within the tie band (TIE_BAND) marked."""
+    band, source = TIE_BAND, TIE_BAND_SOURCE
     capacity = hw.capacity_bytes
     defaults = {**FRAMEWORKS[req.framework].defaults,  # cp-kind: its default kind too
                 "cp_kind": FRAMEWORKS[req.framework].cp_kinds[0]}

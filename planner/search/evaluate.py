@@ -66,7 +66,7 @@ def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budg
                           cols, costs) -> None:
     """offload: the least offload that fits each pending group's candidates that do not fit,
     added to the columns and costs. Offload only adds time to a candidate, so one already slower
-    than the fastest plan that fits without it, beyond the model's uncertainty, can neither win
+    than the fastest plan that fits without it, beyond the tie band, can neither win
     nor tie with offload."""
     slowest = offload_worth_trying(hw, fastest_fit)
     for z, r, sp, sched, chosen, out, choices, layout_extra in pending:

@@ -17,10 +17,11 @@ from .request import PlanRequest
 
 def offload_worth_trying(hw: HardwareProfile, fastest_fit_s: float) -> float:
     """offload: the slowest step a candidate may have for offload to be tried on it: the fastest
-    step that fits without offload, plus the model's uncertainty (no bound when nothing fits)."""
-    from ..model.validation import model_uncertainty
+    step that fits without offload, plus the tie band (no bound when nothing fits): a slower one
+    can neither win nor tie."""
+    from .ranking import TIE_BAND
 
-    return fastest_fit_s * (1 + model_uncertainty(hw)[0]) * (1 + 1e-9)
+    return fastest_fit_s * (1 + TIE_BAND) * (1 + 1e-9)
 
 
 OFFLOAD_COLUMNS = ("off_opt", "off_params", "off_act")

@@ -4,9 +4,8 @@ Row 1 is the fastest plan that fits with the memory margin (`DEFAULT_HEADROOM`, 
 plans are ordered by one total order — first whether a plan fits outside the margin, then its
 step time, then (only among plans of exactly equal step time) the simpler layout and the
 framework's defaults. A plan that fits only inside the margin is marked and never ranked first.
-Plans whose step times lie within the model's own uncertainty of a row (the band: the median
-|error| of the step times it predicts for published runs, planner.validation.model_uncertainty)
-are marked as tied with it and listed after it in step order.
+Plans whose step times lie within the tie band of a row (`TIE_BAND`: the accuracy plan3d states
+for its step times, a fixed figure) are marked as tied with it and listed after it in step order.
 
 Why one total order: it makes the choice stable. Adding a plan changes row 1 only if the new plan
 is better on both counts the rule weighs (it fits with the margin and its step is shorter);
@@ -49,11 +48,24 @@ DEFAULT_HEADROOM = 0.10
 # planner/reference/published_h100.json "about"). planner.frameworks may pass its own.
 DEFAULTS = {"zero": 1, "recompute": 1, "sp": True}  # recompute: index in Recompute (selective)
 
+# The tie band: plans whose step times differ by less than this fraction of the faster one tie
+# (`1=`). It is the accuracy plan3d states for its step times, not the error it measures at this
+# version: `plan3d validate`'s median |error| on the published runs must stay within 5 % on every
+# GPU that has them (A100 3.6 %, H100 4.2 % now; tests/outputs/test_ux.py asserts it, so a model
+# change that breaks the statement fails there and the statement is revisited, not silently
+# widened). When the band was the measured median itself it moved 4.9 → 5.3 → 4.6 → 4.2 % in one
+# session as the model was refined, relabelling ties each time; a stated bound keeps a tie a tie
+# across versions. One band for every GPU: on a GPU without published runs nothing narrower is
+# known.
+TIE_BAND = 0.05
+TIE_BAND_SOURCE = ("the accuracy plan3d states for its step times: plan3d validate's median "
+                   "|error| on published runs within 5 % on every GPU that has them")
+
 # Step times equal to a nanosecond are one step time (the search computes them in float64 along
 # several paths, so they can differ in the last bits); a total order on the rounded value.
 STEP_RESOLUTION_S = 1e-9
 MARGIN_MARK = "m"  # a plan that fits only inside the memory margin
-TIE_MARK = "="  # a plan within the model's uncertainty of the row its group starts with
+TIE_MARK = "="  # a plan within the tie band of the row its group starts with
 SHOWN_IN_MARGIN = 2  # margin-only plans faster than row 1 that the table still shows
 
 

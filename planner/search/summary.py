@@ -29,13 +29,17 @@ def gib(plan: Plan) -> str:
     return f"{plan.memory.total_bytes / GIB:.1f}"
 
 
-def composition(plan: Plan) -> str:
-    """'compute 85%, exposed CP 9%, exposed DP/ZeRO 6%': the parts of at least 1 % of the step,
-    largest first."""
+def composition(plan: Plan, least: float = 0.01) -> str:
+    """'compute 85%, exposed CP 9%, exposed DP/ZeRO 6%': the parts of at least `least` of the
+    step, largest first."""
     t = plan.time
     parts = sorted(step_parts(t).items(), key=lambda kv: -kv[1])
-    shown = [f"{name} {v / t.step_s:.0%}" for name, v in parts if v >= 0.01 * t.step_s]
+    shown = [f"{name} {v / t.step_s:.0%}" for name, v in parts if v >= least * t.step_s]
     return ", ".join(shown)
+
+
+SHORT_PART = 0.03
+"""The parts of row 1's step the short output names (--why names every part of 1 % or more)."""
 
 
 def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
@@ -50,34 +54,46 @@ def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
 
 def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
             any_safe: bool, alternatives: list[Alternative]) -> list[str]:
-    """The short lines: row 1 and its memory, where its step goes, its nearest rival (a tie or
-    row 2), the faster plans inside the margin, and each option weighed that would change the
-    answer."""
+    """The short lines (a few at 80 columns): row 1, its memory and where its step goes; its
+    margin — how many plans tie with it, or row 2 against it part by part; a faster plan that
+    fits only inside the memory margin; and each option weighed whose plan beats row 1 by more
+    than the tie band (it would change the answer). Plans are named by their row or as the table
+    spells them; the rest is behind --why."""
     if not plans:
         return []
     best = plans[0]
-    lines = [headline(best, headroom, any_safe), f"Its step: {composition(best)}."]
+    lines = [f"{headline(best, headroom, any_safe)} Its step: "
+             f"{composition(best, SHORT_PART)}."]
     ties = [i for i, lab in enumerate(labels) if lab.rstrip(MARGIN_MARK) == f"1{TIE_MARK}"]
     ranked = [i for i, lab in enumerate(labels) if i and lab != MARGIN_MARK]
     if ties:
-        n = len(ties)
-        lines.append(f"{n} more within the model's uncertainty, ±{band:.1%} (1=); the "
-                     f"nearest, {_name(plans[ties[0]])}: {_vs(best, plans[ties[0]])}.")
+        lines.append(f"{len(ties)} more tie with it (1=: a step within ±{band:.0%}).")
     elif ranked:
         i = ranked[0]
-        lines.append(f"Row {i + 1}, {_name(plans[i])}, is {_vs(best, plans[i])}.")
+        lines.append(f"Row {labels[i]} is {_vs(best, plans[i])}.")
     margin = [plans[i] for i, lab in enumerate(labels) if lab == MARGIN_MARK]
     if margin:
         fast = margin[0]
         lines.append(f"Faster but inside the {headroom:.0%} memory margin (m): {_name(fast)}, "
                      f"{1 - fast.time.step_s / best.time.step_s:.1%} faster at "
                      f"{fast.memory.total_bytes / fast.memory.capacity_bytes:.0%} of memory.")
-    for a in alternatives:  # an option whose plan would beat row 1: it changes the answer
-        if a.step_s is not None and a.step_s < best.time.step_s and a.plan != _name(best):
+    for a in alternatives:  # an option whose plan beats row 1 beyond a tie: it changes the answer
+        if (a.step_s is not None and a.step_s < best.time.step_s * (1 - band)
+                and a.plan != _name(best)):
             hint = CHANGE_HINTS.get(a.option, "--why says more")
             lines.append(f"{a.option[0].upper()}{a.option[1:]} would change the answer: "
                          f"{a.plan}, {1 - a.step_s / best.time.step_s:.1%} faster ({hint}).")
     return lines
+
+
+def memory_summary(plans: list[Plan]) -> list[str]:
+    """--sort memory's short lines: row 1, the plan that needs the least memory, and its step."""
+    if not plans:
+        return []
+    best = plans[0]
+    share = best.memory.total_bytes / best.memory.capacity_bytes
+    return [f"Row 1, the least memory: {_name(best)}, {gib(best)} GiB ({share:.0%} of memory), "
+            f"{best.time.step_s:.3g} s a step. Its step: {composition(best, SHORT_PART)}."]
 
 
 CHANGE_HINTS = {"offload to host memory": "not ranked by default: --offload auto ranks it",
@@ -95,11 +111,11 @@ def why(plans: list[Plan], labels: list[str], band: float, source: str, folded: 
              f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full); of the step, "
              f"{composition(best)}; {gib(best)} of {best.memory.capacity_bytes / GIB:.1f} GiB."]
     for plan, lab in zip(plans[1:], labels[1:]):
-        tie = (" (within the model's uncertainty: a tie)" if TIE_MARK in lab else
+        tie = (" (within the tie band: a tie)" if TIE_MARK in lab else
                " (fits only inside the memory margin)" if lab == MARGIN_MARK else "")
         parts.append(f"Row {lab}, {_name(plan)}, is {_vs(best, plan)}{tie}.")
-    parts.append(f"Ties: step times within ±{band:.1%} of a row, the model's uncertainty "
-                 f"({source}).")
+    if band > 0:
+        parts.append(f"Ties: step times within ±{band:.0%} of a row ({source}).")
     if folded:
         parts.append(f"Each row is one layout (dp, tp, pp, cp); {folded:,} variants of the "
                      "layouts shown (ZeRO stage, recompute, micro-batch size, virtual stages) are "

@@ -19,6 +19,7 @@ from planner.cli import app
 from planner.model.validation import MODEL_UNCERTAINTY, validate
 from planner.outputs.timeline import simulate, to_svg, to_text_cells
 from planner.search.core import search
+from planner.search.ranking import TIE_BAND, TIE_BAND_SOURCE
 from planner.search.request import PlanRequest
 
 ROOT = Path(__file__).parents[2]
@@ -213,9 +214,24 @@ def test_validate_picks_the_runs_of_the_profile_gpu():
 
 
 def test_the_stated_uncertainty_is_the_validation_median():
+    # calibrate's σ: the measured median, per GPU
     for gpu, hw in (("A100", "a100-nvlink"), ("H100", "h100-nvlink")):
         assert validate(load_hardware(hw)).median_abs_error == pytest.approx(
             MODEL_UNCERTAINTY[gpu], abs=0.005)
+
+
+def test_the_tie_band_is_a_fixed_bound_the_model_keeps():
+    # the tie band is stated, not measured (issue 19: as the validate median it moved 4.9 → 5.3 →
+    # 4.6 → 4.2 % in one session, relabelling ties): 5 %, and what keeps the statement true is
+    # validate's median |error| within it on every GPU with published runs (A100 3.6 %, H100
+    # 4.2 % when this was written). A model change that breaks it fails here.
+    assert TIE_BAND == 0.05
+    for hw in ("a100-nvlink", "h100-nvlink"):
+        assert validate(load_hardware(hw)).median_abs_error <= TIE_BAND, hw
+    # every GPU ties at the same band, with the same stated source
+    for hw in ("h100-nvlink", "b200-nvlink"):
+        r = search(load_model("8b"), load_hardware(hw), PlanRequest(gpus=8), top=3)
+        assert (r.tie_band, r.tie_band_source) == (TIE_BAND, TIE_BAND_SOURCE)
 
 
 # ---- 7. an honest ranking ----------------------------------------------------------------------
@@ -223,7 +239,7 @@ def test_the_stated_uncertainty_is_the_validation_median():
 def test_ties_are_shown_and_layouts_are_distinct():
     hw = load_hardware("h100-nvlink")
     r = search(load_model("70b"), hw, PlanRequest(gpus=512), top=10)
-    assert r.tie_band == MODEL_UNCERTAINTY["H100"] and "H100" in r.tie_band_source
+    assert r.tie_band == TIE_BAND and "validate" in r.tie_band_source
     layouts = [(p.config.dp, p.config.tp, p.config.pp, p.config.cp) for p in r.plans]
     assert len(set(layouts)) == len(layouts) == 10
     steps = [p.time.step_s for p in r.plans]
@@ -235,7 +251,7 @@ def test_ties_are_shown_and_layouts_are_distinct():
         assert max(g) <= g[0] * (1 + r.tie_band)
     assert r.ranks[:2] == ["1", "1="] and "Ties:" in r.reason
     out = " ".join(run(*SEARCH, columns=100).stdout.split())
-    assert "1=" in out and f"±{MODEL_UNCERTAINTY['H100']:.1%}" in out
+    assert "1=" in out and f"±{TIE_BAND:.0%}" in out
 
 
 # ---- 9. the timeline ---------------------------------------------------------------------------

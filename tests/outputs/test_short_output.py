@@ -1,0 +1,90 @@
+"""Short by default (issue 19): the text under search's table, at 80 columns, for the searches the
+README shows — row 1, its memory and where its step goes, its margin, one line per option that
+would change the answer, the command that runs row 1 — in at most 8 lines, each within 80
+columns; the rest behind --why. --sort gpus answers (the size) before the table."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.outputs.render import numbers_text
+
+runner = CliRunner()
+
+E70 = ["--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"]
+README_SEARCHES = [
+    ["search", *E70],
+    ["search", *E70, "--top", "5"],
+    ["search", "--model", "405b", "--gpus", "16384", "--hw", "h100-nvlink", "--train-tokens",
+     "15T", "--price", "2.5"],
+    ["search", *E70, "--sort", "gpus", "--target-step-s", "20"],
+    ["search", "--model", "deepseek-v3", "--gpus", "2048"],
+    ["search", "--model", "405b", "--gpus", "2048", "--sort", "memory"],
+]
+MOST_LINES = 8
+
+
+def _under_the_table(text: str) -> tuple[list[str], list[str]]:
+    """(the lines before the table, the lines after it): the table is the block that ends with
+    its padding line, the last line of spaces alone."""
+    lines = text.splitlines()
+    blank = [i for i, line in enumerate(lines) if line.strip() == ""]
+    top = next(i for i, line in enumerate(lines) if "─" in line)
+    return lines[:top], lines[blank[-1] + 1:]
+
+
+@pytest.mark.parametrize("args", README_SEARCHES, ids=lambda a: " ".join(a[1:6]))
+def test_the_text_under_the_table_fits_in_a_few_lines(args):
+    r = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    _, under = _under_the_table(r.stdout)
+    assert 1 <= len(under) <= MOST_LINES, "\n".join(under)
+    assert max(len(line) for line in under) <= 80
+    assert under[0].startswith("Row 1")
+    # the command that runs row 1, and where the rest is
+    assert any(line.startswith("Run row 1: plan3d explain") for line in under)
+    assert "--why: each row and option weighed." in " ".join(under)
+    # the reasoning and the options weighed are behind --why
+    assert "Also weighed:" not in r.stdout and "Ties:" not in r.stdout
+    why = runner.invoke(app, [*args, "--why"], env={"COLUMNS": "80"})
+    assert why.exit_code == 0, why.output
+    assert len(_under_the_table(why.stdout)[1]) > len(under)
+
+
+def test_sort_gpus_answers_first():
+    r = runner.invoke(app, ["search", *E70, "--sort", "gpus", "--target-step-s", "20"],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    before, _ = _under_the_table(r.stdout)
+    assert before[0].startswith("256 GPUs: the smallest size tried"), before
+
+
+def test_a_tie_is_counted_not_argued_by_default():
+    # 70B on 512 H100: row 1 ties with others; the default says how many and the band, and
+    # names no other plan (--why compares each with row 1, part by part)
+    r = runner.invoke(app, ["search", *E70, "--top", "5"], env={"COLUMNS": "80"})
+    _, under = _under_the_table(r.stdout)
+    text = " ".join(under)
+    assert "more tie with it (1=: a step within ±5%)." in text
+    assert "slower" not in text and "dp256" not in text
+
+
+def test_warnings_take_one_line_each_by_default():
+    # 405B on 16,384 H100: every plan shown puts tp·cp = 16 across the 8-GPU domain (a `!`
+    # warning) and splits 126 layers unevenly (a quiet one, no `!`): one line for the first, none
+    # for the second by default; both in full under --why
+    args = ["search", "--model", "405b", "--gpus", "16384", "--hw", "h100-nvlink"]
+    _, under = _under_the_table(runner.invoke(app, args, env={"COLUMNS": "80"}).stdout)
+    warned = [line for line in under if line.startswith("!")]
+    assert warned == ["! plans 1–10: tp·cp = 16 exceeds the 8-GPU domain [cp-across-domain]"]
+    why = runner.invoke(app, [*args, "--why"], env={"COLUMNS": "200"}).stdout
+    assert "[uneven-stages]: 126 layers do not split evenly" in why
+    assert "[cp-across-domain]: tp·cp = 16 exceeds the 8-GPU domain: the context-parallel" in why
+
+
+@pytest.mark.parametrize("numbers, text", [([1], "1"), ([1, 2], "1, 2"), ([1, 2, 3], "1–3"),
+                                           ([1, 2, 3, 5, 7, 8, 9, 10], "1–3, 5, 7–10")])
+def test_row_numbers_are_collapsed_into_runs(numbers, text):
+    assert numbers_text(numbers) == text
