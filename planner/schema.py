@@ -131,8 +131,9 @@ class ModelSpec(_Strict):
         False, description="Auxiliary-loss-free balancing: a per-expert bias added to the scores "
         "for top-k selection only (DeepSeek-V3 topk_method noaux_tc, §2.1.2).")
     mtp_layers: NonNegativeInt = Field(
-        0, description="Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers); "
-        "not counted in the parameters or costs.")
+        0, description="Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers), "
+        "on the last pipeline stage (formulas/moe_mtp.py); not in the parameter count (671B "
+        "for DeepSeek-V3, as its report counts).")
     unmodelled: tuple[str, ...] = Field(
         (), description="Hugging Face config fields plan3d does not model, as name=value, "
         "passed through by name to the launch notes.")
@@ -602,6 +603,12 @@ class PlanConfig(_Strict):
     moe_capacity_factor: float | None = Field(
         None, gt=0, le=64, description="Token dropping at this capacity factor: an expert takes at "
         "most this multiple of its mean tokens, which bounds the imbalance (None: dropless).")
+    moe_shared_expert_overlap: bool = Field(
+        False, description="Shared experts computed beside the dispatch and combine (Megatron "
+        "--moe-shared-expert-overlap; alltoall dispatcher only).")
+    mtp: bool = Field(
+        True, description="Train the model's multi-token-prediction modules (Megatron "
+        "--mtp-num-layers); False: without them, as a run that leaves them out.")
     moe_a2a_overlap: bool = Field(
         False, description="All-to-all overlapped with another micro-batch's compute "
         "(DeepSeek-V3 DualPipe §3.2.1; Megatron --overlap-moe-expert-parallel-comm).")
@@ -645,6 +652,15 @@ class PlanConfig(_Strict):
         if self.offload_params and self.offload_optimizer != 1:
             raise ValueError(f"offload_params moves the optimizer states to the host too: "
                              f"offload_optimizer must be 1, got {self.offload_optimizer:g}")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_overlap_dispatcher(self) -> PlanConfig:
+        # Megatron-Core: "moe_shared_expert_overlap only works with alltoall token dispatcher"
+        # (transformer_config.py __post_init__ @ d98e8a64dd)
+        if self.moe_shared_expert_overlap and self.moe_dispatcher not in (None, "alltoall"):
+            raise ValueError("moe_shared_expert_overlap runs with the alltoall dispatcher only, "
+                             f"not {self.moe_dispatcher}")
         return self
 
     @property

@@ -188,6 +188,16 @@ def grouped_gemm_wave_efficiency(rows_per_expert, cols, n_local_experts, n_units
     return n_local_experts * rows_per_expert * cols / run
 
 
+def concurrent_experts(n_local_experts, streams):
+    """Local experts whose GEMM tiles share the SMs' waves at once: all E_l in one grouped kernel
+    (streams = 0: torch._grouped_mm, a CUTLASS grouped GEMM), else at most the `streams` the
+    per-expert GEMMs are spread over (Transformer Engine's GroupedLinear: 4, formulas.moe_step
+    .GROUPED_GEMM_STREAMS):  min(E_l, streams). `streams` is the framework's constant."""
+    if streams <= 0:
+        return n_local_experts
+    return _ops.minimum(n_local_experts, streams)
+
+
 def expert_layer_wave_efficiency(rows_per_expert, hidden, expert_ffn, n_mlp_matrices, etp,
                                  n_local_experts, n_units, tile_rows=128, tile_cols=128):
     """FLOP-weighted grouped-GEMM efficiency of an expert MLP's two forward GEMMs, fc1 with

@@ -27,10 +27,25 @@ ROUTER_KERNELS = {(Dispatcher.ALL_TO_ALL, False): 72, (Dispatcher.ALL_TO_ALL, Tr
 dispatcher and router fusion (the module docstring's source; the all-gather dispatcher is taken
 as the all-to-all's)."""
 
-EXPERT_KERNELS = 6
-"""Kernels of the routed experts around the dispatch: permute, the grouped fc1, the activation,
-the grouped fc2, unpermute, and the probabilities' multiply (megatron/core/transformer/moe/
-experts.py TEGroupedMLP and moe_utils.permute/unpermute @ d98e8a64dd, fused permutation)."""
+EXPERT_KERNELS = 4
+"""Kernels of the routed experts around their GEMMs: permute, the activation, unpermute, and the
+probabilities' multiply (megatron/core/transformer/moe/experts.py TEGroupedMLP and
+moe_utils.permute/unpermute @ d98e8a64dd, fused permutation). The two grouped GEMMs add
+grouped_gemm_launches each."""
+
+GROUPED_GEMM_STREAMS = 4
+"""CUDA streams Transformer Engine spreads one grouped GEMM's per-expert cuBLAS GEMMs over
+(NVIDIA/TransformerEngine transformer_engine/common/util/multi_stream.cpp
+`get_num_compute_streams` @ d0067d0: 4): at most this many experts' GEMMs run at once."""
+
+
+def grouped_gemm_launches(n_local_experts, per_expert):
+    """Kernels one grouped GEMM launches: one cuBLAS GEMM per local expert where the grouped GEMM
+    is a loop of GEMMs over streams (Transformer Engine's GroupedLinear, which Megatron-Core's
+    --moe-grouped-gemm runs: common/gemm/cublaslt_gemm.cu `multi_stream_cublas_gemm` @ d0067d0,
+    the default unless NVTE_USE_CUTLASS_GROUPED_GEMM), one where it is a single grouped kernel
+    (torch._grouped_mm in torchtitan):  per_expert·E_l + (1 − per_expert). per_expert is 0/1."""
+    return per_expert * n_local_experts + (1 - per_expert)
 
 
 class A2AOverlap(str, Enum):
@@ -58,10 +73,13 @@ def memory_bound_bytes(tokens, top_k, hidden, n_experts, n_local_experts, dispat
                                   load, act_bytes))
 
 
-def layer_kernels(dispatcher: Dispatcher, router_fused: bool):
+def layer_kernels(dispatcher: Dispatcher, router_fused: bool, n_local_experts=1, per_expert=0):
     """Kernels one MoE layer's forward adds to a dense MLP's: the router and dispatch
-    preprocessing (ROUTER_KERNELS) and the experts' (EXPERT_KERNELS)."""
-    return ROUTER_KERNELS[(dispatcher, router_fused)] + EXPERT_KERNELS
+    preprocessing (ROUTER_KERNELS), the experts' element-wise kernels (EXPERT_KERNELS) and the
+    launches of their two grouped GEMMs (fc1, fc2; grouped_gemm_launches each):
+        K_router + 4 + 2·(per_expert·E_l + 1 − per_expert)"""
+    return (ROUTER_KERNELS[(dispatcher, router_fused)] + EXPERT_KERNELS
+            + 2 * grouped_gemm_launches(n_local_experts, per_expert))
 
 
 def ep_nodes(ep, ep_ranks_in_domain):
@@ -105,6 +123,20 @@ def dispatch_time_s(dispatcher: Dispatcher, tokens, top_k, hidden, ep, ep_in_dom
                                fast_bw if fast_link_bw is None else fast_link_bw, lat)
     sent = all_to_all_bytes(tokens, top_k, hidden, ep, act_bytes, load)
     return all_to_all_time_s(sent, ep, ep_in_domain, fast_bw, net_bw, lat)
+
+
+def shared_overlap_exposed_s(exposed_s, shared_forward_s, overlap):
+    """The layer's exchange left exposed when the shared experts run beside it (Megatron-Core
+    --moe-shared-expert-overlap, alltoall dispatcher only: token_dispatcher.py
+    `MoEAlltoAllTokenDispatcher.token_dispatch`/`token_combine` launch the shared experts' fc1
+    and fc2 on their own stream (shared_experts.py `SharedExpertMLP.stream`) between the
+    all-to-alls @ d98e8a64dd). The forward's dispatch and combine (half the layer's exchange)
+    hide under the shared experts' forward S_f, the backward's under their backward, 2·S_f:
+        overlap = 1:  max(0, E/2 − S_f) + max(0, E/2 − 2·S_f);  overlap = 0: E
+    `overlap` is 0 or 1; E is what the other overlaps left (exposed_exchange_s)."""
+    half = exposed_s / 2
+    hidden = _ops.maximum(0, half - shared_forward_s) + _ops.maximum(0, half - 2 * shared_forward_s)
+    return overlap * hidden + (1 - overlap) * exposed_s
 
 
 def exposed_exchange_s(exchange_s, window_s, overlap: A2AOverlap, n_micro, comm_sms, n_sms):

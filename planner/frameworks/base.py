@@ -164,6 +164,14 @@ class Framework:
     (1 for ZeRO-3's per-micro-batch collectives, "grad"/"weight", stage layers, parameters, d
     ranks, overlap, linear modules per layer) → calls — so that each pays its own latency at its
     own message size (issue 22)."""
+    trains_mtp: bool = False
+    """moe: whether it trains a model's multi-token-prediction modules (Megatron-Core's
+    --mtp-num-layers; formulas/moe_mtp.py)."""
+    expert_gemm_streams: int = 0
+    """moe: how the framework runs a grouped expert GEMM: 0, one grouped kernel over every local
+    expert (torch._grouped_mm); n > 0, one GEMM per local expert spread over n CUDA streams
+    (Transformer Engine's GroupedLinear: formulas.moe_step.grouped_gemm_launches and
+    formulas.moe.concurrent_experts)."""
     fsdp_once_per_step_under_pp: bool = False
     """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
     micro-batch (the stage stays gathered and gradient sync is off until the last one)."""

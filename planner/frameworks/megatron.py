@@ -35,6 +35,7 @@ from ..formulas.choices import (
     ZeroStage,
 )
 from ..formulas.memory import ZERO_SHARDS
+from ..formulas.moe_step import GROUPED_GEMM_STREAMS
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from .base import (
@@ -170,13 +171,25 @@ def _offload_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> Non
                      "layers > 0 turns cpu_offloading on).")
 
 
-def pipeline_layout(n_layers: int, pp: int, vpp: int) -> list[str]:
+def pipeline_layout(n_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[str]:
     """The pp·vpp chunks of `--pipeline-model-parallel-layout` in model order (chunk k runs on
-    pipeline rank k mod pp), each a string of E (embedding), t (transformer layer), L (loss).
+    pipeline rank k mod pp), each a string of E (embedding), t (transformer layer), m
+    (multi-token-prediction module), L (loss).
 
     With S = pp·vpp ≤ L chunks, L = q·S + r: the first r chunks hold q + 1 layers, the others q;
     they fall round-robin on the ranks, so no rank holds more than ⌈L/p⌉ layers. With
-    L < S ≤ L + 2 the embedding (and, at S = L + 2, the loss) stand as chunks of their own."""
+    L < S ≤ L + 2 the embedding (and, at S = L + 2, the loss) stand as chunks of their own.
+    moe: `mtp` modules take the last slots of the last chunk, each as a layer (the cost model's
+    ⌈(L + D)/p⌉; Megatron wants them after every decoder layer, all in the last chunk of one
+    rank: pipeline_parallel_layer_layout.py validate_layer_layout @ d98e8a64dd)."""
+    if mtp:
+        body = pipeline_layout(n_layers + mtp, pp, vpp)
+        last = body[-1].rstrip("L")
+        if last.count("t") < mtp:
+            raise PlanError(f"megatron: the last pipeline chunk holds {last.count('t')} layer "
+                            f"slots, fewer than the {mtp} MTP modules that must share it")
+        body[-1] = last[:len(last) - mtp] + "m" * mtp + body[-1][len(last):]
+        return body
     chunks = pp * vpp
     if chunks > n_layers + 2:
         raise PlanError(f"megatron: {chunks} pipeline chunks for {n_layers} layers: at most "
@@ -220,7 +233,13 @@ def _needs_layout(c: PlanConfig, m: ModelSpec) -> bool:
     """An interleaved plan whose chunks are not all L/(p·v) layers, or a plan with more chunks
     than layers, needs an explicit pipeline layout."""
     return c.pp > 1 and (m.n_layers % (c.pp * c.vpp) != 0 and c.vpp > 1
-                         or c.pp * c.vpp > m.n_layers)
+                         or c.pp * c.vpp > m.n_layers or _mtp(c, m) > 0)
+
+
+def _mtp(c: PlanConfig, m: ModelSpec) -> int:
+    """moe: the multi-token-prediction modules the plan trains; with pp > 1 always through a
+    layout, which puts them in the last chunk's layer slots as the cost model does."""
+    return m.mtp_layers if c.mtp else 0
 
 
 def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
@@ -241,15 +260,17 @@ def _pipeline_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> No
     fw = "megatron"
     a.add("--tensor-model-parallel-size", c.tp)
     a.add("--pipeline-model-parallel-size", c.pp)
-    layout = pipeline_layout(m.n_layers, c.pp, c.vpp) if _needs_layout(c, m) else None
+    layout = (pipeline_layout(m.n_layers, c.pp, c.vpp, _mtp(c, m)) if _needs_layout(c, m)
+              else None)
     split = None if layout is not None else _uneven_split(fw, c, m)
     if layout is not None:
         a.add("--pipeline-model-parallel-layout", repr(layout_text(layout)).replace("'", '"'))
+        slots = m.n_layers + _mtp(c, m)
         notes.append(
             f"{m.n_layers} layers in pp·vpp = {c.pp * c.vpp} chunks through "
-            "--pipeline-model-parallel-layout (E embedding, t layer, L loss; chunk k on pipeline "
-            f"rank k mod {c.pp}): no rank holds more than {-(-m.n_layers // c.pp)} layers, the "
-            "planner's fullest GPU.")
+            "--pipeline-model-parallel-layout (E embedding, t layer, m MTP module, L loss; chunk "
+            f"k on pipeline rank k mod {c.pp}): no rank holds more than {-(-slots // c.pp)} "
+            "layers, the planner's fullest GPU.")
     if split is not None:
         a.add("--decoder-first-pipeline-num-layers", split[0])
         a.add("--decoder-last-pipeline-num-layers", split[1])
@@ -483,7 +504,8 @@ def bridge_precision(c: PlanConfig, notes: list[str]) -> str:
 def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, object]:
     """model.*: parallel sizes, the split, the whole architecture, recomputation, attention."""
     fw = "nemo"
-    layout = pipeline_layout(m.n_layers, c.pp, c.vpp) if _needs_layout(c, m) else None
+    layout = (pipeline_layout(m.n_layers, c.pp, c.vpp, _mtp(c, m)) if _needs_layout(c, m)
+              else None)
     model: dict[str, object] = {
         "tensor_model_parallel_size": c.tp,
         "pipeline_model_parallel_size": c.pp,
@@ -525,8 +547,10 @@ def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, ob
         notes.append("Attention is left at the default backend (auto: Transformer Engine picks "
                      "a flash or cuDNN fused kernel, neither stores the s×s scores).")
     from .model_settings import bridge_model_fields
+    from .moe_launch import bridge_moe_fields
 
     model.update(bridge_model_fields(c, m))
+    model.update(bridge_moe_fields(c, m))
     return model
 
 
@@ -655,4 +679,11 @@ FRAMEWORK = Framework(
     # CPU for CPU-GPU copies", aten/src/ATen/native/cuda/Copy.cu): 4 B read + 2 B written per
     # parameter in host DRAM before the DMA reads the 2 B
     offload_conversion_bytes=6,
+    # moe: --moe-grouped-gemm runs TEGroupedMLP, Transformer Engine's GroupedLinear
+    # (core/extensions/transformer_engine.py TEGroupedLinear @ d98e8a64dd), whose grouped GEMM is
+    # one cuBLAS GEMM per local expert over 4 streams (TransformerEngine common/gemm/
+    # cublaslt_gemm.cu multi_stream_cublas_gemm, util/multi_stream.cpp @ d0067d0)
+    expert_gemm_streams=GROUPED_GEMM_STREAMS,
+    # moe: --mtp-num-layers (core/transformer/multi_token_prediction.py @ d98e8a64dd)
+    trains_mtp=True,
 )

@@ -44,13 +44,15 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
         args += router_args(model)
         args += [("--expert-model-parallel-size", config.ep),
                  # Megatron defaults the expert TP to the dense TP: always say it
-                 ("--expert-tensor-parallel-size", config.etp),
-                 ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+                 ("--expert-tensor-parallel-size", config.etp)]
+        args += dispatcher_args(config) + [("--moe-grouped-gemm", None)]
         if config.moe_capacity_factor is not None:
             args.append(("--moe-expert-capacity-factor", config.moe_capacity_factor))
         if config.moe_a2a_overlap:
             args.append(("--overlap-moe-expert-parallel-comm", None))
-    if model.mtp_layers:
+        if config.moe_shared_expert_overlap:
+            args.append(("--moe-shared-expert-overlap", None))
+    if model.mtp_layers and config.mtp:
         # DeepSeek-V3's multi-token prediction (TransformerConfig.mtp_num_layers)
         args.append(("--mtp-num-layers", model.mtp_layers))
     if model.is_mla:
@@ -62,6 +64,32 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
                  ("--qk-pos-emb-head-dim", model.qk_rope_head_dim),
                  ("--v-head-dim", model.v_head_dim)]
     return args
+
+
+def dispatcher_args(config: PlanConfig) -> list[tuple[str, object]]:
+    """The plan's token dispatcher: alltoall (plan3d's default) or allgather by name; DeepEP as
+    Megatron's flex dispatcher with its deepep backend (transformer_config.py @ d98e8a64dd
+    `moe_token_dispatcher_type`, `moe_flex_dispatcher_backend`)."""
+    if config.moe_dispatcher == "deepep":
+        return [("--moe-token-dispatcher-type", "flex"),
+                ("--moe-flex-dispatcher-backend", "deepep")]
+    return [("--moe-token-dispatcher-type", config.moe_dispatcher or "alltoall")]
+
+
+def bridge_moe_fields(config: PlanConfig, model: ModelSpec) -> dict[str, object]:
+    """megatron_moe_args as Megatron-Bridge model.* keys: each flag is the TransformerConfig field
+    it is generated from (argument_utils.py @ d98e8a64dd: `--moe-router-topk` ↔
+    `moe_router_topk`), but `--num-experts` (`num_moe_experts`), switches as true, and the layer
+    pattern as the list Megatron evaluates. MLA's ranks are fields of MLATransformerConfig, not of
+    GPTModelProvider: check_expressible refuses an MLA model for nemo before this runs."""
+    out: dict[str, object] = {}
+    for flag, value in megatron_moe_args(config, model):
+        key = {"--num-experts": "num_moe_experts"}.get(flag, flag[2:].replace("-", "_"))
+        out[key] = True if value is None else value
+    if "moe_layer_freq" in out:
+        out["moe_layer_freq"] = [int(i in model.moe_layer_indices)
+                                 for i in range(model.n_layers)]
+    return out
 
 
 def router_args(model: ModelSpec) -> list[tuple[str, object]]:
@@ -94,11 +122,14 @@ def router_args(model: ModelSpec) -> list[tuple[str, object]]:
     return args
 
 
-EXPRESSES_EXPERT_PARALLELISM = {"megatron", "torchtitan"}
-"""Emitters that write a MoE plan's expert settings (ep, etp, the MoE shape, MLA): Megatron by
-its flags, torchtitan by its model registry (deepseek_v3, qwen3) and
-parallelism.expert_parallel_degree. NeMo and DeepSpeed-MoE can run expert parallelism, but their
-emitters do not write it yet."""
+EXPRESSES_EXPERT_PARALLELISM = {"megatron", "torchtitan", "nemo"}
+"""Emitters that write a MoE plan's expert settings (ep, etp, the MoE shape): Megatron by its
+flags, torchtitan by its model registry (deepseek_v3, qwen3) and
+parallelism.expert_parallel_degree, Megatron-Bridge by the same settings as model.* keys
+(bridge_moe_fields) — but not MLA, whose ranks GPTModelProvider does not hold. DeepSpeed-MoE can
+run expert parallelism, but its emitter does not write it yet."""
+
+WRITES_MLA = {"megatron", "torchtitan"}
 
 
 def check_expressible(framework: str, config: PlanConfig, model: ModelSpec) -> None:
@@ -106,7 +137,13 @@ def check_expressible(framework: str, config: PlanConfig, model: ModelSpec) -> N
     or MLA (the launch would then hold every expert on every GPU, or build a different model)."""
     from ..errors import PlanError
 
+    if framework in WRITES_MLA:
+        return
     if framework in EXPRESSES_EXPERT_PARALLELISM:
+        if model.is_mla:
+            raise PlanError(f"{framework}: {model.name}'s multi-head latent attention is not a "
+                            "GPTModelProvider setting (Megatron-Bridge's DeepSeek provider holds "
+                            "it); use --emit megatron")
         return
     if config.ep > 1 or config.etp > 1:
         raise PlanError(f"{framework}: the emitter does not write expert parallelism yet (plan "

@@ -11,6 +11,7 @@ from ..formulas import _ops
 from ..formulas import activations as A
 from ..formulas import moe as MO
 from ..formulas import moe_memory as MM
+from ..formulas import moe_mtp as MTP
 from ..formulas import pipeline as PL
 from ..formulas import quantization as Q
 from ..formulas import recompute as RC
@@ -180,6 +181,10 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # 2·T·k·load·h·act with T = b·s/(c·t) tokens per GPU (0 for a dense model)
     moe_tokens = k.moe_tokens
     if k.moe_model:
+        # moe: the multi-token-prediction modules' layers, inputs and losses (moe_mtp.py)
+        act_last = act_last + note("mtp_bytes", MTP.mtp_activation_bytes(
+            k.mtp_depth, inflight_last, s, b, h, cp, t if c.sequence_parallel else 1, loss_act,
+            x.act_bytes))
         dispatch_buffers = note("moe_dispatch_buffer_bytes", x.moe * 2 * moe_tokens
                                 * x.top_k * k.lam * h * x.act_bytes)
         act_first = act_first + dispatch_buffers

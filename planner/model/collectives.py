@@ -109,8 +109,8 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     # one dispatch (or combine) by the plan's dispatcher, the etp all-gather beside it
     a2a_s = note("all_to_all_s", MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
                                                 k.t))
-    ep_layer_exposed = x.moe * MOE.exposed_exchange_s(
-        x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, a2a_s, k.fwd_s + k.bwd_s)
+    ep_layer_exposed = x.moe * MOE.shared_overlap_exposed_s(x, k, MOE.exposed_exchange_s(
+        x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, a2a_s, k.fwd_s + k.bwd_s))
     # the all-to-all keeps its link busy too (on NVLink when the ep·etp group fits a domain, else
     # counted on the network, whose NICs it leaves on)
     ep_busy_mb = x.moe * k.moe_last * 4 * a2a_s

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from ..formulas import _ops
 from ..formulas import flops as F
+from ..formulas import moe_mtp as MTP
 from ..formulas import params as P
 from ..formulas.choices import Attention, Recompute, RecomputeModule
 from .numbers import Choices, moe_picker, same
@@ -32,6 +33,12 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     moe_mm_seq = F.layer_matmul_flops(s, 1, F.moe_matmul_weights_active(
         x.attn_matmul, x.expert_matmul, x.top_k, x.shared_matmul, h * x.router_experts))
     mean_mm_seq = ((L - n_moe_layers) * dense_mm_seq + n_moe_layers * moe_mm_seq) / L
+    # moe: the D multi-token-prediction modules count as Megatron counts them
+    # (training/training.py num_floating_point_operations @ d98e8a64dd): D more layers of the
+    # last layer's kind, eh_proj, and D more head passes (formulas/moe_mtp.py)
+    D = k.mtp_depth
+    n_dense, n_moe, L_all = L - n_moe_layers + D * (1 - x.moe), n_moe_layers + D * x.moe, L + D
+    head_all = (1 + D) * head_seq + D * MTP.eh_proj_flops(s, h)
 
     def att_flops(skip):
         return _ops.select(x.mla,
@@ -39,13 +46,13 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
                            F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, skip))
 
     model_flops = note("model_flops", pick(lambda: F.mixed_model_flops(
-        x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq, att_flops(0), head_seq),
+        x.gbs, n_dense, n_moe, dense_mm_seq, moe_mm_seq, att_flops(0), head_all),
         F.model_flops(x.gbs, s, L, mm_seq, att_seq, head_seq)))
     # the same under the causal convention (the unmasked half of the square, as Megatron-Core logs)
     att_causal = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, F.MFU_CONVENTIONS["causal"])
     model_flops_causal = note("model_flops_causal", pick(lambda: F.mixed_model_flops(
-        x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq, moe_mm_seq,
-        att_flops(F.MFU_CONVENTIONS["causal"]), head_seq),
+        x.gbs, n_dense, n_moe, dense_mm_seq, moe_mm_seq,
+        att_flops(F.MFU_CONVENTIONS["causal"]), head_all),
         F.model_flops(x.gbs, s, L, mm_seq, att_causal, head_seq)))
     # hardware FLOPs are what runs: a causal flash kernel skips the masked half of the square,
     # and recomputation runs (part of) the forward again
@@ -53,10 +60,10 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     shares = recompute_shares(x, c, k, active)  # fit: partial and per-module levels
     att_run_moe = att_flops(causal_skip)  # moe
     hardware_flops = note("hardware_flops", pick(
-        lambda: F.mixed_model_flops(x.gbs, L - n_moe_layers, n_moe_layers, dense_mm_seq,
-                                    moe_mm_seq, att_run_moe, head_seq)
-        + F.recompute_flops(x.gbs, L, mean_mm_seq, att_run_moe, *shares[c.recompute])
-        + F.flash_backward_flops(x.gbs, L, att_run_moe, causal_skip),
+        lambda: F.mixed_model_flops(x.gbs, n_dense, n_moe, dense_mm_seq, moe_mm_seq,
+                                    att_run_moe, head_all)
+        + F.recompute_flops(x.gbs, L_all, mean_mm_seq, att_run_moe, *shares[c.recompute])
+        + F.flash_backward_flops(x.gbs, L_all, att_run_moe, causal_skip),
         F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
         + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute])
         + F.flash_backward_flops(x.gbs, L, att_run, causal_skip)))

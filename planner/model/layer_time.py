@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import flops as F
 from ..formulas import moe as MO
+from ..formulas import moe_layer as ML
 from ..formulas import quantization as Q
 from ..formulas import timing as T
 from ..formulas.choices import Attention, Recompute, RecomputeModule
@@ -16,11 +17,12 @@ from . import moe as MOE
 from .numbers import Choices, may_be_nonzero, moe_picker, same
 
 
-def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, note=same):
+def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, note=same):
     """moe: a MoE/MLA layer's GEMMs (the time sizes a MoE layer, a stage's heaviest): the
     non-expert weights over t at their own wave quantisation, the expert GEMMs per GPU as
     T·k·load tokens through one expert each (etp splits the expert and gathers etp× the
-    tokens), as grouped GEMMs of expert_tokens rows per local expert."""
+    tokens), as grouped GEMMs of expert_tokens rows per local expert, the experts whose GEMMs
+    run at once (the framework's `streams`: moe.concurrent_experts) sharing the waves."""
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
     ne_weights = _ops.select(x.moe, x.attn_matmul + x.shared_matmul + h * x.router_experts,
                              x.attn_matmul + x.dense_matmul)
@@ -30,14 +32,18 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, note=same):
         _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
     rows_per_expert = MO.expert_tokens(k.moe_tokens * x.etp, x.top_k, x.ep, x.n_experts,
                                        k.lam)
+    # under fp8 each expert's rows are padded to the recipe's multiple (Megatron's Fp8Padding or
+    # --moe-router-padding-for-quantization: moe/experts.py, token_dispatcher.py @ d98e8a64dd),
+    # (a − 1)/2 rows on average (formulas.moe_layer.padded_rows), which the GEMMs run
+    padded = rows_per_expert + ML.padded_rows(1, x.moe_align)
     expert_wave = note("expert_wave_efficiency", _ops.select(
         has_sm * x.moe, MO.expert_layer_wave_efficiency(
-            rows_per_expert, h, x.expert_ffn, x.n_mlp, x.etp,
-            MO.local_experts(x.n_experts, x.ep), _ops.maximum(x.n_sm, 1), x.tile_rows,
-            x.tile_cols), 1))
+            padded, h, x.expert_ffn, x.n_mlp, x.etp,
+            MO.concurrent_experts(MO.local_experts(x.n_experts, x.ep), streams),
+            _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
     expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
-        F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul),
-        x.peak_flops, x.gemm_eff * expert_wave))
+        F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul)
+        * padded / rows_per_expert, x.peak_flops, x.gemm_eff * expert_wave))
     return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
                              x.gemm_eff * ne_wave) + expert_s)
 
@@ -55,7 +61,9 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
         tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, t,
         _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols, tokens * x.top_k / x.n_experts), 1))
-    mm_s = note("matmul_s", pick(lambda: moe_matmul_s(x, k, tokens, has_sm, note),
+    mm_s = note("matmul_s", pick(lambda: moe_matmul_s(x, k, tokens, has_sm,
+                                                              c.framework.expert_gemm_streams,
+                                                              note),
                                  T.compute_time_s(F.layer_matmul_flops(s, b, k.active) / (t * cp),
                                                   x.peak_flops, x.gemm_eff * wave)))
     att_fwd = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
@@ -71,7 +79,8 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     launch_s = T.kernel_overhead_s(T.KERNELS_PER_LAYER_FORWARD, x.kernel_s)
     # moe: the router's and the permutation's HBM traffic and kernels (model/moe.py)
     moe_extra_s = (note("moe_router_permute_s", x.moe * MOE.forward_extra_s(
-        x, c.moe_dispatcher, k.moe_tokens, k.lam, t)) if k.moe_model else 0)
+        x, c.moe_dispatcher, k.moe_tokens, k.lam, t, c.framework.expert_gemm_streams))
+        if k.moe_model else 0)
     fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s)
     att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
     bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import comm as C
 from ..formulas import flops as F
+from ..formulas import moe_mtp as MTP
 from ..formulas import timing as T
 from .numbers import Choices, same
 
@@ -21,8 +22,14 @@ def microbatch_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleName
     pp_mb_s = C.collective_time_s(k.pp_mb_bytes, g.pp.bw * k.pp_share,
                                   2 * (k.v_hops * p - 1) / p,
                                   _ops.select(k.pp_inside, x.fast_lat, x.net_lat))
-    compute_mb_s = note("compute_microbatch_s",
-                        layers * (k.fwd_s + k.bwd_s + k.recompute_s + k.quant_s) + head_s)
+    layer_s = k.fwd_s + k.bwd_s + k.recompute_s + k.quant_s
+    # moe: the multi-token-prediction modules on the last stage, which the stage time takes as
+    # the fullest (as it does the head): their layers are in the stage's layer slots; eh_proj
+    # and one more head pass each
+    mtp_s = (note("mtp_s", MTP.mtp_time_s(k.mtp_depth, 3 * T.compute_time_s(
+        MTP.eh_proj_flops(b * s / cp, h) / t, x.peak_flops, x.gemm_eff), head_s))
+        if k.moe_model else 0)
+    compute_mb_s = note("compute_microbatch_s", layers * layer_s + head_s + mtp_s)
     return SimpleNamespace(
         pp_mb_s=pp_mb_s, compute_mb_s=compute_mb_s,
         tp_mb_s=layers * k.tp_layer_exposed, cp_mb_s=layers * k.cp_layer_exposed,

@@ -32,11 +32,14 @@ def model_numbers(model: ModelSpec) -> dict:
                 expert_groups=model.n_expert_groups or 1, topk_groups=model.topk_groups or 1)
 
 
-def load_numbers(imbalance: float | None, capacity_factor: float | None, forced: bool) -> dict:
+def load_numbers(imbalance: float | None, capacity_factor: float | None, forced: bool,
+                 mtp: bool = True) -> dict:
     """A plan's or a request's load settings as numbers: the λ it fixes (0: derived), the
-    capacity factor that caps it (0: dropless), forced balance."""
+    capacity factor that caps it (0: dropless), forced balance; and whether the model's
+    multi-token-prediction modules train (`mtp_on`; the search: yes)."""
     given = 1.0 if forced else (imbalance or 0.0)
-    return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0, moe_forced=int(forced))
+    return dict(moe_load_given=given, moe_cap=capacity_factor or 0.0, moe_forced=int(forced),
+                mtp_on=int(mtp), shared_overlap=0)
 
 
 def overlap_problem(ep, pp, vpp, full_recompute, dispatcher: str | None) -> str | None:
@@ -65,8 +68,9 @@ def overlap_admissible(space: dict, full_recompute: bool):
 def config_numbers(config: PlanConfig) -> dict:
     """A plan's load settings and whether it dispatches by DeepEP (`deepep`, 0 or 1: the search
     carries it as a column, so one choice group weighs both dispatchers)."""
-    return dict(**load_numbers(config.moe_imbalance, config.moe_capacity_factor,
-                               config.moe_forced_balance),
+    return dict(**{**load_numbers(config.moe_imbalance, config.moe_capacity_factor,
+                                  config.moe_forced_balance, config.mtp),
+                   "shared_overlap": int(config.moe_shared_expert_overlap)},
                 a2a_overlap=int(config.moe_a2a_overlap),
                 deepep=int(config.moe_dispatcher == Dispatcher.DEEPEP.value))
 
@@ -93,20 +97,23 @@ def load(x, tokens):
     return _ops.select(_ops.le(x.moe_cap, 0), lam, _ops.minimum(lam, x.moe_cap))
 
 
-def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp):
+def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp, streams=0):
     """One MoE layer's forward time outside its GEMMs and its exchange: the router's and the
     permutation's HBM traffic (moe_step.memory_bound_bytes) at the profile's memory-bound
     efficiency, and the kernels the router, the dispatch and the experts launch
-    (moe_step.layer_kernels) at the profile's per-kernel overhead. The backward's share follows
-    the layer's (backward_layer_s doubles it)."""
+    (moe_step.layer_kernels; one GEMM per local expert where the framework runs its grouped
+    GEMMs on `streams` > 0 streams) at the profile's per-kernel overhead. The backward's share
+    follows the layer's (backward_layer_s doubles it)."""
     passes = ROUTER_PASSES[(Balancing.AUX_LOSS, False)]
+    local = MO.local_experts(x.n_experts, x.ep)
+    per_expert = int(streams > 0)
 
     def term(kind: Dispatcher):
-        moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts,
-                                     MO.local_experts(x.n_experts, x.ep), kind, passes, tp, x.ep,
-                                     lam, x.act_bytes)
+        moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts, local, kind,
+                                     passes, tp, x.ep, lam, x.act_bytes)
         return (T.memory_bound_time_s(moved, x.hbm_bw, x.hbm_eff)
-                + T.kernel_overhead_s(S.layer_kernels(kind, False), x.kernel_s))
+                + T.kernel_overhead_s(S.layer_kernels(kind, False, local, per_expert),
+                                      x.kernel_s))
 
     return _by_dispatcher(x, dispatcher, term)
 
@@ -123,6 +130,16 @@ def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp):
     etp = ((x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes / x.fast_bw
            + (1 - _ops.le(x.etp, 1)) * x.fast_lat)
     return one + etp
+
+
+def shared_overlap_exposed_s(x, k, exposed):
+    """What --moe-shared-expert-overlap leaves of the layer's exposed exchange
+    (moe_step.shared_overlap_exposed_s): the shared experts' forward GEMMs, 2·T·n_s·n·h·f_s
+    FLOPs on the GPU's tokens over t, hide the forward's dispatch and combine, their backward the
+    backward's."""
+    shared_fwd_s = T.compute_time_s(2 * k.b * k.s / k.cp * x.shared_matmul / k.t, x.peak_flops,
+                                    x.gemm_eff)
+    return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap)
 
 
 def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, exchange, window_s):

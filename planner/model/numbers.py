@@ -12,6 +12,7 @@ from ..formulas import _ops
 from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import flops as F
+from ..formulas import moe_layer as ML
 from ..formulas import params as P
 from ..formulas import quantization as Q
 from ..formulas import reliability as R
@@ -115,6 +116,7 @@ def moe_numbers(model: ModelSpec) -> dict:
         # the MLP GEMMs beside the experts that the non-expert wave quantisation weighs
         ne_ffn=model.n_shared_experts * model.shared_expert_ffn if model.n_shared_experts
         else model.ffn,
+        mtp=model.mtp_layers,  # multi-token prediction modules (formulas/moe_mtp.py)
         q_rank=model.q_lora_rank or 0, kv_rank=model.kv_lora_rank or 0,
         rope_dim=model.qk_rope_head_dim or 0, v_dim=model.value_head_dim,
         **MOE.model_numbers(model),  # the balancing's skew, group-limited routing
@@ -149,9 +151,12 @@ def precision_numbers(framework: Framework, hw: HardwareProfile, precision: Prec
     recipe = effective_recipe(framework, precision, fp8_recipe)
     if recipe is None:
         return dict(fp8=0, w_copy=0.0, e_saved=float(ACT_BYTES), amax=0, quant_passes=0,
-                    param_gather=0)
+                    param_gather=0, moe_align=1)
     non_tn = hw.peak_tflops.fp4 is not None
-    return dict(fp8=1, w_copy=Q.weight_copy_bytes_per_param(recipe, non_tn),
+    # moe: the rows each expert's grouped-GEMM input is padded to a multiple of (16; 32 for
+    # MXFP8 and NVFP4: formulas.moe_layer.grouped_gemm_align_rows)
+    align = ML.grouped_gemm_align_rows(1, int(recipe in (QuantRecipe.MXFP8, QuantRecipe.NVFP4)))
+    return dict(fp8=1, moe_align=align, w_copy=Q.weight_copy_bytes_per_param(recipe, non_tn),
                 e_saved=Q.saved_input_bytes_per_element(recipe),
                 amax=int(recipe is QuantRecipe.DELAYED), quant_passes=Q.amax_passes(recipe),
                 param_gather=int(param_gather))

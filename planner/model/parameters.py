@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from ..formulas import _ops
 from ..formulas import moe as MO
+from ..formulas import moe_mtp as MTP
 from ..formulas import params as P
 from ..formulas import pipeline as PL
 from . import moe as MOE
@@ -22,18 +23,24 @@ def stage_layout(x, c: Choices, note=same) -> SimpleNamespace:
     # the shard group dp_shard·cp, the gradients then all-reduced across dp/dp_shard replicas
     d_shard = shard_group_ranks(x, cp)
     single_stage = _ops.le(p, 1)
-    # the fullest GPU's layers: ⌈L/p⌉ where the framework places layers freely (Megatron's
-    # pipeline layout), v·⌈L/(p·v)⌉ where each of its v chunks is cut the same
-    layers = note("stage_layers", P.layers_per_gpu(L, p) if c.framework.stage_split == "flexible"
-                  else P.layers_per_stage(L, p, v))
     # moe: a MoE/MLA model (any row's, when models are stacked) builds its own expressions; the
     # tokens a GPU feeds a MoE layer per micro-batch, T = b·s/(c·t), and λ, the busiest
     # expert-parallel rank's share of their routed copies over the mean (model/moe.py)
     moe_model = any_row(x.moe_mla)
+    # moe: D multi-token-prediction modules where the framework trains them (Megatron), each a
+    # layer slot of the split, on the last stage (formulas/moe_mtp.py)
+    depth = (note("mtp_depth", x.mtp * x.mtp_on) if moe_model and c.framework.trains_mtp
+             else 0)
+    # the fullest GPU's layers: ⌈(L + D)/p⌉ where the framework places layers freely
+    # (Megatron's pipeline layout, whose last chunk holds the D modules), v·⌈L/(p·v)⌉ where each
+    # of its v chunks is cut the same
+    layers = note("stage_layers", P.layers_per_gpu(L + depth, p)
+                  if c.framework.stage_split == "flexible" else P.layers_per_stage(L, p, v))
     moe_tokens = b * s / (cp * t)
     lam = note("moe_load", MOE.load(x, moe_tokens)) if moe_model else 1
     return SimpleNamespace(L=L, h=h, s=s, b=b, t=t, p=p, cp=cp, v=v, m=m, d_shard=d_shard,
                            single_stage=single_stage, layers=layers, moe_model=moe_model,
+                           mtp_depth=depth,
                            moe_tokens=moe_tokens, lam=lam)
 
 
@@ -76,13 +83,18 @@ def parameters(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
                 + n_moe * ((x.moe_sharded - x.dense_sharded) / t
                            + x.moe_replicated - x.dense_replicated))
 
+    # moe: the multi-token-prediction modules sit on the last stage, each in a layer slot of
+    # the split (stage_layout; a MoE layer where the model's last is) with, beside it, eh_proj,
+    # norms and the embedding copy their lookups need (formulas/moe_mtp.py)
+    mtp_params = (MTP.mtp_extra_params(k.mtp_depth, h, vocab_padded, t, x.norm_width)
+                  if moe_model else 0)
     expert_first = moe_first * x.expert_layer / expert_shard
     expert_last = moe_last * x.expert_layer / expert_shard
 
     params_first = note("params_first_stage", pick(lambda: moe_stage(1, both_ends, moe_first),
                                                    stage(1, both_ends)))
-    params_last = note("params_last_stage", pick(lambda: moe_stage(0, single_stage, moe_last),
-                                                 stage(0, single_stage)))
+    params_last = note("params_last_stage", pick(
+        lambda: moe_stage(0, single_stage, moe_last) + mtp_params, stage(0, single_stage)))
     # moe: the layer ZeRO-3 gathers is a MoE layer (its experts counted with the replicated part,
     # as they are not divided by t)
     layer_sharded = pick(lambda: _ops.select(x.moe, x.moe_sharded, x.dense_sharded),

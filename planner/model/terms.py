@@ -20,7 +20,8 @@ TERMS: dict[str, TermInfo] = {
     "vocab_padded": TermInfo("V′", "count", "model",
                              "vocabulary padded to a multiple of 128·t so each TP slice is even"),
     "stage_layers": TermInfo("L_s", "count", "pipeline",
-                             "layers on the fullest stage: L/p, or v·⌈L/(p·v)⌉ when uneven"),
+                             "layers on the fullest stage: L/p, or v·⌈L/(p·v)⌉ when uneven; "
+                             "⌈(L + D)/p⌉ with D MTP modules in Megatron's layout"),
     "params_first_stage": TermInfo("Ψ_first", "params", "memory",
                                    "first stage's share per GPU: L/p layers over t + embedding"),
     "params_last_stage": TermInfo("Ψ_last", "params", "memory",
@@ -173,6 +174,15 @@ TERMS: dict[str, TermInfo] = {
     "moe_dispatch_buffer_bytes": TermInfo("A_a2a", "bytes", "memory",
                                           "all-to-all send and receive buffers of k token "
                                           "copies in flight"),
+    "mtp_depth": TermInfo("D", "count", "model",
+                          "multi-token-prediction modules trained, on the last stage, each in a "
+                          "layer slot of the split (0 without)"),
+    "mtp_s": TermInfo("T_mtp", "s", "time",
+                      "the MTP modules' projection and extra head-and-loss pass per micro-batch "
+                      "(their layers are in the stage's layer slots)"),
+    "mtp_bytes": TermInfo("A_mtp", "bytes", "memory",
+                          "the MTP modules' projection and head inputs in flight and their "
+                          "losses at peak, on the last stage"),
     "moe_load": TermInfo("λ", "fraction", "time",
                          "busiest expert-parallel rank's routed tokens over the mean: the "
                          "balancing's skew over ep ranks plus the batch's sampling noise"),

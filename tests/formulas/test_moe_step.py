@@ -79,6 +79,12 @@ def test_overlap_kinds():
 def test_kernels_and_bytes():
     assert S.layer_kernels(Dispatcher.ALL_TO_ALL, False) == 78
     assert S.layer_kernels(Dispatcher.DEEPEP, True) == 23
+    # Transformer Engine's grouped GEMM launches one cuBLAS GEMM per local expert: Qwen3-30B-A3B
+    # at ep 8 holds 128/8 = 16 experts, so fc1 and fc2 launch 16 each: 72 + 4 + 2·16 = 108
+    assert S.layer_kernels(Dispatcher.ALL_TO_ALL, False, 16, 1) == 108
+    # one grouped kernel (torch._grouped_mm) launches once whatever E_l: 72 + 4 + 2 = 78
+    assert S.layer_kernels(Dispatcher.ALL_TO_ALL, False, 16, 0) == 78
+    assert S.grouped_gemm_launches(np.array([1.0, 4.0, 32.0]), 1).tolist() == [1, 4, 32]
     b = S.memory_bound_bytes(T, K, H, 256, 4, Dispatcher.ALL_TO_ALL, 6, 1, 64, 1.0)
     assert b == 25_559_040 + 233_472 * 2 * H  # test_moe_layer_terms' two hand values
 
@@ -89,3 +95,13 @@ def test_arrays():
                           S.node_limit(S.ep_nodes(ep, np.minimum(ep, 8)), 8, 4), NVL, NET,
                           LAT_F, LAT_N)
     assert t.shape == (3,) and t[0] < t[1]
+
+
+def test_shared_expert_overlap_by_hand():
+    # 4 ms of exchange per layer and micro-batch, 2 forward and 2 backward; the shared experts'
+    # forward 0.5 ms hides 0.5 of the forward's 2 ms, their backward (1 ms) 1 of the backward's:
+    # 1.5 + 1 = 2.5 ms left
+    assert S.shared_overlap_exposed_s(4e-3, 0.5e-3, 1) == pytest.approx(2.5e-3)
+    # shared experts longer than the exchange hide all of it; without the overlap nothing
+    assert S.shared_overlap_exposed_s(4e-3, 3e-3, 1) == 0
+    assert S.shared_overlap_exposed_s(4e-3, 0.5e-3, 0) == pytest.approx(4e-3)

@@ -17,7 +17,7 @@ from planner.errors import PlanError
 from planner.formulas import moe as MO
 from planner.frameworks.emit import emit
 from planner.model.constraints import MOE_RULES, admissible, broken
-from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.cost import Choices, layout_costs, numbers, plan_costs
 from planner.model.estimate import estimate
 from planner.schema import PlanConfig
 from planner.search.evaluate import evaluate_space
@@ -124,6 +124,41 @@ def test_grouped_gemm_wave_by_hand():
     assert MO.grouped_gemm_wave_efficiency(128, 128 * 33, 4, 132) == pytest.approx(1.0)
 
 
+def test_concurrent_experts_share_the_waves():
+    # Transformer Engine runs one GEMM per expert over 4 streams: of 16 local experts, 4 share
+    # the SMs at a time; one grouped kernel puts all 16 in the waves
+    assert MO.concurrent_experts(16, 4) == 4
+    assert MO.concurrent_experts(2, 4) == 2
+    assert MO.concurrent_experts(16, 0) == 16
+    # Qwen3-235B at tp 4, ep 8: T = 4096/4 = 1024 tokens, 8·1024·8/128 = 512 rows per expert;
+    # fc2 (N = h = 4096) in 128×256 tiles: 4·16 = 64 tiles an expert. 16 experts at once: 1024
+    # tiles in ⌈1024/132⌉ = 8 waves (0.970); 4 at once: 256 tiles in 2 waves (0.970) — the same
+    # here, but fc1 (N = 2·1536 = 3072: 4·12 = 48 tiles) gives 768 → 6 waves (0.970) against 192
+    # → 2 waves: 192/264 = 0.727
+    four = MO.grouped_gemm_wave_efficiency(512, 3072, 4, 132, 128, 256)
+    assert four == pytest.approx(192 / 264)
+    assert MO.grouped_gemm_wave_efficiency(512, 3072, 16, 132, 128, 256) == pytest.approx(768 / 792)
+
+
+def test_per_expert_gemms_slow_a_small_expert_layer():
+    # Qwen3-235B at tp 4, ep 8 (512 rows an expert, 16 local experts): Megatron's per-expert
+    # GEMMs over 4 streams against one grouped kernel over the same plan. The per-expert path
+    # launches 2·(16 − 1) = 30 more kernels a forward (4 µs each on H100: 120 µs) and fills its
+    # waves with 4 experts' tiles, not 16: the layer is slower, by more than the launches alone
+    import dataclasses
+
+    config = PlanConfig(dp=8, tp=4, pp=8, vpp=4, mbs=1, n_micro=32, gbs=256, seq_len=4096, ep=8,
+                        schedule="interleaved", sequence_parallel=True, zero_stage=1,
+                        recompute="selective")
+    x = numbers(load_model("qwen3-235b-a22b"), H100, config)
+    megatron = Choices.of(config)
+    assert megatron.framework.expert_gemm_streams == 4
+    grouped = dataclasses.replace(megatron, framework=dataclasses.replace(
+        megatron.framework, expert_gemm_streams=0))
+    fwd = {name: layout_costs(x, c).fwd_s for name, c in (("te", megatron), ("one", grouped))}
+    assert fwd["te"] - fwd["one"] > 30 * H100.efficiency.kernel_overhead_us * 1e-6
+
+
 def test_moe_layers_per_stage():
     # DeepSeek-V3, 61 layers, 3 dense: the first 4 hold 1 MoE layer, the last 4 hold 4
     assert MO.moe_layers_in_span(0, 4, 3, 1) == 1
@@ -224,6 +259,52 @@ def test_other_emitters_refuse_expert_parallelism():
     dense_ep = PlanConfig(**dict(DSV3, ep=1))
     with pytest.raises(PlanError, match="MoE/MLA shape"):
         emit("deepspeed", dense_ep, load_model("deepseek-v3"))
+
+
+def test_nemo_writes_expert_parallelism_as_transformer_config_fields():
+    import yaml
+
+    qwen = load_model("qwen3-30b-a3b")
+    config = PlanConfig(dp=8, tp=2, pp=2, ep=8, mbs=1, n_micro=16, gbs=128, seq_len=4096,
+                        sequence_parallel=True, zero_stage=1, recompute="selective",
+                        moe_dispatcher="deepep", moe_capacity_factor=1.0)
+    model = yaml.safe_load(emit("nemo", config, qwen).text)["model"]
+    # the same settings as --emit megatron's flags, under TransformerConfig's field names
+    assert {k: model[k] for k in ("num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                                  "expert_model_parallel_size", "expert_tensor_parallel_size",
+                                  "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+                                  "moe_grouped_gemm", "moe_expert_capacity_factor")} == {
+        "num_moe_experts": 128, "moe_router_topk": 8, "moe_ffn_hidden_size": 768,
+        "expert_model_parallel_size": 8, "expert_tensor_parallel_size": 1,
+        "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep",
+        "moe_grouped_gemm": True, "moe_expert_capacity_factor": 1.0}
+    # MLA's ranks are not GPTModelProvider fields: DeepSeek-V3 is refused, not half-written
+    with pytest.raises(PlanError, match="latent attention"):
+        emit("nemo", PlanConfig(**DSV3), load_model("deepseek-v3"))
+
+
+def test_shared_expert_overlap_and_fp8_padding():
+    from planner.frameworks import FRAMEWORKS
+    from planner.model.numbers import precision_numbers
+
+    # DeepSeek-V3 (one shared expert of 2048): --moe-shared-expert-overlap can only shorten the
+    # step, by at most the exposed exchange, and Megatron gets the flag
+    plain = PlanConfig(**DSV3)
+    shared = PlanConfig(**DSV3, moe_shared_expert_overlap=True)
+    model = load_model("deepseek-v3")
+    a, b = estimate(model, H100, plain), estimate(model, H100, shared)
+    assert 0 < a.time.step_s - b.time.step_s
+    assert "--moe-shared-expert-overlap" in emit("megatron", shared, model).text
+    # Megatron runs it with the alltoall dispatcher only
+    with pytest.raises(ValueError, match="alltoall"):
+        PlanConfig(**DSV3, moe_shared_expert_overlap=True, moe_dispatcher="deepep")
+    # fp8 pads each expert's rows to 16, MXFP8 to 32 (fp8_utils.get_fp8_align_size); 16 bits: 1
+    from planner.formulas.choices import Precision, QuantRecipe
+
+    mega, b200 = FRAMEWORKS["megatron"], load_hardware("b200-nvlink")
+    assert precision_numbers(mega, H100, Precision.FP8)["moe_align"] == 16
+    assert precision_numbers(mega, b200, Precision.FP8, QuantRecipe.MXFP8)["moe_align"] == 32
+    assert precision_numbers(mega, H100, Precision.BF16)["moe_align"] == 1
 
 
 def test_dense_plans_keep_ep_one():

@@ -37,9 +37,11 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
     ("moe-deepseek-v3", "--model deepseek-v3 --gpus 1024 --tp 1 --pp 16 --ep 64 --etp 1 "
      "--recompute full --hw h200-nvlink", ("megatron",)),
     ("moe-qwen3-30b", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1",
-     ("megatron",)),
+     MEGATRON),
+    ("moe-qwen3-30b-deepep", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1 "
+     "--moe-dispatcher deepep --moe-capacity-factor 1.0", MEGATRON),
     ("moe-mixtral-8x7b", "--model mixtral-8x7b --gpus 64 --tp 2 --pp 4 --ep 8 --etp 2",
-     ("megatron",)),
+     MEGATRON),
     # ---- torchtitan ------------------------------------------------------------------------
     ("titan-fsdp-8b", "--model llama-3.1-8b --gpus 16 --framework torchtitan --tp 1 --pp 1",
      ("torchtitan",)),

@@ -79,6 +79,8 @@ TO_CONFIG = {
     "--moe-router-topk-scaling-factor": ("moe_router_topk_scaling_factor", FLOAT),
     "--moe-router-enable-expert-bias": ("moe_router_enable_expert_bias", TRUE),
     "--moe-token-dispatcher-type": ("moe_token_dispatcher_type", STR),
+    "--moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", STR),
+    "--moe-shared-expert-overlap": ("moe_shared_expert_overlap", TRUE),
     "--moe-expert-capacity-factor": ("moe_expert_capacity_factor", FLOAT),
     "--mtp-num-layers": ("mtp_num_layers", INT),
     "--q-lora-rank": ("q_lora_rank", INT),
@@ -168,6 +170,12 @@ def build_config(flags):
 
 
 def _layers_per_rank(config, pp: int, vpp: int) -> list[int]:
+    layout = config.pipeline_model_parallel_layout
+    if layout is not None:  # transformer_block's helper drops pp_rank for a layout: ask it
+        from megatron.core.transformer.enums import LayerType
+
+        return [sum(layout.layout[r][v].count(LayerType.decoder) for v in range(vpp))
+                for r in range(pp)]
     return [sum(get_num_layers_to_build(config, vp_stage=v if vpp > 1 else None, pp_rank=r)
                 for v in range(vpp)) for r in range(pp)]
 
@@ -340,3 +348,17 @@ def _compare_parameters(config, flags, model, plan, fake_world) -> None:
     padding = (vocab - model.vocab) * model.hidden * heads
     qk_norm = 2 * model.dim_head * model.n_layers if model.qk_norm else 0
     assert plan["model"]["n_params"] + padding + qk_norm == count
+
+
+def test_shared_expert_overlap_builds():
+    # moe: --moe-shared-expert-overlap (no CLI flag yet: the plan's field) is a TransformerConfig
+    # field Megatron-Core accepts with the alltoall dispatcher and DeepSeek-V3's shared expert
+    from planner.catalog import load_model
+    from planner.frameworks.emit import emit
+    from planner.schema import PlanConfig
+
+    config = PlanConfig(dp=64, tp=1, pp=16, ep=64, mbs=1, n_micro=16, gbs=1024, seq_len=4096,
+                        zero_stage=1, recompute="full", sequence_parallel=False,
+                        moe_shared_expert_overlap=True)
+    built = build_config(flag_values(emit("megatron", config, load_model("deepseek-v3")).text))
+    assert built.moe_shared_expert_overlap and built.moe_token_dispatcher_type == "alltoall"
