@@ -32,7 +32,8 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
     model (cost.layout_costs) is evaluated once and shared by the stages."""
     zeros = [choices.zero_stage] if zeros is None else list(zeros)
     n = len(next(iter(columns.values())))
-    parts: list[dict[str, list]] = [{k: [] for k in keys} for _ in zeros]
+    # each chunk's costs written into the stage's columns (no list of chunks to concatenate)
+    parts = [{k: np.empty(n) for k in keys} for _ in zeros]
     for start in range(0, n, CHUNK):
         rows = min(CHUNK, n - start)
         x = SimpleNamespace(**base, **{k: v[start:start + rows] for k, v in columns.items()})
@@ -40,9 +41,8 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
         for z, part in zip(zeros, parts):
             out = zero_costs(x, replace(choices, zero_stage=z), layout)
             for k in keys:
-                v = out[k]
-                part[k].append(v if np.ndim(v) else np.full(rows, float(v)))
-    return [{k: np.concatenate(v) for k, v in part.items()} for part in parts]
+                part[k][start:start + rows] = out[k]  # a scalar fills the chunk's rows
+    return parts
 
 
 def costs_by_stage(base: dict, columns: dict[str, np.ndarray], choices: Choices,

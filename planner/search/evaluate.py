@@ -192,13 +192,15 @@ def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: 
     (fit) full recompute's layers per stage (0: all)."""
     z, r, sp, sched = choice
     n = len(next(iter(layout.values())))
-    cols["rc_layers"].append(np.broadcast_to(np.asarray(rc_layers, dtype=np.int64), (n,)).copy())
+    # a group's constant columns as read-only views of one value (np.broadcast_to): no memory
+    # of their own until the search's columns are concatenated
+    cols["rc_layers"].append(np.broadcast_to(np.asarray(rc_layers, dtype=np.int64), (n,)))
     for k, v in layout.items():
         cols[k].append(v)
-    cols["zero"].append(np.full(n, int(z)))
-    cols["recompute"].append(np.full(n, list(Recompute).index(r)))
-    cols["sp"].append(np.full(n, sp))
-    cols["schedule"].append(np.full(n, list(Schedule).index(sched)))
+    cols["zero"].append(np.broadcast_to(np.asarray(int(z)), (n,)))
+    cols["recompute"].append(np.broadcast_to(np.asarray(list(Recompute).index(r)), (n,)))
+    cols["sp"].append(np.broadcast_to(np.asarray(sp), (n,)))
+    cols["schedule"].append(np.broadcast_to(np.asarray(list(Schedule).index(sched)), (n,)))
     for k, v in offload.items():
         cols[k].append(v)
     for k in KEPT_COSTS:

@@ -47,10 +47,11 @@ def offload_layout(req: PlanRequest, recomputes=None) -> dict:
 
 
 def offload_columns(config, size: int) -> dict[str, np.ndarray]:
-    """offload: the columns of `size` candidates that share a plan's offload settings."""
-    return {"off_opt": np.full(size, float(config.offload_optimizer)),
-            "off_params": np.full(size, int(config.offload_params)),
-            "off_act": np.full(size, int(config.offload_activations))}
+    """offload: the columns of `size` candidates that share a plan's offload settings, as
+    read-only views of one value each (np.broadcast_to: no memory until concatenated)."""
+    return {"off_opt": np.broadcast_to(np.asarray(float(config.offload_optimizer)), (size,)),
+            "off_params": np.broadcast_to(np.asarray(int(config.offload_params)), (size,)),
+            "off_act": np.broadcast_to(np.asarray(int(config.offload_activations)), (size,))}
 
 
 def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dict,
