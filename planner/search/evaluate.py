@@ -82,13 +82,20 @@ def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budg
                          {k: extra[k] for k in OFFLOAD_COLUMNS}, extra_costs, base["recompute_layers"])
 
 
-def _group_space(space: dict, interleaved: bool, r: Recompute) -> dict:
+def _group_space(space: dict, interleaved: bool, r: Recompute, parts: dict) -> dict:
     """The part of the space a choice group weighs, before the rules read it (they cost a pass
     over the space each, per group): vpp > 1 for the interleaved schedule alone, vpp = 1 for the
     others; moe: an overlapped candidate only where Megatron runs the overlap (model/moe.py).
-    Boolean indexing keeps the rows in the space's order."""
-    keep = ((space["vpp"] > 1) == interleaved) & MOE.overlap_admissible(space, r is Recompute.FULL)
-    return {k: v[keep] for k, v in space.items()}
+    Boolean indexing keeps the rows in the space's order. The part depends on the schedule and
+    on full recompute alone, so `parts` keeps each one cut for the groups that share it (read
+    only: every group copies what it keeps)."""
+    key = (interleaved, r is Recompute.FULL)
+    if key not in parts:
+        keep = ((space["vpp"] > 1) == interleaved) & MOE.overlap_admissible(space, key[1])
+        parts[key] = {k: v[keep] for k, v in space.items()}
+        for v in parts[key].values():
+            v.flags.writeable = False  # shared by the groups: a write would be a bug
+    return parts[key]
 
 
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
@@ -117,10 +124,10 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
     budget = hw.capacity_bytes if budget is None else budget
     pending = []  # offload: the groups whose unfit candidates offload may make fit
-    fastest_fit = np.inf  # offload: the fastest step that fits without offload
+    fastest_fit, parts = np.inf, {}  # offload: the fastest step that fits without offload
     for r, sp, sched, zeros in choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
-        group = _group_space(space, interleaved, r)
+        group = _group_space(space, interleaved, r, parts)
         layouts = SimpleNamespace(**group, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                   schedule=sched, **offload_layout(req, [r]))  # offload
         mask = constraints.admissible(model, layouts)
