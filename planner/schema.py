@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from .formulas import params as P
+from .formulas import reliability as REL
 from .formulas.choices import (
     MLP_MATRICES,
     Attention,
@@ -447,6 +448,44 @@ class Host(_Strict):
         return self.dram_gb_per_s * GB
 
 
+class Storage(_Strict):
+    """Where checkpoints go: each GPU's share of the shared file system's bandwidth when every GPU
+    of the job writes (or reads) its shard at once — the storage's aggregate over the GPUs it is
+    sized for. Each number's source is beside it in the profile file."""
+
+    write_gb_per_s_per_gpu: PositiveFloat = Field(
+        description="Checkpoint write bandwidth per GPU, all GPUs writing at once (GB/s): the "
+        "storage's aggregate write bandwidth over the GPUs it serves.")
+    read_gb_per_s_per_gpu: PositiveFloat | None = Field(
+        None, description="Checkpoint read bandwidth per GPU on a restart (GB/s); None: the "
+        "write figure.")
+
+    @property
+    def write_bytes_per_s(self) -> float:
+        return self.write_gb_per_s_per_gpu * GB
+
+    @property
+    def read_bytes_per_s(self) -> float:
+        return (self.read_gb_per_s_per_gpu or self.write_gb_per_s_per_gpu) * GB
+
+
+DEFAULT_STORAGE = Storage(write_gb_per_s_per_gpu=REL.STORAGE_WRITE_GB_PER_S_PER_GPU)
+"""A profile without a [storage] section: Llama 3's Tectonic figure per GPU
+(formulas/reliability.py)."""
+
+
+class Reliability(_Strict):
+    """How often the cluster interrupts a job and how long a restart takes (goodput,
+    formulas/reliability.py); the defaults are the published figures there."""
+
+    failures_per_gpu_hour: PositiveFloat = Field(
+        REL.FAILURES_PER_GPU_HOUR, le=1, description="Unexpected job interruptions per GPU-hour "
+        "(default: Llama 3's 419 in 54 days on 16,384 GPUs, Dubey et al. 2024 §3.3.4).")
+    restart_s: float = Field(
+        REL.RESTART_S, ge=0, le=86400, description="Seconds from an interruption to training "
+        "again, before the checkpoint is read back (reschedule, rendezvous, NCCL set-up).")
+
+
 MAX_HBM_GIB = 2048
 """The most memory per GPU a profile may claim: 7× the largest HBM shipped (288 GB: NVIDIA B300,
 AMD MI355X), so that a unit slip (MiB for GiB: 79,600) is refused, not planned with."""
@@ -476,6 +515,10 @@ class HardwareProfile(_Strict):
     host: Host | None = Field(
         None, description="Host memory, link and DRAM per GPU (offload); None: offload is not "
         "planned on this profile.")
+    storage: Storage | None = Field(
+        None, description="Checkpoint storage bandwidth per GPU (goodput); None: Llama 3's "
+        "figure (formulas.reliability.STORAGE_WRITE_GB_PER_S_PER_GPU).")
+    reliability: Reliability = Reliability()
 
     @model_validator(mode="after")
     def _topology_fits(self) -> HardwareProfile:
@@ -515,6 +558,10 @@ class HardwareProfile(_Strict):
 
     def gemm_efficiency(self, precision: Precision) -> float | None:
         return self.efficiency.gemm.of(precision)
+
+    @property
+    def checkpoint_storage(self) -> Storage:
+        return self.storage or DEFAULT_STORAGE
 
 
 # --------------------------------------------------------------------------------------------

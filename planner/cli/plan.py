@@ -43,6 +43,7 @@ from .flags import (
     EmitOpt,
     EpOpt,
     EtpOpt,
+    FailuresOpt,
     Fp8ParamGatherOpt,
     Fp8RecipeOpt,
     FrameworkOpt,
@@ -75,9 +76,11 @@ from .flags import (
     RecomputeLayersOpt,
     RecomputeModulesOpt,
     RecomputeOpt,
+    RestartOpt,
     ScheduleOpt,
     SeqOpt,
     SpOpt,
+    StorageWriteOpt,
     TokensOpt,
     TpOpt,
     TrainTokensOpt,
@@ -104,6 +107,8 @@ def explain(
         help="Write the schedule picture to an .svg file.")] = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
     gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
+    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
     brief: Annotated[bool, typer.Option(
         "--brief", help="Print only the answer: fit, step, tokens/s, MFU (days and cost if "
         "asked) and the warnings.")] = False,
@@ -150,7 +155,10 @@ def _plan_request(o, **extra):
                     fp8_recipe=o.fp8_recipe, fp8_param_gather=o.fp8_param_gather,  # fit
                     recompute_layers=o.recompute_layers, recompute_modules=o.recompute_modules,
                     distribute_saved_activations=o.distribute_saved_activations,
-                    recompute_group=o.recompute_group, **extra)
+                    recompute_group=o.recompute_group,
+                    failures_per_gpu_hour=o.failures_per_gpu_hour, restart_s=o.restart_s,
+                    storage_write_gb_per_s_per_gpu=o.storage_write_gb_per_s_per_gpu,  # goodput
+                    **extra)
 
 
 def _explained(o) -> SimpleNamespace:
@@ -191,7 +199,7 @@ def _explained(o) -> SimpleNamespace:
 
         run.svg = to_svg(run.picture, title=f"{run.plan.model.name}: {config_line(run.plan)}")
     run.constants = (None if o.json_ or o.brief
-                     else api.explain_constants(o.model, o.hw, run.plan))
+                     else api.explain_constants(o.model, o.hw, run.plan, req))
     return run
 
 
@@ -315,6 +323,8 @@ def search(
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
+    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
@@ -351,7 +361,7 @@ def _searched(o) -> SimpleNamespace:
         raise PlanError(f"--target-step-s must be a positive number of seconds, "
                         f"got {target_step_s:g}")
     if o.deadline_days is not None:  # the fewest GPUs whose best plan trains in time
-        sort, target_step_s = _deadline_sort(o.model, req, o.train_tokens, o.deadline_days,
+        sort, target_step_s = _deadline_sort(o.model, o.hw, req, o.train_tokens, o.deadline_days,
                                              o.goodput, sort, target_step_s)
     result = api.search_request(o.model, o.hw, req, top=o.top, sort=sort, headroom=o.headroom,
                                 target_step_s=target_step_s)

@@ -55,6 +55,14 @@ class ModelStates:
     optimizer_bytes: float
     optimizer_sharded: bool
     source: str = ""
+    checkpoint_bytes: float | None = None
+    """goodput: bytes per parameter the framework's checkpoint writes (its weights and optimizer
+    state, each parameter once); None: weight_bytes + optimizer_bytes."""
+
+    @property
+    def saved_bytes(self) -> float:
+        return (self.weight_bytes + self.optimizer_bytes if self.checkpoint_bytes is None
+                else self.checkpoint_bytes)
 
 
 @dataclass(frozen=True)

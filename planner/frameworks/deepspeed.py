@@ -59,8 +59,12 @@ def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
     gradients (2 + 4 + 12 = 18 B/param sharded); ZeRO-3 also the weights."""
     z = int(zero)
     grads = HALF if z >= 2 else grad_bytes
+    # goodput: a checkpoint holds the 16-bit module weights and each rank's optimizer partition
+    # (fp32 master + Adam m, v; engine.py save_checkpoint / _save_zero_checkpoint @ 00376da),
+    # not the transient fp32 gradient copy: 2 + 12 = 14 B/param
     return ModelStates(HALF, z >= 3, grads, z >= 2, OPTIMIZER_BYTES + FP32_GRAD_COPY, z >= 1,
-                       source="deepspeed/runtime/zero/stage_1_and_2.py, stage3.py @ 00376da")
+                       source="deepspeed/runtime/zero/stage_1_and_2.py, stage3.py @ 00376da",
+                       checkpoint_bytes=HALF + OPTIMIZER_BYTES)
 
 
 REDUCE_BUCKET_ELEMENTS = 5e8  # zero_optimization.reduce_bucket_size default (zero/config.py l.113)

@@ -47,6 +47,8 @@ SYMBOLS = {
     # offload: the offloaded optimizer fraction and activation layers, the host's link and DRAM
     "offload_optimizer": "f_o", "offload_activations": "N_off", "host_bw": "W_host",
     "dram_bw": "W_dram",
+    # goodput: the cluster's interruption rate, relaunch time and checkpoint bandwidths per GPU
+    "fail_rate": "λ_fail", "restart": "T_launch", "ckpt_write_bw": "W_ckpt", "ckpt_read_bw": "W_load",
 }
 
 # What each constant is, for the constants table (values in base units).
@@ -78,6 +80,12 @@ CONSTANT_MEANINGS = {
     # offload: listed for plans that offload (constants())
     "host_bw": ("B/s", "host↔GPU link bandwidth per GPU, one direction (PCIe, NVLink-C2C)"),
     "dram_bw": ("B/s", "host DRAM bandwidth, this GPU's share (the CPU Adam step)"),
+    "fail_rate": ("1/GPU-h", "job interruptions per GPU-hour (the profile's reliability section, "
+                  "--failures-per-gpu-hour)"),
+    "restart": ("s", "relaunch after an interruption, before the checkpoint's read (assumed)"),
+    "ckpt_write_bw": ("B/s", "checkpoint write bandwidth per GPU, all writing (profile, "
+                      "--storage-write-gb-per-s-per-gpu)"),
+    "ckpt_read_bw": ("B/s", "checkpoint read bandwidth per GPU on a restart"),
 }
 OFFLOAD_CONSTANTS = ("host_bw", "dram_bw")
 

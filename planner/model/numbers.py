@@ -182,6 +182,7 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         **topology_numbers(hw),
         **host_numbers(hw),  # offload
         **runtime_numbers(hw),  # what the process holds beside its tensors
+        **reliability_numbers(hw),  # goodput
     )
 
 
@@ -216,6 +217,16 @@ def runtime_numbers(hw: HardwareProfile) -> dict:
         p2p_nvl=RT.nccl_p2p_bytes(1, RT.RING_CHANNELS, RT.P2P_NVL_CHUNK),
         p2p_net=RT.nccl_p2p_bytes(1, net_channels, net_ratio * RT.P2P_NET_CHUNK),
     )
+
+
+def reliability_numbers(hw: HardwareProfile) -> dict:
+    """goodput: the cluster's interruption rate (per GPU-hour), the restart time, and each
+    GPU's share of the checkpoint storage's write and read bandwidth (schema.Storage, Reliability),
+    in base units."""
+    storage = hw.checkpoint_storage
+    return dict(fail_rate=hw.reliability.failures_per_gpu_hour,
+                restart=hw.reliability.restart_s, ckpt_write_bw=storage.write_bytes_per_s,
+                ckpt_read_bw=storage.read_bytes_per_s)
 
 
 def host_numbers(hw: HardwareProfile) -> dict:

@@ -157,6 +157,26 @@ TERMS: dict[str, TermInfo] = {
                     "model FLOPs, whole attention square / (T_step · N · peak)"),
     "mfu_causal": TermInfo("MFU_causal", "fraction", "time",
                            "model FLOPs, causal half / (T_step · N · peak), as Megatron-Core logs"),
+    # ---- goodput: failures, checkpoints and restarts (model/goodput.py) ----
+    "checkpoint_bytes": TermInfo("S_ckpt", "bytes", "time",
+                                 "the checkpoint: each parameter once with the bytes the "
+                                 "framework saves of it (weight + optimizer state: Megatron, "
+                                 "DeepSpeed 14, torchtitan 12)"),
+    "checkpoint_write_s": TermInfo("δ", "s", "time",
+                                   "writing it, every GPU its share at once at W_ckpt each "
+                                   "(the profile's storage section)"),
+    "mtbf_s": TermInfo("M", "s", "time",
+                       "the job's mean time between interruptions: N GPUs at λ_fail per "
+                       "GPU-hour each (Llama 3 §3.3.4: 419 in 54 days on 16,384)"),
+    "restart_s": TermInfo("T_restart", "s", "time",
+                          "an interruption's restart: relaunch T_launch and reading the "
+                          "checkpoint back"),
+    "checkpoint_interval_s": TermInfo("τ_ckpt", "s", "time",
+                                      "the optimal checkpoint interval (Young 1974; Daly 2006 "
+                                      "eq. 37)"),
+    "goodput": TermInfo("G", "fraction", "time",
+                        "share of the wall clock that trains: checkpoints take δ of each "
+                        "τ_ckpt + δ, each failure T_restart and half an interval; days and cost use it"),
     # ---- moe: shown for MoE/MLA models only ----
     "expert_stage_params": TermInfo("Ψ_exp", "params", "memory",
                                     "routed experts on the GPU: the stage's MoE layers' experts "

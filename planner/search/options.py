@@ -145,7 +145,8 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   offload_params=None, offload_activations=None,
                   offload="fit", fp8_recipe=None, fp8_param_gather=False, recompute_layers=0,
                   recompute_modules=None, distribute_saved_activations=False,
-                  recompute_group=1) -> PlanRequest:
+                  recompute_group=1, failures_per_gpu_hour=None, restart_s=None,
+                  storage_write_gb_per_s_per_gpu=None) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -202,7 +203,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
                   else int_list(dp_shard, "dp-shard")),
         dp_replicate=int_list(dp_replicate, "dp-replicate"),
-        cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"))  # cp-kind
+        cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"),  # cp-kind
+        failures_per_gpu_hour=failures_per_gpu_hour, restart_s=restart_s,  # goodput
+        storage_write_gb_per_s_per_gpu=storage_write_gb_per_s_per_gpu)
 
 
 CP_ALLGATHER_REFUSAL = (

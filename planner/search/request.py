@@ -106,6 +106,23 @@ class PlanRequest(BaseModel):
     offload_params: bool | None = None
     offload_activations: int | None = Field(None, ge=0, le=2**20)
     offload: Literal["fit", "auto", "none"] = "fit"
+    # goodput: the cluster's figures where the user knows them better than the profile
+    failures_per_gpu_hour: float | None = Field(None, gt=0, le=1)
+    restart_s: float | None = Field(None, ge=0, le=86400)
+    storage_write_gb_per_s_per_gpu: float | None = Field(None, gt=0, le=1e4)
+
+    def cluster(self, hw: HardwareProfile) -> HardwareProfile:
+        """goodput: the profile with the request's interruption rate, restart time and
+        checkpoint write bandwidth in place of its own (those given)."""
+        rel = {k: v for k, v in (("failures_per_gpu_hour", self.failures_per_gpu_hour),
+                                 ("restart_s", self.restart_s)) if v is not None}
+        update = {}
+        if rel:
+            update["reliability"] = hw.reliability.model_copy(update=rel)
+        if self.storage_write_gb_per_s_per_gpu is not None:
+            update["storage"] = hw.checkpoint_storage.model_copy(update={
+                "write_gb_per_s_per_gpu": self.storage_write_gb_per_s_per_gpu})
+        return hw.model_copy(update=update) if update else hw
 
     def fixed_offload(self) -> dict:
         """offload: the PlanConfig offload fields the request fixes (--offload-params implies the
