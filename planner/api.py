@@ -22,7 +22,7 @@ def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
     fits, the one that needs least memory)."""
     from .model.explain import explain
 
-    model, hw = load_model(model_name), load_hardware(hw_name)
+    model, hw = load_model(model_name), req.cluster(load_hardware(hw_name))
     configs = explain_configs(model, hw, req)
     if len(configs) > 1:
         plans = [estimate(model, hw, c) for c in configs]
@@ -65,22 +65,23 @@ def plan_timeline(model_name: str, hw_name: str, plan: Plan):
 def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_price: float | None,
              gpu_power_w: float | None, goodput: float | None = None) -> Plan:
     """--train-tokens: days, GPU-hours, cost and energy (power defaults to the profile's TDP,
-    goodput to formulas.budget.DEFAULT_GOODPUT)."""
-    from .formulas.budget import DEFAULT_GOODPUT
+    goodput to the plan's own, from failures and checkpoints: model/goodput.py)."""
     from .model.estimate import with_budget
 
     if train_tokens is None:
         return plan
     power = gpu_power_w if gpu_power_w is not None else load_hardware(hw_name).tdp_w
-    return with_budget(plan, train_tokens, gpu_hour_price, power,
-                       DEFAULT_GOODPUT if goodput is None else goodput)
+    return with_budget(plan, train_tokens, gpu_hour_price, power, goodput)
 
 
-def explain_constants(model_name: str, hw_name: str, plan: Plan) -> list[tuple]:
-    """The profile's constants explain's formulas name: (symbol, value, unit, meaning)."""
+def explain_constants(model_name: str, hw_name: str, plan: Plan,
+                      req: PlanRequest | None = None) -> list[tuple]:
+    """The profile's constants explain's formulas name: (symbol, value, unit, meaning), with
+    the request's cluster figures (goodput) where it gives them."""
     from .model.explain import constants
 
-    return constants(load_model(model_name), load_hardware(hw_name), plan.config)
+    hw = load_hardware(hw_name)
+    return constants(load_model(model_name), hw if req is None else req.cluster(hw), plan.config)
 
 
 def batch_rounding(model_name: str, req: PlanRequest) -> str | None:
@@ -101,7 +102,7 @@ def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) ->
     """search: the ranked plans that fit."""
     from .search.core import search
 
-    return search(load_model(model_name), load_hardware(hw_name), req, **kwargs)
+    return search(load_model(model_name), req.cluster(load_hardware(hw_name)), req, **kwargs)
 
 
 class ModelListing(BaseModel):
@@ -148,24 +149,24 @@ def compare_request(model_name: str, hw_names: list[str], gpus: list[int], req: 
     """compare: the best plan of each (profile, GPU count), budgeted; price and gpu_power_w as
     the CLI takes them (one number, or NAME=NUMBER pairs keyed by the names in hw_names)."""
     from .compare import compare, per_profile
-    from .formulas.budget import DEFAULT_GOODPUT
     from .search.options import MAX_POWER_W, MAX_PRICE
 
     if len(set(hw_names)) != len(hw_names):
         raise PlanError(f"--hw names a profile twice ({', '.join(hw_names)})")
-    profiles = [(name, load_hardware(name)) for name in hw_names]
+    profiles = [(name, req.cluster(load_hardware(name))) for name in hw_names]
     return compare(load_model(model_name), profiles, gpus, req, train_tokens,
                    prices=per_profile(price, "price", hw_names, MAX_PRICE, allow_zero=True),
                    powers_w=per_profile(gpu_power_w, "gpu-power-w", hw_names, MAX_POWER_W),
-                   goodput=DEFAULT_GOODPUT if goodput is None else goodput,
-                   deadline_days=deadline_days, headroom=headroom)
+                   goodput=goodput, deadline_days=deadline_days, headroom=headroom)
 
 
-def deadline_target_step_s(model_name: str, req: PlanRequest, train_tokens: float | None,
-                           deadline_days: float, goodput: float | None = None) -> float:
+def deadline_target_step_s(model_name: str, hw_name: str, req: PlanRequest,
+                           train_tokens: float | None, deadline_days: float,
+                           goodput: float | None = None) -> float:
     """search --deadline-days: the step time a plan must reach to train train_tokens within
     deadline_days (formulas.budget.deadline_step_s) at the request's global batch — the batch
-    `search --sort gpus` keeps at every size."""
+    `search --sort gpus` keeps at every size; the goodput --goodput's, else the model's at
+    --gpus, the largest size tried (its lowest: fewer GPUs fail less, so the target is safe)."""
     from .formulas import budget as B
 
     if train_tokens is None:
@@ -174,8 +175,14 @@ def deadline_target_step_s(model_name: str, req: PlanRequest, train_tokens: floa
         raise PlanError(f"--deadline-days must be a positive number of days, got "
                         f"{deadline_days:g}")
     from .model.estimate import check_goodput
+    from .model.goodput import goodput_at
 
-    g = check_goodput(B.DEFAULT_GOODPUT if goodput is None else goodput)
     model = load_model(model_name)
+    g = check_goodput(goodput)
+    if g is None:
+        g = goodput_at(model, req.cluster(load_hardware(hw_name)), req.framework, req.gpus)
+        if not g > 0:
+            raise PlanError(f"at {req.gpus:,} GPUs interruptions leave no time to train "
+                            "(goodput 0): fewer --gpus, or give --goodput")
     tokens_per_step = req.global_batch(model) * req.seq(model)
     return B.deadline_step_s(deadline_days * B.SECONDS_PER_DAY, train_tokens, tokens_per_step, g)

@@ -6,7 +6,8 @@ Every cell trains the same job: the same model, tokens and global batch (in sequ
 the cells differ only in the hardware and the number of GPUs. Each cell's plan is the search's
 row 1 (`search.search`: the recommendation rule of planner.ranking, the same as `search` shows
 for that profile and GPU count) and its days, GPU-hours, cost and energy come from
-`estimate.with_budget` (formulas/budget.py), with a goodput for interruptions. With a deadline,
+`estimate.with_budget` (formulas/budget.py), at the goodput each cell's size leaves after
+failures, checkpoints and restarts (model/goodput.py; one --goodput for all). With a deadline,
 each profile is sized instead: the fewest GPUs whose row 1 trains the tokens in time."""
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from .errors import PlanError
-from .formulas.budget import DEFAULT_GOODPUT
 from .model.estimate import check_goodput, with_budget
 from .results import Plan
 from .schema import HardwareProfile, ModelSpec
@@ -63,7 +63,7 @@ class CompareResult(BaseModel):
     train_tokens: float
     gbs: int  # sequences per step, the same in every cell
     seq_len: int
-    goodput: float
+    goodput: float | None = None  # --goodput, for every cell; None: each cell's own (its plan's)
     deadline_days: float | None = None
     cells: list[CompareCell]
     cheapest: Pick | None = None  # by cost where the cells have prices, else by GPU-hours
@@ -93,15 +93,16 @@ def _per_profile(values: Mapping[str, float] | float | None, hw: HardwareProfile
 
 
 def _cell(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, gpus: int,
-          train_tokens: float, price: float | None, power_w: float, goodput: float,
+          train_tokens: float, price: float | None, power_w: float, goodput: float | None,
           headroom: float) -> CompareCell:
     try:  # row 1: the plan `search` recommends for this profile and GPU count
         best = search(model, hw, req.model_copy(update={"gpus": gpus}), top=1, sort="time",
                       headroom=headroom).plans[0]
+        # its budget at the cell's goodput; refused where interruptions leave no time to train
+        plan = with_budget(best, train_tokens, price, power_w, goodput)
     except PlanError as exc:  # nothing fits; or, e.g., a precision the profile has no figures for
         return CompareCell(hardware=hw.name, gpus=gpus, reason=str(exc))
-    return CompareCell(hardware=hw.name, gpus=gpus,
-                       plan=with_budget(best, train_tokens, price, power_w, goodput))
+    return CompareCell(hardware=hw.name, gpus=gpus, plan=plan)
 
 
 def _pick(cell: CompareCell) -> Pick:
@@ -132,7 +133,7 @@ def compare(model: ModelSpec, profiles: Sequence[tuple[str, HardwareProfile]],
             gpus: Sequence[int], req: PlanRequest, train_tokens: float,
             prices: Mapping[str, float] | float | None = None,
             powers_w: Mapping[str, float] | float | None = None,
-            goodput: float = DEFAULT_GOODPUT, deadline_days: float | None = None,
+            goodput: float | None = None, deadline_days: float | None = None,
             headroom: float | None = None) -> CompareResult:
     """The recommended plan (search's row 1) of `model` on each (profile, GPU count), budgeted
     for train_tokens.
@@ -274,7 +275,8 @@ def _chart_axes(result: CompareResult, days_ax, cost_ax, by_cost: bool) -> None:
     days_ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     days_ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.3g}"))
     days_ax.yaxis.set_minor_formatter(NullFormatter())
-    days_ax.set_ylabel(f"days to train (goodput {result.goodput:.0%})")
+    days_ax.set_ylabel("days to train (wall clock, " + (
+        "each size's goodput)" if result.goodput is None else f"goodput {result.goodput:.0%})"))
     cost_ax.yaxis.set_major_formatter(EngFormatter(sep=""))
     cost_ax.set_ylabel("cost (at --price)" if by_cost else "GPU-hours")
     tokens = EngFormatter(sep="")(result.train_tokens)

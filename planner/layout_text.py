@@ -33,7 +33,7 @@ _FLAG = {"dp": "--dp", "dp_shard": "--dp-shard", "tp": "--tp", "pp": "--pp", "cp
          "precision": "--precision", "offload_optimizer": "--offload-optimizer",
          "offload_params": "--offload-params", "offload_activations": "--offload-activations",
          "moe_dispatcher": "--moe-dispatcher", "moe_a2a_overlap": "--moe-a2a-overlap",
-         "recompute_layers": "--recompute-layers",
+         "recompute_layers": "--recompute-layers", "recompute_group": "--recompute-group",
          "recompute_modules": "--recompute-modules", "fp8_recipe": "--fp8-recipe",
          "fp8_param_gather": "--fp8-param-gather"}
 
@@ -55,6 +55,8 @@ def _token(tok: str, out: dict[str, Any], text: str) -> None:
         out["recompute"] = _RECOMPUTE[low]
     elif re.fullmatch(r"full(\d+)", low):  # full4: 4 layers of each stage recomputed
         out["recompute"], out["recompute_layers"] = "full", int(low[4:])
+    elif re.fullmatch(r"full/(\d+)", low):  # full/4: groups of 4 layers checkpointed (fit)
+        out["recompute"], out["recompute_group"] = "full", int(low[5:])
     elif re.fullmatch(r"sel(\+[a-z_]+)+", low):  # sel+mlp: core_attn and mlp checkpointed
         out["recompute"] = "selective"
         out["recompute_modules"] = ",".join(["core_attn", *low.split("+")[1:]])

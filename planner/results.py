@@ -150,6 +150,20 @@ class Term(_Out):
     why: str
 
 
+class Goodput(_Out):
+    """The share of the wall clock that trains at this plan's size (model/goodput.py): the
+    job's interruptions, its checkpoint and the Young/Daly interval, each restart's cost."""
+
+    failures_per_gpu_hour: float  # the cluster's interruption rate per GPU (profile or flag)
+    interruptions_per_day: float  # 24·N·λ
+    mtbf_s: float  # the job's mean time between interruptions, 3600/(N·λ)
+    checkpoint_bytes: float  # weights + optimizer state, each parameter once
+    checkpoint_write_s: float  # δ: every GPU writing its share at once
+    checkpoint_interval_s: float  # τ: Young/Daly's optimum
+    restart_s: float  # R: relaunch + reading the checkpoint back
+    fraction: float  # the goodput: τ/(τ + δ)·(1 − (R + (τ + δ)/2)/M)
+
+
 class Budget(_Out):
     """What training on train_tokens costs with this plan."""
 
@@ -161,6 +175,7 @@ class Budget(_Out):
     energy_mwh: float | None = None
     gpu_power_w: float | None = None
     goodput: float = 1.0  # share of the wall-clock time that trains; days and hours include the rest
+    goodput_from: Literal["model", "--goodput"] = "model"  # plan.goodput, or the flag's value
 
 
 class Plan(_Out):
@@ -173,4 +188,5 @@ class Plan(_Out):
     time: Time
     warnings: list[PlanWarning] = []
     terms: list[Term] = []
+    goodput: Goodput | None = None  # None only for a plan built by hand (tests)
     budget: Budget | None = None

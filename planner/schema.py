@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from .formulas import params as P
+from .formulas import reliability as REL
 from .formulas.choices import (
     MLP_MATRICES,
     Attention,
@@ -386,7 +387,8 @@ class Efficiency(_Strict):
 
 
 class Runtime(_Strict):
-    reserved_gib: float = Field(ge=0, description="CUDA context, workspaces, NCCL buffers (GiB).")
+    reserved_gib: float = Field(ge=0, description="CUDA context outside the allocator (GiB); NCCL "
+                                "buffers and workspaces are counted per plan.")
     fragmentation_fraction: float = Field(ge=0, lt=1,
                                           description="Allocator fragmentation, share of tensors.")
 
@@ -446,6 +448,44 @@ class Host(_Strict):
         return self.dram_gb_per_s * GB
 
 
+class Storage(_Strict):
+    """Where checkpoints go: each GPU's share of the shared file system's bandwidth when every GPU
+    of the job writes (or reads) its shard at once — the storage's aggregate over the GPUs it is
+    sized for. Each number's source is beside it in the profile file."""
+
+    write_gb_per_s_per_gpu: PositiveFloat = Field(
+        description="Checkpoint write bandwidth per GPU, all GPUs writing at once (GB/s): the "
+        "storage's aggregate write bandwidth over the GPUs it serves.")
+    read_gb_per_s_per_gpu: PositiveFloat | None = Field(
+        None, description="Checkpoint read bandwidth per GPU on a restart (GB/s); None: the "
+        "write figure.")
+
+    @property
+    def write_bytes_per_s(self) -> float:
+        return self.write_gb_per_s_per_gpu * GB
+
+    @property
+    def read_bytes_per_s(self) -> float:
+        return (self.read_gb_per_s_per_gpu or self.write_gb_per_s_per_gpu) * GB
+
+
+DEFAULT_STORAGE = Storage(write_gb_per_s_per_gpu=REL.STORAGE_WRITE_GB_PER_S_PER_GPU)
+"""A profile without a [storage] section: Llama 3's Tectonic figure per GPU
+(formulas/reliability.py)."""
+
+
+class Reliability(_Strict):
+    """How often the cluster interrupts a job and how long a restart takes (goodput,
+    formulas/reliability.py); the defaults are the published figures there."""
+
+    failures_per_gpu_hour: PositiveFloat = Field(
+        REL.FAILURES_PER_GPU_HOUR, le=1, description="Unexpected job interruptions per GPU-hour "
+        "(default: Llama 3's 419 in 54 days on 16,384 GPUs, Dubey et al. 2024 §3.3.4).")
+    restart_s: float = Field(
+        REL.RESTART_S, ge=0, le=86400, description="Seconds from an interruption to training "
+        "again, before the checkpoint is read back (reschedule, rendezvous, NCCL set-up).")
+
+
 MAX_HBM_GIB = 2048
 """The most memory per GPU a profile may claim: 7× the largest HBM shipped (288 GB: NVIDIA B300,
 AMD MI355X), so that a unit slip (MiB for GiB: 79,600) is refused, not planned with."""
@@ -475,6 +515,10 @@ class HardwareProfile(_Strict):
     host: Host | None = Field(
         None, description="Host memory, link and DRAM per GPU (offload); None: offload is not "
         "planned on this profile.")
+    storage: Storage | None = Field(
+        None, description="Checkpoint storage bandwidth per GPU (goodput); None: Llama 3's "
+        "figure (formulas.reliability.STORAGE_WRITE_GB_PER_S_PER_GPU).")
+    reliability: Reliability = Reliability()
 
     @model_validator(mode="after")
     def _topology_fits(self) -> HardwareProfile:
@@ -515,6 +559,10 @@ class HardwareProfile(_Strict):
     def gemm_efficiency(self, precision: Precision) -> float | None:
         return self.efficiency.gemm.of(precision)
 
+    @property
+    def checkpoint_storage(self) -> Storage:
+        return self.storage or DEFAULT_STORAGE
+
 
 # --------------------------------------------------------------------------------------------
 # Plan
@@ -548,6 +596,10 @@ class PlanConfig(_Strict):
         0, description="With full recompute: only this many layers of each pipeline stage are "
         "recomputed, the rest keep every activation (Megatron --recompute-method block "
         "--recompute-num-layers N); 0: all of them.")
+    recompute_group: PositiveInt = Field(
+        1, description="With full recompute: layers checkpointed together as one unit, only the "
+        "unit's input kept and the whole unit rerun at its backward (Megatron --recompute-method "
+        "uniform --recompute-num-layers N); 1: every layer its own unit.")
     distribute_saved_activations: bool = Field(
         False, description="With full recompute and no sequence parallelism: each checkpointed "
         "layer input split over the tp ranks (Megatron --distribute-saved-activations; DeepSpeed "
@@ -613,6 +665,10 @@ class PlanConfig(_Strict):
             raise ValueError("fp8_param_gather needs precision fp8 or nvfp4")
         if self.recompute_layers and self.recompute is not Recompute.FULL:
             raise ValueError(f"recompute_layers needs recompute full, got {self.recompute.value}")
+        if self.recompute_group > 1 and (self.recompute is not Recompute.FULL
+                                         or self.recompute_layers):
+            raise ValueError("recompute_group needs recompute full over every layer (Megatron's "
+                             "uniform method; recompute_layers is the block method)")
         if self.distribute_saved_activations and (self.recompute is not Recompute.FULL
                                                   or self.sequence_parallel):
             raise ValueError("distribute_saved_activations needs recompute full without "
@@ -643,6 +699,8 @@ class PlanConfig(_Strict):
         """full, full4 (4 layers a stage recomputed), selective, selective[core_attn+mlp], none."""
         if self.recompute_layers:
             return f"full{self.recompute_layers}"
+        if self.recompute_group > 1:
+            return f"full/{self.recompute_group}"
         if self.recompute_modules is not None:
             return f"selective[{'+'.join(m.value for m in self.recompute_modules)}]"
         return self.recompute.value
@@ -751,6 +809,8 @@ class PlanConfig(_Strict):
         short = {"selective": "sel", "full": "full", "none": ""}[self.recompute.value]
         if self.recompute_layers:  # fit: full4 = 4 layers of each stage recomputed
             short = f"full{self.recompute_layers}"
+        if self.recompute_group > 1:  # fit: full/4 = groups of 4 layers checkpointed together
+            short = f"full/{self.recompute_group}"
         if self.recompute_modules is not None:  # fit: sel+mlp = core_attn and mlp checkpointed
             short = "sel" + "".join(f"+{m.value}" for m in self.recompute_modules
                                     if m is not RecomputeModule.CORE_ATTN)

@@ -76,7 +76,7 @@ def _first_expressible(model: str, plans, framework: str):
                     + (f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""))
 
 
-def _deadline_sort(model, req, train_tokens, deadline_days, goodput, sort, target_step_s):
+def _deadline_sort(model, hw, req, train_tokens, deadline_days, goodput, sort, target_step_s):
     """search --deadline-days: --sort gpus with the step time that trains the tokens in time."""
     from .. import api
     from ..search.options import token_count
@@ -84,7 +84,7 @@ def _deadline_sort(model, req, train_tokens, deadline_days, goodput, sort, targe
     if target_step_s is not None or sort not in ("time", "gpus"):
         raise PlanError("--deadline-days sizes the cluster itself (as --sort gpus with a step "
                         "time): leave out --target-step-s and --sort")
-    return "gpus", api.deadline_target_step_s(model, req, token_count(train_tokens),
+    return "gpus", api.deadline_target_step_s(model, hw, req, token_count(train_tokens),
                                               deadline_days, goodput)
 
 

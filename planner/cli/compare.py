@@ -17,6 +17,7 @@ from .flags import (
     AttnOpt,
     CpOpt,
     DpOpt,
+    FailuresOpt,
     FrameworkOpt,
     GbsOpt,
     GoodputOpt,
@@ -29,9 +30,11 @@ from .flags import (
     PpOpt,
     PrecisionOpt,
     RecomputeOpt,
+    RestartOpt,
     ScheduleOpt,
     SeqOpt,
     SpOpt,
+    StorageWriteOpt,
     TokensOpt,
     TpOpt,
     VppOpt,
@@ -55,6 +58,8 @@ def compare(
         help="Average GPU power in W for the energy, one number or NAME=W pairs (default: each "
         "profile's TDP).")] = None,
     goodput: GoodputOpt = None,
+    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
+    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
     deadline_days: Annotated[float | None, typer.Option(
         help="Size each profile: the fewest GPUs whose best plan trains the tokens within this "
         "many days.")] = None,
@@ -92,7 +97,9 @@ def compare(
         counts = int_list(gpus, "gpus", MAX_GPUS) or []
         req = _request(max(counts, default=1), dp, tp, pp, cp, vpp, mbs, zero, recompute,
                        schedule, sp, gbs, tokens_per_step, seq_len, precision, grad_dtype,
-                       attention, overlap_grad_reduce, framework=framework)
+                       attention, overlap_grad_reduce, framework=framework,
+                       failures_per_gpu_hour=failures_per_gpu_hour, restart_s=restart_s,
+                       storage_write_gb_per_s_per_gpu=storage_write_gb_per_s_per_gpu)
         result = api.compare_request(model, names, counts, req, token_count(train_tokens),
                                      price, gpu_power_w, goodput, deadline_days, headroom)
         data = _checked_json(result.model_dump(mode="json"))

@@ -9,7 +9,6 @@ import typer
 from ..errors import (
     PlanError,
 )
-from ..formulas.budget import DEFAULT_GOODPUT
 
 # ---- shared options ---------------------------------------------------------------------------
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, size alias (70b), "
@@ -86,6 +85,11 @@ RecomputeLayersOpt = Annotated[int, typer.Option(
     "rest keep every activation (Megatron --recompute-method block --recompute-num-layers); "
     "0: all. search also tries, for every plan that fits with full recompute, the fewest "
     "layers that still fit.", min=0)]
+RecomputeGroupOpt = Annotated[int, typer.Option(
+    help="With --recompute full: checkpoint this many consecutive layers as one unit, keeping "
+    "only the unit's input and rerunning the whole unit at its backward (Megatron "
+    "--recompute-method uniform --recompute-num-layers N); 1: every layer its own unit.",
+    min=1)]
 DistributeOpt = Annotated[bool, typer.Option(
     "--distribute-saved-activations/--no-distribute-saved-activations",
     help="With --recompute full and --no-sp: split each checkpointed layer input over the tp "
@@ -242,9 +246,21 @@ DeadlineOpt = Annotated[float | None, typer.Option(
 
 
 GoodputOpt = Annotated[float | None, typer.Option(
-    help="With --train-tokens: the share of wall-clock time that trains, the rest lost to "
-    f"interruptions, restarts and checkpoints (default {DEFAULT_GOODPUT:.2f}: Llama 3 405B on "
-    "16K H100, Dubey et al. 2024 §3.3.4).")]
+    help="With --train-tokens: the share of wall-clock time that trains, in place of the one "
+    "plan3d derives from the cluster's failure rate, the checkpoint's write time and the "
+    "restarts (explain shows it: G).")]
+
+FailuresOpt = Annotated[float | None, typer.Option(
+    help="The cluster's job interruptions per GPU-hour, for the goodput (default: the profile's, "
+    "else Llama 3's 419 in 54 days on 16,384 GPUs = 1.97e-5).")]
+
+RestartOpt = Annotated[float | None, typer.Option(
+    help="Seconds from an interruption to training again, before the checkpoint is read back "
+    "(default: the profile's, else 600).")]
+
+StorageWriteOpt = Annotated[float | None, typer.Option(
+    help="Checkpoint write bandwidth per GPU in GB/s, every GPU writing at once: your storage's "
+    "aggregate write bandwidth over its GPUs (default: the profile's [storage]).")]
 
 
 # --help in panels (issue 19): what to plan, the layout, memory, the schedule, MoE, time and cost,
@@ -258,7 +274,8 @@ HELP_PANELS = {
                              OffloadParamsOpt, OffloadActivationsOpt, OffloadModeOpt),
     "Schedule and overlap": (ScheduleOpt, OverlapOpt),
     "Mixture of experts": (EpOpt, EtpOpt, MoeImbalanceOpt, MoeCapacityOpt, MoeOverlapOpt),
-    "Time and cost": (TrainTokensOpt, PriceOpt, PowerOpt, GoodputOpt, DeadlineOpt),
+    "Time and cost": (TrainTokensOpt, PriceOpt, PowerOpt, GoodputOpt, FailuresOpt, RestartOpt,
+                      StorageWriteOpt, DeadlineOpt),
     "Output": (JsonOpt, WhyOpt, EmitOpt, MfuOpt),
 }
 for _panel, _options in HELP_PANELS.items():

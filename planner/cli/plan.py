@@ -43,6 +43,7 @@ from .flags import (
     EmitOpt,
     EpOpt,
     EtpOpt,
+    FailuresOpt,
     Fp8ParamGatherOpt,
     Fp8RecipeOpt,
     FrameworkOpt,
@@ -71,12 +72,15 @@ from .flags import (
     PpOpt,
     PrecisionOpt,
     PriceOpt,
+    RecomputeGroupOpt,
     RecomputeLayersOpt,
     RecomputeModulesOpt,
     RecomputeOpt,
+    RestartOpt,
     ScheduleOpt,
     SeqOpt,
     SpOpt,
+    StorageWriteOpt,
     TokensOpt,
     TpOpt,
     TrainTokensOpt,
@@ -103,6 +107,8 @@ def explain(
         help="Write the schedule picture to an .svg file.")] = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
     gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
+    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
     brief: Annotated[bool, typer.Option(
         "--brief", help="Print only the answer: fit, step, tokens/s, MFU (days and cost if "
         "asked) and the warnings.")] = False,
@@ -123,7 +129,7 @@ def explain(
     = False,
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
-    distribute_saved_activations: DistributeOpt = False,
+    distribute_saved_activations: DistributeOpt = False, recompute_group: RecomputeGroupOpt = 1,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     o = SimpleNamespace(**locals())
@@ -149,6 +155,9 @@ def _plan_request(o, **extra):
                     fp8_recipe=o.fp8_recipe, fp8_param_gather=o.fp8_param_gather,  # fit
                     recompute_layers=o.recompute_layers, recompute_modules=o.recompute_modules,
                     distribute_saved_activations=o.distribute_saved_activations,
+                    recompute_group=o.recompute_group,
+                    failures_per_gpu_hour=o.failures_per_gpu_hour, restart_s=o.restart_s,
+                    storage_write_gb_per_s_per_gpu=o.storage_write_gb_per_s_per_gpu,  # goodput
                     **extra)
 
 
@@ -190,7 +199,7 @@ def _explained(o) -> SimpleNamespace:
 
         run.svg = to_svg(run.picture, title=f"{run.plan.model.name}: {config_line(run.plan)}")
     run.constants = (None if o.json_ or o.brief
-                     else api.explain_constants(o.model, o.hw, run.plan))
+                     else api.explain_constants(o.model, o.hw, run.plan, req))
     return run
 
 
@@ -198,7 +207,7 @@ LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp"
                   "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
                   "offload_optimizer", "offload_params", "offload_activations",
                   "moe_dispatcher", "moe_a2a_overlap", "recompute_layers", "recompute_modules",
-                  "fp8_recipe", "fp8_param_gather")
+                  "fp8_recipe", "fp8_param_gather", "recompute_group")
 """explain's options a layout string (--plan) can set."""
 
 
@@ -208,16 +217,17 @@ def _apply_layout(o) -> None:
     from ..layout_text import merge_layout
 
     # options at the values they take when not given count as not given
-    unset = {"recompute_layers": 0, "fp8_param_gather": False, "precision": "bf16",
+    unset = {"recompute_layers": 0, "recompute_group": 1, "fp8_param_gather": False, "precision": "bf16",
              "moe_a2a_overlap": False}
     given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
              for k in LAYOUT_OPTIONS}
     fields = merge_layout(o.plan, given)
     for key, value in fields.items():
         if key in LAYOUT_OPTIONS:
+            # options typed as they are, not degree lists
             typed = isinstance(value, bool) or key.startswith("offload") or key in (
                 "precision", "gbs", "seq_len", "moe_dispatcher", "recompute_layers",
-                "recompute_modules", "fp8_recipe")  # options typed as they are, not degree lists
+                "recompute_group", "recompute_modules", "fp8_recipe")
             setattr(o, key, value if typed else str(value))
 
 
@@ -313,6 +323,8 @@ def search(
     json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
     train_tokens: TrainTokensOpt = None,
     gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
+    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
+    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
     deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
     ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
     moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
@@ -323,7 +335,7 @@ def search(
     offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
     fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
     recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
-    distribute_saved_activations: DistributeOpt = False,
+    distribute_saved_activations: DistributeOpt = False, recompute_group: RecomputeGroupOpt = 1,
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
@@ -349,7 +361,7 @@ def _searched(o) -> SimpleNamespace:
         raise PlanError(f"--target-step-s must be a positive number of seconds, "
                         f"got {target_step_s:g}")
     if o.deadline_days is not None:  # the fewest GPUs whose best plan trains in time
-        sort, target_step_s = _deadline_sort(o.model, req, o.train_tokens, o.deadline_days,
+        sort, target_step_s = _deadline_sort(o.model, o.hw, req, o.train_tokens, o.deadline_days,
                                              o.goodput, sort, target_step_s)
     result = api.search_request(o.model, o.hw, req, top=o.top, sort=sort, headroom=o.headroom,
                                 target_step_s=target_step_s)

@@ -174,3 +174,14 @@ def ln(x):
     if _is_array(x):
         return np.log(x)
     return math.log(x)
+
+
+def sqrt(x):
+    """Square root on any backend (a symbol's prints as sqrt(x), not x**0.5)."""
+    if _is_symbolic(x):
+        import sympy
+
+        return sympy.sqrt(x)
+    if _is_array(x):
+        return np.sqrt(x)
+    return math.sqrt(x)

@@ -1,7 +1,8 @@
 """What a plan costs to train: days, GPU-hours, money, energy.
 
 T tokens to train, τ tokens per second of the plan, N GPUs, g the goodput (the share of the
-wall-clock time that trains; 1 = no interruptions)."""
+wall-clock time that trains; 1 = no interruptions; derived from failures and checkpoints in
+formulas/reliability.py)."""
 
 from __future__ import annotations
 
@@ -33,34 +34,13 @@ def narayanan_training_s(train_tokens, n_params, n_gpus, flops_per_gpu_s):
     return 8 * train_tokens * n_params / (n_gpus * flops_per_gpu_s)
 
 
-# ---- goodput: the share of wall-clock time that trains --------------------------------------
-
-DEFAULT_GOODPUT = 0.90
-"""Share of the wall-clock time a large synchronous training job spends making progress, the
-rest lost to interruptions (failed hardware, the work since the last checkpoint redone), restarts
-and checkpoint writes. Dubey et al. 2024, "The Llama 3 Herd of Models", §3.3.4 (Reliability and
-operational challenges): Llama 3 405B pre-training on up to 16K H100 GPUs saw 466 job
-interruptions (47 planned, 419 unexpected) in a 54-day snapshot and achieved "higher than 90%
-effective training time". 0.90 is that lower figure; a smaller cluster, or one with a better
-failure rate, does better (give --goodput)."""
+# ---- goodput: the share of wall-clock time that trains (formulas/reliability.py) ----------
 
 
 def wall_clock_s(train_tokens, tokens_per_s, goodput):
     """Wall-clock seconds to train T tokens when a share g of the time trains: T / (τ · g).
     g = 1 is an uninterrupted run (training_s)."""
     return training_s(train_tokens, tokens_per_s) / goodput
-
-
-def goodput_of_interruptions(mean_s_between, restart_s, checkpoint_interval_s, checkpoint_s):
-    """Goodput of a job checkpointed every I seconds (each write pausing it C seconds) and
-    interrupted on average every M seconds, each interruption costing a restart R plus the work
-    since the last checkpoint, I/2 on average: g = 1 − C/I − (R + I/2)/M. First order in the
-    failure rate (Young 1974, "A first order approximation to the optimum checkpoint interval",
-    CACM 17(9), whose optimum I = √(2·C·M) this makes stationary); valid while the result is
-    well above 0. Llama 3 405B (Dubey et al. 2024 §3.3.4): 466 interruptions in 54 days is
-    M = 54·86,400/466 ≈ 10,012 s; "> 90 %" then bounds C/I + (R + I/2)/M below 0.1."""
-    return 1 - checkpoint_s / checkpoint_interval_s \
-        - (restart_s + checkpoint_interval_s / 2) / mean_s_between
 
 
 def deadline_step_s(deadline_s, train_tokens, tokens_per_step, goodput):

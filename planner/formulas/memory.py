@@ -56,10 +56,11 @@ def zero3_prefetch_bytes(layer_sharded_params, layer_replicated_params, tp, byte
 
 
 def runtime_overhead_bytes(reserved_bytes, fragmentation_fraction, dynamic_bytes):
-    """What frameworks add beyond tensors: a fixed reserve outside the caching allocator (CUDA
-    context, cuBLAS workspaces, NCCL buffers; from the hardware profile) plus the allocator's
-    slack, a fraction φ of what the step allocates and frees (activations, gathered layers, loss
-    buffers; model states sit in buffers allocated once): R + φ·dynamic."""
+    """What frameworks add beyond tensors: what the process holds outside the caching allocator
+    (CUDA context and NCCL's buffers: formulas/runtime.py, composed per plan in
+    model/runtime.py) plus the allocator's slack, a fraction φ of what the step allocates and
+    frees (activations, gathered layers, loss buffers; model states sit in buffers allocated
+    once): R + φ·dynamic."""
     return reserved_bytes + fragmentation_fraction * dynamic_bytes
 
 

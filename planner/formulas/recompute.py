@@ -116,11 +116,31 @@ def mlp_saving_bytes(seq_len, mbs, hidden, ffn, n_mlp, tp, cp, sequence_parallel
     return s * mbs * (input_bytes * hidden / sp + (act_bytes * (n_mlp - 1) + input_bytes) * ffn / tp)
 
 
-def layernorm_saving_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool, input_bytes):
-    """`layernorm`: the two norms' outputs (the QKV and fc1 inputs) are discarded after use and
-    recomputed from the norms' inputs (output-discarding checkpoint): 2·input·sbh/t_sp."""
+def layernorm_saving_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool, input_bytes,
+                           n_norms=2):
+    """`layernorm`: the outputs of the layer's separate norm modules (the QKV and fc1 inputs)
+    are discarded after use and recomputed from the norms' inputs (output-discarding
+    checkpoint, `CheckpointWithoutOutput`): n·input·sbh/t_sp.  Megatron-Core recomputes only a
+    norm that is a module of its own (transformer_layer.py l.475-530 @ d98e8a64dd: not an
+    IdentityOp); Transformer Engine's layer spec fuses both norms of a dense layer into the
+    following linear (gpt_layer_specs.py), so there n = 0, and a MoE layer keeps its pre-MLP
+    norm apart, n = 1."""
     sp = tp if sequence_parallel else 1
-    return 2 * input_bytes * seq_len / cp * mbs * hidden / sp
+    return n_norms * input_bytes * seq_len / cp * mbs * hidden / sp
+
+
+def layernorm_rerun_bytes(seq_len, mbs, hidden, tp, cp, sequence_parallel: bool, n_norms=1,
+                          act_bytes=2):
+    """HBM traffic of rerunning n norms in the backward: each reads its input and writes its
+    output, 2·n·act·sbh/t_sp (memory-bound: formulas.timing.memory_bound_time_s)."""
+    sp = tp if sequence_parallel else 1
+    return 2 * n_norms * act_bytes * seq_len / cp * mbs * hidden / sp
+
+
+def activation_fn_rerun_bytes(seq_len, mbs, width, n_mlp, tp, cp, act_bytes=2):
+    """HBM traffic of rerunning the (gated) activation function in the backward: it reads the
+    n_mlp − 1 fc1 outputs of `width` and writes one, n_mlp·act·sb·width/t."""
+    return n_mlp * act_bytes * seq_len / cp * mbs * width / tp
 
 
 def activation_fn_saving_bytes(seq_len, mbs, width, tp, cp, input_bytes):

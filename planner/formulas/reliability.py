@@ -85,7 +85,9 @@ STORAGE_WRITE_GB_PER_S_PER_GPU = 2000.0 / 24576
 """Checkpoint write bandwidth per GPU when every GPU saves its shard at once: Llama 3's
 Tectonic storage sustains 2 TB/s (7 TB/s peak) for its 24K-GPU clusters, and "checkpoint
 writes saturate the storage fabric for short durations" (Dubey et al. 2024 §3.3.1):
-2,000 GB/s / 24,576 GPUs = 0.0814 GB/s each. The default where a profile states none."""
+2,000 GB/s / 24,576 GPUs = 0.0814 GB/s each. The default where a profile states none (the
+profiles' [storage] sections give their own); time to train divides by the goodput
+(formulas/budget.py wall_clock_s)."""
 
 RESTART_S = 600.0
 """Relaunch after an interruption (reschedule, rendezvous, NCCL set-up; the checkpoint's load is
@@ -103,10 +105,12 @@ def mtbf_s(n_gpus, failures_per_gpu_hour):
     return HOUR_S / (n_gpus * failures_per_gpu_hour)
 
 
-def checkpoint_bytes(params, bytes_per_weight, optimizer_bytes_per_param=12):
-    """What a checkpoint holds: the weights (w bytes each) and the optimizer states (fp32 master
-    weights and Adam's m and v, 12 bytes per parameter): (w + 12)·Ψ."""
-    return (bytes_per_weight + optimizer_bytes_per_param) * params
+def checkpoint_bytes(params, saved_bytes_per_param):
+    """What a checkpoint holds: each parameter once, with the bytes the framework saves of it —
+    its weight and its optimizer state (Megatron and DeepSpeed: 16-bit weight + fp32 master and
+    Adam's m, v = 2 + 12 = 14; torchtitan: fp32 weight + m, v = 12): bytes·Ψ. Replicas (data
+    parallel copies of the weights or the optimizer) are written once."""
+    return saved_bytes_per_param * params
 
 
 def checkpoint_write_s(total_bytes, n_gpus, write_bytes_per_s_per_gpu):
@@ -126,7 +130,8 @@ def young_daly_interval_s(checkpoint_s, mtbf):
     checkpoint interval for restart dumps", eq. 37 for δ < 2M):
         τ = √(2δM) · (1 + √(δ/(2M))/3 + δ/(18M)) − δ."""
     ratio = checkpoint_s / (2 * mtbf)
-    return (2 * checkpoint_s * mtbf) ** 0.5 * (1 + ratio ** 0.5 / 3 + ratio / 9) - checkpoint_s
+    return _ops.sqrt(2 * checkpoint_s * mtbf) * (1 + _ops.sqrt(ratio) / 3 + ratio / 9) \
+        - checkpoint_s
 
 
 def goodput(interval_s, checkpoint_s, restart_s, mtbf):
@@ -136,8 +141,3 @@ def goodput(interval_s, checkpoint_s, restart_s, mtbf):
     lost: goodput = τ/(τ + δ) · (1 − (R + (τ + δ)/2)/M), never below 0."""
     return _ops.maximum(0, interval_s / (interval_s + checkpoint_s)
                         * (1 - (restart_s + (interval_s + checkpoint_s) / 2) / mtbf))
-
-
-def wall_clock_s(train_s, goodput_fraction):
-    """Time to train on the wall clock: the failure-free time over the goodput."""
-    return train_s / goodput_fraction

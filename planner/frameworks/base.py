@@ -55,6 +55,14 @@ class ModelStates:
     optimizer_bytes: float
     optimizer_sharded: bool
     source: str = ""
+    checkpoint_bytes: float | None = None
+    """goodput: bytes per parameter the framework's checkpoint writes (its weights and optimizer
+    state, each parameter once); None: weight_bytes + optimizer_bytes."""
+
+    @property
+    def saved_bytes(self) -> float:
+        return (self.weight_bytes + self.optimizer_bytes if self.checkpoint_bytes is None
+                else self.checkpoint_bytes)
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,14 @@ class MemoryConventions:
     tp > 1 and no sequence parallelism)."""
     bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
     fragmentation: float | None = None
+    communicators: tuple[str, ...] = ("world",)
+    """fit: the process groups the framework runs collectives on beside the parallel ones (tp,
+    cp, the data-parallel shard group and replicas, the expert-data-parallel group), each one NCCL
+    communicator with its buffers (model/runtime.py framework_groups: "world",
+    "model_parallel", "embedding")."""
+    te_workspaces: int = 0
+    """fit: Transformer Engine cuBLAS workspaces the framework's GEMMs keep (formulas/runtime.py),
+    beside PyTorch's own."""
     host_grad_bytes: float = 0.0
     offload_grads_from_zero: int = 4
     """offload: from this ZeRO stage on, optimizer offload also moves the gradient partition to

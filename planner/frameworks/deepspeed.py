@@ -59,8 +59,12 @@ def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
     gradients (2 + 4 + 12 = 18 B/param sharded); ZeRO-3 also the weights."""
     z = int(zero)
     grads = HALF if z >= 2 else grad_bytes
+    # goodput: a checkpoint holds the 16-bit module weights and each rank's optimizer partition
+    # (fp32 master + Adam m, v; engine.py save_checkpoint / _save_zero_checkpoint @ 00376da),
+    # not the transient fp32 gradient copy: 2 + 12 = 14 B/param
     return ModelStates(HALF, z >= 3, grads, z >= 2, OPTIMIZER_BYTES + FP32_GRAD_COPY, z >= 1,
-                       source="deepspeed/runtime/zero/stage_1_and_2.py, stage3.py @ 00376da")
+                       source="deepspeed/runtime/zero/stage_1_and_2.py, stage3.py @ 00376da",
+                       checkpoint_bytes=HALF + OPTIMIZER_BYTES)
 
 
 REDUCE_BUCKET_ELEMENTS = 5e8  # zero_optimization.reduce_bucket_size default (zero/config.py l.113)
@@ -307,6 +311,9 @@ FRAMEWORK = Framework(
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
         gathered_layers=0, bucket_bytes=bucket_bytes,
+        # fit: the world beside the data-parallel group, which is a clone of it without an mpu
+        # (deepspeed/utils/groups.py _clone_world_group, deepspeed 0.19.8): the default
+        # communicators
         # fit: activation_checkpointing.partition_activations, which _config writes with tp > 1
         # and no sequence parallelism: each checkpoint split over the tp ranks
         partitions_checkpoints=1,

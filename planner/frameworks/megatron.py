@@ -80,6 +80,9 @@ def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
     sharded as ZeRO's stages say (the distributed optimizer shards the optimizer; Megatron-FSDP
     also the gradients, and the weights for optim_grads_params)."""
     w, g, o = ZERO_SHARDS[int(zero)]
+    # goodput: a distributed checkpoint holds the 16-bit model weights and the optimizer's
+    # fp32_param, exp_avg, exp_avg_sq (distrib_optimizer.py sharded_param_state_fs_model_space,
+    # l.2016 @ d98e8a64dd): 2 + 12 = 14 B/param, the default weight + optimizer bytes
     return ModelStates(WEIGHT_BYTES, w, grad_bytes, g, OPTIMIZER_BYTES, o,
                        source="megatron/training/theoretical_memory_usage.py @ 000c4ac")
 
@@ -341,9 +344,10 @@ def _recompute_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> N
         a.add("--recompute-method", "block")
         a.add("--recompute-num-layers", c.recompute_layers)
     elif c.recompute is Recompute.FULL:
+        # fit: groups of recompute_group layers, each checkpointed as one unit (uniform branch)
         a.add("--recompute-granularity", "full")
         a.add("--recompute-method", "uniform")
-        a.add("--recompute-num-layers", 1)
+        a.add("--recompute-num-layers", c.recompute_group)
     if c.distribute_saved_activations:  # fit: checkpoints split over the tp ranks
         a.add("--distribute-saved-activations")
 
@@ -533,7 +537,7 @@ def _bridge_model(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, ob
     elif c.recompute is Recompute.FULL:  # fit: block over recompute_layers, else every layer
         model["recompute_granularity"] = "full"
         model["recompute_method"] = "block" if c.recompute_layers else "uniform"
-        model["recompute_num_layers"] = c.recompute_layers or 1
+        model["recompute_num_layers"] = c.recompute_layers or c.recompute_group
     else:
         model["recompute_granularity"] = None
     if c.attention is Attention.CLASSIC:
@@ -656,7 +660,14 @@ FRAMEWORK = Framework(
         # 1958-1960, 2068-2071; Megatron-Core extensions/transformer_engine.py @ d98e8a6
         # l.1338-1345; --fp8-recipe defaults to delayed (transformer_config.py fp8_recipe)
         quantized_weight_cache=1, fp8_saves_linear_inputs=1,
-        default_fp8_recipe=QuantRecipe.DELAYED),
+        default_fp8_recipe=QuantRecipe.DELAYED,
+        # fit: groups beside the parallel ones: the world (barriers, timers; the distributed
+        # optimizer's gradient statistics: optimizer/distrib_optimizer.py
+        # get_grad_stats_parallel_group), the model-parallel group for those statistics without
+        # it (optimizer/optimizer.py), the embedding group of a tied model's end stages
+        # (distributed/finalize_model_grads.py _allreduce_word_embedding_grads) @ d98e8a64dd;
+        # one Transformer Engine GEMM workspace (cpp_extensions/gemm.py @ d0067d0)
+        communicators=("world", "model_parallel", "embedding"), te_workspaces=1),
     stage_split="flexible",
     extra_stage_units=2,
     emitters={"megatron": _megatron, "nemo": _nemo},

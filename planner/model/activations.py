@@ -99,6 +99,29 @@ def recompute_levels(x, c: Choices, k: SimpleNamespace, ffn, saved) -> dict:
     return levels
 
 
+def moe_module_drop(x, c: Choices, k: SimpleNamespace):
+    """fit: what `layernorm` and `moe_act` in --recompute-modules drop from a MoE/MLA layer
+    (0 for a dense model: Transformer Engine fuses a dense layer's norms into its linears, and
+    moe_act touches only routed experts).  layernorm: the norms that are modules of their own,
+    the pre-MLP norm of a MoE layer and an MLA layer's input norm (gpt_layer_specs.py
+    @ d98e8a64dd), 16-bit outputs; moe_act: the routed experts' activation output, fc2's saved
+    input (experts.py activation_recompute; under a recipe fc2 saves its original input, which
+    the checkpoint discards: set_save_original_input)."""
+    modules = c.recompute_modules or ()
+    if not k.moe_model or c.recompute is not Recompute.SELECTIVE:
+        return 0
+    s, b, h, t, cp, sp = k.s, k.b, k.h, k.t, k.cp, c.sequence_parallel
+    fused = bool(c.framework.memory.fp8_saves_linear_inputs) and may_be_nonzero(x.fp8)
+    e = x.fp8 * x.e_saved + (1 - x.fp8) * x.act_bytes if fused else x.act_bytes
+    drop = 0
+    if RecomputeModule.LAYERNORM in modules:
+        drop = drop + RC.layernorm_saving_bytes(s, b, h, t, cp, sp, x.act_bytes, x.moe + x.mla)
+    if RecomputeModule.MOE_ACT in modules:
+        drop = drop + x.moe * RC.activation_fn_saving_bytes(
+            s, b, MO.routed_ffn_width(x.expert_ffn, x.top_k, imbalance=k.lam), t, cp, e)
+    return drop
+
+
 def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     """A layer's saved activations, and what its backward holds beside them for a moment."""
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
@@ -120,12 +143,17 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     not_mla = 1 - x.mla if k.moe_model else 1  # moe: an MLA layer's activations replace these
     levels = recompute_levels(x, c, k, routed_ffn, saved)
 
+    module_drop = moe_module_drop(x, c, k)  # fit: layernorm, moe_act
+
     def layer_set(recompute):  # one layer's saved bytes at a level, MoE/MLA parts included
-        return not_mla * levels[recompute] + moe_mla_act(recompute)
+        drop = module_drop if recompute is Recompute.SELECTIVE else 0
+        return not_mla * levels[recompute] + moe_mla_act(recompute) - drop
 
     # fit: partial recompute, r of the stage's layers recomputed fully and the rest keeping
     # everything; the stage holds layers × this mean layer (formulas.recompute)
     partial = c.recompute is Recompute.FULL and may_be_nonzero(x.recompute_layers)
+    grouped = (c.recompute is Recompute.FULL and not partial
+               and may_be_nonzero(getattr(x, "recompute_group", 1) - 1))
     recomputed = k.layers
     if partial:  # 0 (the default) is every layer of the stage
         recomputed = note("recomputed_layers", _ops.select(
@@ -134,11 +162,22 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
         layer_act = note("layer_activation_bytes", RC.partial_saved_bytes(
             k.layers, recomputed, layer_set(Recompute.FULL), layer_set(Recompute.NONE))
             / k.layers)
+    elif grouped:
+        # fit: Megatron's uniform method, groups of g layers checkpointed as one unit: ⌈L/g⌉
+        # inputs kept (formulas.recompute.grouped_saved_bytes; the last group may be shorter)
+        g = x.recompute_group
+        layer_act = note("layer_activation_bytes", RC.grouped_saved_bytes(
+            _ops.ceil(k.layers / g) * g, g, layer_set(Recompute.FULL)) / k.layers)
     else:
         layer_act = note("layer_activation_bytes", layer_set(c.recompute))
     # the layer under backward recomputes what it did not save: under full recompute all of its
-    # activations are alive for a moment, under selective the rest of them
-    working_act = (layer_set(Recompute.NONE) if c.recompute is Recompute.FULL else
+    # activations are alive for a moment (a whole group's under the uniform method: its g
+    # layers rerun before their backward, formulas.recompute.grouped_working_bytes), under
+    # selective the rest of them
+    full_working = (RC.grouped_working_bytes(_ops.minimum(x.recompute_group, k.layers),
+                                             layer_set(Recompute.NONE))
+                    if grouped else layer_set(Recompute.NONE))
+    working_act = (full_working if c.recompute is Recompute.FULL else
                    layer_set(Recompute.NONE) - layer_set(c.recompute)
                    if c.recompute is Recompute.SELECTIVE else 0)
     # and its activation gradients: the residual stream's and the MLP intermediates'

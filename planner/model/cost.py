@@ -14,6 +14,7 @@ from .activations import activations
 from .collectives import expert_all_to_all, link_shares, tensor_and_context_times
 from .data_parallel import dp_times, dp_traffic
 from .flops import flops
+from .goodput import goodput_costs
 from .layer_time import layer_times
 from .microbatch import microbatch_times
 from .numbers import Choices, merged, numbers, same
@@ -59,4 +60,7 @@ def zero_costs(x, c: Choices, k: SimpleNamespace, note=same) -> dict:
     opt = optimizer_step(x, c, k, dp, note)  # the Adam step (and offload's copies)
     sched = stage_schedule(x, c, k, dp, opt, note)  # a micro-batch on the stage; the bubble
     step = step_time(x, c, k, dp, opt, sched, note)  # bounded below by the busiest link
-    return reported(x, c, k, mem, dp, opt, sched, step, note)
+    out = reported(x, c, k, mem, dp, opt, sched, step, note)
+    # goodput: failures, checkpoints and restarts (the layout changes only the checkpoint's
+    # bytes per parameter, by framework)
+    return {**out, **vars(goodput_costs(x, c, k, note))}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..errors import PlanError
-from ..formulas.choices import Precision, QuantRecipe, Recompute
-from ..results import Comm, Memory, ModelSummary, Plan, PlanWarning, Time
+from ..formulas.choices import Precision, QuantRecipe, Recompute, RecomputeModule
+from ..results import Comm, Goodput, Memory, ModelSummary, Plan, PlanWarning, Time
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from . import constraints
 from .cost import Choices, numbers, plan_costs
@@ -48,14 +48,35 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
                         f"cores (Blackwell: b200-nvlink, gb200-nvl72); use --fp8-recipe delayed, "
                         f"current or blockwise here")
     fw = framework_named(c.framework)
-    if (c.recompute_layers and fw.partial_recompute == "none") or (
-            c.recompute_modules is not None and fw.partial_recompute != "searched"):
-        flag = "--recompute-layers" if c.recompute_layers else "--recompute-modules"
-        raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block, "
-                        f"--recompute-modules); {c.framework} does not run it")
+    if ((c.recompute_layers or c.recompute_group > 1) and fw.partial_recompute == "none") or (
+            (c.recompute_modules is not None or c.recompute_group > 1)
+            and fw.partial_recompute != "searched"):
+        flag = ("--recompute-layers" if c.recompute_layers else "--recompute-group"
+                if c.recompute_group > 1 else "--recompute-modules")
+        raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block or "
+                        f"uniform, --recompute-modules); {c.framework} does not run it")
+    problem = recompute_modules_problem(model, c)
+    if problem:
+        raise PlanError(problem)
     if c.offload and hw.host is None:  # offload
         raise PlanError(f"{hw.name} has no [host] section (host memory, link and DRAM per GPU): "
                         "add one to plan offload, or leave the --offload flags out")
+
+
+def recompute_modules_problem(model: ModelSpec, c: PlanConfig) -> str | None:
+    """fit: module lists Megatron-Core refuses (transformer_config.py __post_init__
+    @ d98e8a64dd): moe_act only with --moe-grouped-gemm, which plan3d writes for a MoE model
+    alone; moe_act or layernorm under fp8 delayed scaling."""
+    modules = set(c.recompute_modules or ())
+    if RecomputeModule.MOE_ACT in modules and not model.is_moe:
+        return (f"--recompute-modules moe_act recomputes routed experts' activation; "
+                f"{model.name} has none (Megatron-Core runs it only with --moe-grouped-gemm)")
+    fine = {RecomputeModule.CORE_ATTN, RecomputeModule.MLP}
+    if modules - fine and c.precision is Precision.FP8 and (
+            c.fp8_recipe or QuantRecipe.DELAYED) is QuantRecipe.DELAYED:
+        return ("--recompute-modules moe_act and layernorm do not run under fp8 delayed scaling "
+                "(Megatron-Core transformer_config.py); add --fp8-recipe current")
+    return None
 
 
 def plan_warnings(hw: HardwareProfile, config: PlanConfig, costs: dict,
@@ -180,7 +201,11 @@ def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
                       ("cp", config.cp))},
                   **link_fields(f)),
         bubble_fraction=f["bubble_fraction"], time=time,
-        warnings=plan_warnings(hw, config, f, model.n_layers))
+        warnings=plan_warnings(hw, config, f, model.n_layers),
+        goodput=Goodput(failures_per_gpu_hour=hw.reliability.failures_per_gpu_hour,
+                        fraction=f["goodput"],
+                        **{k: f[k] for k in Goodput.model_fields
+                           if k not in ("failures_per_gpu_hour", "fraction")}))
 
 
 def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
@@ -190,20 +215,37 @@ def estimate(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
     return plan_from_costs(model, hw, config, costs)
 
 
-def check_goodput(goodput: float) -> float:
-    """A goodput, refused unless in (0, 1] (NaN too)."""
-    from ..formulas.budget import DEFAULT_GOODPUT
-
-    if not 0 < goodput <= 1:
+def check_goodput(goodput: float | None) -> float | None:
+    """A goodput given by --goodput, refused unless in (0, 1] (NaN too); None: the model's."""
+    if goodput is not None and not 0 < goodput <= 1:
         raise PlanError(f"--goodput is the share of the wall-clock time that trains: a number in "
-                        f"(0, 1] such as {DEFAULT_GOODPUT:g}, got {goodput:g}")
+                        f"(0, 1] such as 0.9, got {goodput:g} (leave it out for the goodput "
+                        "plan3d derives from failures and checkpoints)")
     return goodput
 
 
+def plan_goodput(plan: Plan, goodput: float | None = None) -> float:
+    """The goodput a plan's budget uses: --goodput where given, else the plan's own
+    (model/goodput.py), refused where interruptions leave no time to train."""
+    if check_goodput(goodput) is not None:
+        return goodput
+    g = plan.goodput
+    if g is None:
+        return 1.0
+    if not g.fraction > 0:
+        raise PlanError(
+            f"at {plan.config.n_gpus:,} GPUs the job is interrupted every {g.mtbf_s:,.0f} s on "
+            f"average, which its restart ({g.restart_s:,.0f} s) and checkpoints "
+            f"({g.checkpoint_write_s:,.0f} s each) leave no time to train: fewer GPUs, or "
+            "--failures-per-gpu-hour / --restart-s for a more reliable cluster")
+    return g.fraction
+
+
 def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | None = None,
-                gpu_power_w: float | None = None, goodput: float = 1.0) -> Plan:
+                gpu_power_w: float | None = None, goodput: float | None = None) -> Plan:
     """The plan with what training on train_tokens costs (days, GPU-hours, money, energy), over
-    the wall-clock time when only a share `goodput` of it trains (formulas.budget)."""
+    the wall-clock time when only a share of it trains: `goodput` where given (--goodput), else
+    the plan's own from failures and checkpoints (formulas.budget, model/goodput.py)."""
     from ..formulas import budget as B
     from ..results import Budget
 
@@ -211,14 +253,14 @@ def with_budget(plan: Plan, train_tokens: float | None, gpu_hour_price: float | 
         return plan
     if train_tokens <= 0:
         raise PlanError(f"--train-tokens must be positive, got {train_tokens:g}")
-    check_goodput(goodput)
+    g = plan_goodput(plan, goodput)
     n, tau = plan.config.n_gpus, plan.time.tokens_per_s
-    hours = B.gpu_hours(n, train_tokens, tau, goodput)
+    hours = B.gpu_hours(n, train_tokens, tau, g)
     energy = (None if gpu_power_w is None
-              else B.energy_j(n, train_tokens, tau, gpu_power_w, goodput) / 3.6e9)  # J → MWh
+              else B.energy_j(n, train_tokens, tau, gpu_power_w, g) / 3.6e9)  # J → MWh
     return plan.model_copy(update={"budget": Budget(
         train_tokens=train_tokens,
-        days=B.wall_clock_s(train_tokens, tau, goodput) / B.SECONDS_PER_DAY,
+        days=B.wall_clock_s(train_tokens, tau, g) / B.SECONDS_PER_DAY,
         gpu_hours=hours, cost=None if gpu_hour_price is None else hours * gpu_hour_price,
         gpu_hour_price=gpu_hour_price, energy_mwh=energy, gpu_power_w=gpu_power_w,
-        goodput=goodput)})
+        goodput=g, goodput_from="model" if goodput is None else "--goodput")})

@@ -39,13 +39,17 @@ SYMBOLS = {
     "peak_flops": "F_peak", "gemm_eff": "η", "hbm_bw": "W_hbm", "hbm_eff": "η_hbm",
     "peak_flops_16": "F_16", "gemm_eff_16": "η_16",
     "fast_bw": "W_nvl", "net_bw": "W_net", "fast_lat": "α_nvl", "net_lat": "α_net",
-    "reserved": "R", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
+    "ctx": "M_ctx", "nccl_conn": "B_conn", "nccl_ch": "n_ch", "nvls_head": "B_nvls",
+    "p2p_nvl": "B_p2p,nvl", "p2p_net": "B_p2p,net", "ws_torch": "M_ws,torch",
+    "ws_te": "M_ws,te", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
     "nvls_bw": "W_nvls", "overlap_slow": "σ", "max_vio": "v_max", "speed_cv": "κ_g",
     "cp_a2a": "c_a",  # cp-kind: the hierarchical kind's all-to-all group
     # offload: the offloaded optimizer fraction and activation layers, the host's link and DRAM
     "offload_optimizer": "f_o", "offload_activations": "N_off", "host_bw": "W_host",
     "dram_bw": "W_dram",
+    # goodput: the cluster's interruption rate, relaunch time and checkpoint bandwidths per GPU
+    "fail_rate": "λ_fail", "restart": "T_launch", "ckpt_write_bw": "W_ckpt", "ckpt_read_bw": "W_load",
 }
 
 # What each constant is, for the constants table (values in base units).
@@ -57,7 +61,15 @@ CONSTANT_MEANINGS = {
     "hbm_bw": ("B/s", "HBM bandwidth"), "hbm_eff": ("", "share of HBM bandwidth reached"),
     "fast_bw": ("B/s", "NVLink bus bandwidth"), "net_bw": ("B/s", "network bus bandwidth"),
     "fast_lat": ("s", "NVLink latency per ring step"), "net_lat": ("s", "network latency per step"),
-    "reserved": ("B", "runtime reserve (CUDA context, NCCL)"), "frag": ("", "fragmentation"),
+    "ctx": ("B", "CUDA context with lazily loaded kernels (426 MiB: formulas/runtime.py)"),
+    "nccl_conn": ("B", "one NCCL connection's LL + LL128 + Simple FIFOs, in 2 MiB granules"),
+    "nccl_ch": ("", "ring channels NCCL opens per communicator"),
+    "nvls_head": ("B", "NVLS buffers per head: 2·channels·128 KiB·8 (0 without NVLS)"),
+    "p2p_nvl": ("B", "point-to-point FIFOs per NVLink peer: 32 channels·512 KiB·8"),
+    "p2p_net": ("B", "point-to-point FIFOs per network peer: channels·128 KiB·8"),
+    "ws_torch": ("B", "PyTorch's cuBLAS + cuBLASLt workspaces, two threads"),
+    "ws_te": ("B", "Transformer Engine's cuBLAS workspace, per stream"),
+    "frag": ("", "fragmentation"),
     "kernel_s": ("s", "kernel launch overhead"), "n_sm": ("", "streaming multiprocessors"),
     "act_bytes": ("B", "bytes per activation element"), "w_bytes": ("B", "bytes per weight"),
     "g_bytes": ("B", "bytes per gradient element"),
@@ -69,6 +81,12 @@ CONSTANT_MEANINGS = {
     # offload: listed for plans that offload (constants())
     "host_bw": ("B/s", "host↔GPU link bandwidth per GPU, one direction (PCIe, NVLink-C2C)"),
     "dram_bw": ("B/s", "host DRAM bandwidth, this GPU's share (the CPU Adam step)"),
+    "fail_rate": ("1/GPU-h", "job interruptions per GPU-hour (the profile's reliability section, "
+                  "--failures-per-gpu-hour)"),
+    "restart": ("s", "relaunch after an interruption, before the checkpoint's read (assumed)"),
+    "ckpt_write_bw": ("B/s", "checkpoint write bandwidth per GPU, all writing (profile, "
+                      "--storage-write-gb-per-s-per-gpu)"),
+    "ckpt_read_bw": ("B/s", "checkpoint read bandwidth per GPU on a restart"),
 }
 OFFLOAD_CONSTANTS = ("host_bw", "dram_bw")
 

@@ -11,6 +11,7 @@ from ..formulas import flops as F
 from ..formulas import moe as MO
 from ..formulas import moe_layer as ML
 from ..formulas import quantization as Q
+from ..formulas import recompute as RC
 from ..formulas import timing as T
 from ..formulas.choices import Attention, Recompute, RecomputeModule
 from . import moe as MOE
@@ -88,11 +89,29 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # fit: the MLP's matmuls with `mlp`), or the recomputed layers' whole forward
     modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
     selective_s = (int(RecomputeModule.CORE_ATTN in modules) * (att_s + core_s)
-                   + k.mlp_share * mm_s)
+                   + k.mlp_share * mm_s + module_rerun_s(x, c, k, modules))
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: selective_s,
                                              Recompute.FULL: k.rerun * fwd_s}[c.recompute])
     return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,
                            recompute_s=recompute_s, quant_s=quantize_layer_s(x, c, k, note))
+
+
+def module_rerun_s(x, c: Choices, k: SimpleNamespace, modules) -> float:
+    """fit: the memory-bound reruns of `layernorm` (a MoE layer's pre-MLP norm, an MLA layer's
+    input norm) and `moe_act` (the routed experts' activation function) in the backward
+    (formulas.recompute); 0 for a dense model, whose norms Transformer Engine fuses."""
+    if not k.moe_model:
+        return 0
+    s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
+    rerun = 0
+    if RecomputeModule.LAYERNORM in modules:
+        rerun = rerun + RC.layernorm_rerun_bytes(s, b, h, t, cp, c.sequence_parallel,
+                                                 x.moe + x.mla, x.act_bytes)
+    if RecomputeModule.MOE_ACT in modules:
+        rerun = rerun + x.moe * RC.activation_fn_rerun_bytes(
+            s, b, MO.routed_ffn_width(x.expert_ffn, x.top_k, imbalance=k.lam), x.n_mlp, t, cp,
+            x.act_bytes)
+    return T.memory_bound_time_s(rerun, x.hbm_bw, x.hbm_eff)
 
 
 def quantize_layer_s(x, c: Choices, k: SimpleNamespace, note=same):

@@ -16,6 +16,7 @@ from ..formulas import moe_layer as ML
 from ..formulas import params as P
 from ..formulas import quantization as Q
 from ..formulas import reliability as R
+from ..formulas import runtime as RT
 from ..formulas.choices import (
     Attention,
     ContextKind,
@@ -31,7 +32,7 @@ from ..frameworks import FRAMEWORKS
 from ..frameworks.base import Framework
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from . import moe as MOE
-from .nccl import Cluster
+from .nccl import Cluster, generation_of
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ACT_BYTES = 2  # 16-bit activations (fp8 GEMMs still keep most saved tensors in 16-bit)
@@ -176,11 +177,56 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         fast_link_bw=hw.fast.gb_per_s * 1e9, net_link_bw=hw.network.gb_per_s * 1e9,
         kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
         n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
-        reserved=hw.runtime.reserved_gib * 2**30, frag=hw.runtime.fragmentation_fraction,
+        frag=hw.runtime.fragmentation_fraction,
         capacity=hw.capacity_bytes,
         **topology_numbers(hw),
         **host_numbers(hw),  # offload
+        **runtime_numbers(hw),  # what the process holds beside its tensors
+        **reliability_numbers(hw),  # goodput
     )
+
+
+def runtime_numbers(hw: HardwareProfile) -> dict:
+    """What a training process holds beside its tensors, per GPU, from the profile's GPU
+    (formulas.runtime, with each constant's source): the CUDA context (the profile's
+    runtime.reserved_gib), PyTorch's GEMM workspaces (two threads' cuBLAS + cuBLASLt), one
+    Transformer Engine workspace, one NCCL connection's FIFOs and the ring channels, NVLS's bytes
+    per head (0 where the switch has no NVLS), and point-to-point FIFOs per NVLink peer (32
+    channels) and per network peer (NCCL's channels for the GPU's NICs; Grace-Blackwell doubles
+    the network chunk: init.cc computeBuffSizes)."""
+    name = hw.gpu.upper()
+    gen = generation_of(hw)
+    amd = "AMD" in name
+    if amd:  # ROCm: gfx942 (MI300X, MI325X), gfx950 (MI355X)
+        cublas, cublaslt = RT.TORCH_HIPBLAS_GFX94_BYTES, RT.TORCH_HIPBLASLT_BYTES
+    else:
+        cublas = RT.TORCH_CUBLAS_SM90_BYTES if gen is K.Gen.HOPPER else RT.TORCH_CUBLAS_OTHER_BYTES
+        cublaslt = RT.TORCH_CUBLASLT_BYTES
+    modern = gen is not K.Gen.AMPERE  # compute capability ≥ 9 (AMD: taken as Hopper's)
+    nvls_channels = RT.NVLS_CHANNELS["blackwell" if gen is K.Gen.BLACKWELL else "hopper"]
+    net_ratio = 2 if gen is K.Gen.BLACKWELL and ("GB200" in name or "GB300" in name) else 1
+    net_channels = float(RT.p2p_channels_per_net_peer(hw.nics_per_gpu,
+                                                      hw.network.gb_per_s / hw.nics_per_gpu))
+    return dict(
+        ctx=hw.runtime.reserved_gib * 2**30,
+        ws_torch=RT.torch_blas_workspace_bytes(cublas, cublaslt),
+        ws_te=RT.CUBLAS_WORKSPACE_BYTES if modern else RT.TE_WORKSPACE_PRE_HOPPER_BYTES,
+        nccl_conn=RT.nccl_connection_bytes(), nccl_ch=RT.RING_CHANNELS,
+        nvls_head=(RT.nvls_bytes(1, nvls_channels)
+                   if hw.fast.nvls_busbw_bytes_per_s is not None else 0),
+        p2p_nvl=RT.nccl_p2p_bytes(1, RT.RING_CHANNELS, RT.P2P_NVL_CHUNK),
+        p2p_net=RT.nccl_p2p_bytes(1, net_channels, net_ratio * RT.P2P_NET_CHUNK),
+    )
+
+
+def reliability_numbers(hw: HardwareProfile) -> dict:
+    """goodput: the cluster's interruption rate (per GPU-hour), the restart time, and each
+    GPU's share of the checkpoint storage's write and read bandwidth (schema.Storage, Reliability),
+    in base units."""
+    storage = hw.checkpoint_storage
+    return dict(fail_rate=hw.reliability.failures_per_gpu_hour,
+                restart=hw.reliability.restart_s, ckpt_write_bw=storage.write_bytes_per_s,
+                ckpt_read_bw=storage.read_bytes_per_s)
 
 
 def host_numbers(hw: HardwareProfile) -> dict:
@@ -235,6 +281,7 @@ def config_numbers(config: PlanConfig) -> dict:
         **dtype_numbers(FRAMEWORKS[config.framework], config.grad_dtype),
         overlap=int(config.overlap_grad_reduce),
         recompute_layers=config.recompute_layers,  # fit: 0 is every layer at the plan's level
+        recompute_group=config.recompute_group,  # fit: layers per checkpointed unit
         distribute=int(config.distribute_saved_activations
                        or FRAMEWORKS[config.framework].memory.partitions_checkpoints),
         # moe: expert parallelism (1, 1 and no a2a for a dense model)

@@ -1,6 +1,7 @@
 """Memory of the most loaded stage, as the plan's framework lays it out: the model states
 (weights, gradients, optimizer) sharded by the ZeRO stage, the buffers the framework holds beside
-them, the activations, the allocator's slack; the first or the last stage, whichever holds more
+them, the activations, the allocator's slack, what the runtime holds beside the tensors
+(model/runtime.py); the first or the last stage, whichever holds more
 (formulas/memory.py)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..formulas import pipeline as PL
 from ..formulas import quantization as Q
 from .numbers import Choices, any_row, may_be_nonzero, same
 from .offload import offload_states
+from .runtime import runtime_holdings
 
 
 def param_gather_bytes(x, conv) -> float:
@@ -78,7 +80,8 @@ def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
 def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_host=0):
     """One stage's (weights, gradients, optimizer, activations, overhead with the buffers,
     allocated, reserved, host) bytes per GPU, for psi parameters (psi_e routed experts) and `act`
-    activation bytes on the device (act_host on the host)."""
+    activation bytes on the device (act_host on the host); without what the runtime holds beside
+    the tensors, the same on every stage (added by stage_memory)."""
     conv = c.framework.memory
     states = conv.states(c.zero_stage, x.g_bytes)
     d_shard = k.d_shard
@@ -109,8 +112,7 @@ def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_
     # the allocator's slack is on what the step allocates and frees, not on the model states,
     # which sit in buffers allocated once
     slack = frag * (act + held)
-    overhead = M.runtime_overhead_bytes(x.reserved, frag, act + held)
-    return w, g, o, act, overhead + held, allocated, allocated + slack, host
+    return w, g, o, act, slack + held, allocated, allocated + slack, host
 
 
 def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -130,6 +132,12 @@ def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespac
                        act_host_last)
     is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
+    # what the runtime holds beside the tensors, the same on every stage: the CUDA context and
+    # NCCL's buffers outside the allocator, the GEMM workspaces inside it (allocated once, no
+    # slack on them)
+    rt = runtime_holdings(x, c, k, note)
+    worst[4] = worst[4] + rt.outside + rt.workspaces
+    worst[5], worst[6] = worst[5] + rt.workspaces, worst[6] + rt.workspaces
     stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
     stage_experts = _ops.select(is_first, k.expert_first, k.expert_last)  # moe
     if any_row(x.moe):  # moe: the expert parameters per GPU, shown for MoE models

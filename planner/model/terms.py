@@ -61,8 +61,18 @@ TERMS: dict[str, TermInfo] = {
                                         "ones, act·(s/c)·b·(h + (n−1)·f/t)"),
     "activations_bytes": TermInfo("M_act", "bytes", "memory",
                                   "in-flight micro-batches × layers × per-layer activations"),
+    "nccl_bytes": TermInfo("M_nccl", "bytes", "memory",
+                           "NCCL's buffers: per communicator of more than one rank, one "
+                           "connection's LL/LL128/Simple FIFOs per ring channel, NVLS's per head "
+                           "where the switch has it; point-to-point FIFOs per pipeline "
+                           "neighbour and all-to-all peer (NCCL @ 5067397c)"),
+    "workspace_bytes": TermInfo("M_ws", "bytes", "memory",
+                                "GEMM workspaces: PyTorch's cuBLAS + cuBLASLt per thread "
+                                "(main, autograd), Transformer Engine's where the framework "
+                                "runs it"),
     "overhead_bytes": TermInfo("M_rt", "bytes", "memory",
-                               "runtime outside the allocator (CUDA context, NCCL), the "
+                               "runtime outside the allocator (CUDA context M_ctx, NCCL), the "
+                               "GEMM workspaces, the "
                                "allocator's slack, and what the framework holds beside the "
                                "states: gathered ZeRO-3 layers, unsharded pipelined FSDP2 state, "
                                "buckets, fp8 weight copies"),
@@ -147,6 +157,26 @@ TERMS: dict[str, TermInfo] = {
                     "model FLOPs, whole attention square / (T_step · N · peak)"),
     "mfu_causal": TermInfo("MFU_causal", "fraction", "time",
                            "model FLOPs, causal half / (T_step · N · peak), as Megatron-Core logs"),
+    # ---- goodput: failures, checkpoints and restarts (model/goodput.py) ----
+    "checkpoint_bytes": TermInfo("S_ckpt", "bytes", "time",
+                                 "the checkpoint: each parameter once with the bytes the "
+                                 "framework saves of it (weight + optimizer state: Megatron, "
+                                 "DeepSpeed 14, torchtitan 12)"),
+    "checkpoint_write_s": TermInfo("δ", "s", "time",
+                                   "writing it, every GPU its share at once at W_ckpt each "
+                                   "(the profile's storage section)"),
+    "mtbf_s": TermInfo("M", "s", "time",
+                       "the job's mean time between interruptions: N GPUs at λ_fail per "
+                       "GPU-hour each (Llama 3 §3.3.4: 419 in 54 days on 16,384)"),
+    "restart_s": TermInfo("T_restart", "s", "time",
+                          "an interruption's restart: relaunch T_launch and reading the "
+                          "checkpoint back"),
+    "checkpoint_interval_s": TermInfo("τ_ckpt", "s", "time",
+                                      "the optimal checkpoint interval (Young 1974; Daly 2006 "
+                                      "eq. 37)"),
+    "goodput": TermInfo("G", "fraction", "time",
+                        "share of the wall clock that trains: checkpoints take δ of each "
+                        "τ_ckpt + δ, each failure T_restart and half an interval; days and cost use it"),
     # ---- moe: shown for MoE/MLA models only ----
     "expert_stage_params": TermInfo("Ψ_exp", "params", "memory",
                                     "routed experts on the GPU: the stage's MoE layers' experts "

@@ -348,8 +348,9 @@ def collectives_table(plan: Plan, out: Console) -> Table:
 
 def budget_line(plan: Plan) -> str:
     b = plan.budget
+    source = "--goodput" if b.goodput_from == "--goodput" else "failures and checkpoints"
     parts = [f"Training {token_text(b.train_tokens)} tokens: {b.days:,.1f} days on {plan.config.n_gpus:,} "
-             f"GPUs, {b.gpu_hours:,.0f} GPU-hours"]
+             f"GPUs at goodput {b.goodput:.1%} ({source}), {b.gpu_hours:,.0f} GPU-hours"]
     if b.cost is not None:
         parts.append(f"cost {b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour")
     if b.energy_mwh is not None:
@@ -768,8 +769,9 @@ def render_compare(result, out: Console) -> None:
 
     by_cost = result.cheapest_by == "cost"
     within = f" within {result.deadline_days:g} days" if result.deadline_days is not None else ""
+    given = "" if result.goodput is None else f", goodput {result.goodput:.0%}"
     say(f"{result.model}, {_short_number(result.train_tokens)} tokens, batch {result.gbs:,} × "
-        f"{result.seq_len:,} tokens (all cells), goodput {result.goodput:.0%}")
+        f"{result.seq_len:,} tokens (all cells){given}")
     if result.cheapest is None:
         say("No size tried finishes" + within + "." if within else "No cell has a plan.")
     else:
@@ -779,7 +781,11 @@ def render_compare(result, out: Console) -> None:
     cells = result.shown
     priced = any(c.plan is not None and c.plan.budget.cost is not None for c in cells)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    columns = ["hardware", "GPUs", "layout", "step s", "days", "GPU-h"]
+    # each cell's own goodput (none to show when --goodput sets one for all), whole percent
+    # rounded down so that it stays two digits and the table 80 columns
+    own = result.goodput is None
+    columns = ["hardware", "GPUs", "layout", "step"] + (["G%"] if own else [])
+    columns += ["days", "GPU-h"]
     columns += ["cost"] if priced else []
     columns += ["MWh"]
     for col in columns:
@@ -793,8 +799,9 @@ def render_compare(result, out: Console) -> None:
             continue
         p, b = c.plan, c.plan.budget
         late = "" if c.meets_deadline is not False else " >"
-        row = [c.hardware, f"{c.gpus:,}", compact_layout(p), f"{p.time.step_s:,.2f}",
-               f"{b.days:,.1f}{late}", _short_number(b.gpu_hours)]
+        row = [c.hardware, f"{c.gpus:,}", compact_layout(p), f"{p.time.step_s:,.2f}"]
+        row += [f"{math.floor(100 * b.goodput):d}"] if own else []
+        row += [f"{b.days:,.1f}{late}", _short_number(b.gpu_hours)]
         if priced:
             row.append("—" if b.cost is None else _short_number(b.cost))
         row.append("—" if b.energy_mwh is None else _short_number(b.energy_mwh))
@@ -806,5 +813,8 @@ def render_compare(result, out: Console) -> None:
         say(f"> misses the {result.deadline_days:g}-day deadline (its largest size tried)")
     for note in result.notes:
         say(note)
-    say(f"Days and GPU-hours are wall-clock at goodput {result.goodput:.0%} (--goodput); energy "
-        "is GPU board power (TDP unless --gpu-power-w) over those days.")
+    at = (f"at goodput {result.goodput:.0%} (--goodput)" if result.goodput is not None else
+          "at each cell's goodput (G%: the share of the wall clock that trains after failures, "
+          "checkpoints and restarts at that size, rounded down)")
+    say(f"Days and GPU-hours are wall-clock {at}; energy is GPU board power (TDP unless "
+        "--gpu-power-w) over those days.")

@@ -53,6 +53,7 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
             **precision_numbers(framework, hw, req.precision, req.fp8_recipe,
                                 req.fp8_param_gather),  # fit
             "recompute_layers": req.recompute_layers,
+            "recompute_group": req.recompute_group,  # fit: Megatron's uniform method
             "distribute": int(req.distribute_saved_activations
                               or framework.memory.partitions_checkpoints),
             "gbs": req.global_batch(model), "seq_len": seq,
@@ -146,8 +147,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
                                 recompute_modules=(req.recompute_modules  # fit
                                                    if r is Recompute.SELECTIVE else None))
-        partial = (r is Recompute.FULL and not req.recompute_layers and not offload_fixed
-                   and framework.partial_recompute == "searched")
+        partial = (r is Recompute.FULL and not (req.recompute_layers or req.recompute_group > 1)
+                   and not offload_fixed and framework.partial_recompute == "searched")
         outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
                               KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))

@@ -114,8 +114,9 @@ def recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute, rec
     if recompute_modules is not None:
         modules = tuple(enum_list(recompute_modules, RecomputeModule, "recompute-modules",
                                   allow_auto=False) or ())
-        if not modules or not set(modules) <= {RecomputeModule.CORE_ATTN, RecomputeModule.MLP}:
-            raise PlanError(f"--recompute-modules takes a comma list of core_attn, mlp, got "
+        if not modules:
+            raise PlanError(f"--recompute-modules takes a comma list of "
+                            f"{', '.join(m.value for m in RecomputeModule)}, got "
                             f"{_shown(recompute_modules)}")
         if levels and not levels & {"selective", "auto"}:
             raise PlanError(f"--recompute-modules needs --recompute selective, got "
@@ -143,7 +144,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
                   offload_optimizer=None,
                   offload_params=None, offload_activations=None,
                   offload="fit", fp8_recipe=None, fp8_param_gather=False, recompute_layers=0,
-                  recompute_modules=None, distribute_saved_activations=False) -> PlanRequest:
+                  recompute_modules=None, distribute_saved_activations=False,
+                  recompute_group=1, failures_per_gpu_hour=None, restart_s=None,
+                  storage_write_gb_per_s_per_gpu=None) -> PlanRequest:
     """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
     if grad_dtype not in ("fp32", "bf16"):
         raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
@@ -172,6 +175,12 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
     fit = recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute,
                                recompute_layers, recompute_modules)
     fit["distribute_saved_activations"] = bool(distribute_saved_activations)
+    fit["recompute_group"] = int(recompute_group or 1)
+    levels = {r.strip().lower() for r in str(recompute or "").split(",") if r.strip()}
+    if fit["recompute_group"] > 1 and (recompute_layers or (levels and not levels & {"full"})):
+        raise PlanError("--recompute-group checkpoints groups of layers under --recompute full "
+                        "(Megatron's uniform method); --recompute-layers is the block method: "
+                        "give one")
     return PlanRequest(
         **fit,  # fit: the recipe and the finer recompute levels
         offload_optimizer=offload_optimizer, offload_params=offload_params,
@@ -194,7 +203,9 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
                   else int_list(dp_shard, "dp-shard")),
         dp_replicate=int_list(dp_replicate, "dp-replicate"),
-        cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"))  # cp-kind
+        cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"),  # cp-kind
+        failures_per_gpu_hour=failures_per_gpu_hour, restart_s=restart_s,  # goodput
+        storage_write_gb_per_s_per_gpu=storage_write_gb_per_s_per_gpu)
 
 
 CP_ALLGATHER_REFUSAL = (

@@ -70,6 +70,7 @@ class PlanRequest(BaseModel):
     recompute_layers: int = Field(0, ge=0, le=2**20)
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     distribute_saved_activations: bool = False
+    recompute_group: int = Field(1, ge=1, le=2**20)  # fit: Megatron's uniform method
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
@@ -105,6 +106,23 @@ class PlanRequest(BaseModel):
     offload_params: bool | None = None
     offload_activations: int | None = Field(None, ge=0, le=2**20)
     offload: Literal["fit", "auto", "none"] = "fit"
+    # goodput: the cluster's figures where the user knows them better than the profile
+    failures_per_gpu_hour: float | None = Field(None, gt=0, le=1)
+    restart_s: float | None = Field(None, ge=0, le=86400)
+    storage_write_gb_per_s_per_gpu: float | None = Field(None, gt=0, le=1e4)
+
+    def cluster(self, hw: HardwareProfile) -> HardwareProfile:
+        """goodput: the profile with the request's interruption rate, restart time and
+        checkpoint write bandwidth in place of its own (those given)."""
+        rel = {k: v for k, v in (("failures_per_gpu_hour", self.failures_per_gpu_hour),
+                                 ("restart_s", self.restart_s)) if v is not None}
+        update = {}
+        if rel:
+            update["reliability"] = hw.reliability.model_copy(update=rel)
+        if self.storage_write_gb_per_s_per_gpu is not None:
+            update["storage"] = hw.checkpoint_storage.model_copy(update={
+                "write_gb_per_s_per_gpu": self.storage_write_gb_per_s_per_gpu})
+        return hw.model_copy(update=update) if update else hw
 
     def fixed_offload(self) -> dict:
         """offload: the PlanConfig offload fields the request fixes (--offload-params implies the
@@ -151,6 +169,7 @@ def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | Non
     distribute."""
     n = req.recompute_layers if layers is None else layers
     return dict(recompute_layers=n if recompute is Recompute.FULL else 0,
+                recompute_group=req.recompute_group if recompute is Recompute.FULL else 1,
                 distribute_saved_activations=(req.distribute_saved_activations
                                               and recompute is Recompute.FULL and not sp),
                 recompute_modules=(req.recompute_modules if recompute is Recompute.SELECTIVE

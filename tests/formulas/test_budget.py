@@ -11,15 +11,6 @@ from planner.formulas import budget as B
 from planner.model.estimate import estimate, with_budget
 from planner.schema import PlanConfig
 
-# Llama 3 405B (Dubey et al. 2024 §3.3.4): 466 interruptions in a 54-day snapshot
-LLAMA3_MEAN_S_BETWEEN = 54 * 86_400 / 466  # = 4,665,600 / 466 = 10,012.017 s ≈ 2.78 h
-
-
-def test_default_goodput_is_the_llama3_figure():
-    # "higher than 90% effective training time": the documented default is that lower figure
-    assert B.DEFAULT_GOODPUT == 0.90
-    assert "Dubey et al. 2024" in B.__doc__ or "Dubey et al. 2024" in open(B.__file__).read()
-
 
 def test_wall_clock_hand_case():
     # 15T tokens at 1,000,000 tokens/s: 15e12 / 1e6 = 1.5e7 s of training; at goodput 0.9 the
@@ -40,31 +31,11 @@ def test_gpu_hours_and_energy_count_the_wall_clock():
     assert B.gpu_hours(1024, 15e12, 1e6) == pytest.approx(4_266_666.67, rel=1e-9)
 
 
-def test_goodput_of_interruptions_hand_case():
-    # Llama 3's interruption rate, a 10-minute checkpoint interval written in 10 s, 5 minutes to
-    # restart: C/I = 10/600 = 0.016667; (R + I/2)/M = (300 + 300)/10,012.017 = 0.059928;
-    # g = 1 − 0.016667 − 0.059928 = 0.923405
-    g = B.goodput_of_interruptions(LLAMA3_MEAN_S_BETWEEN, 300, 600, 10)
-    assert g == pytest.approx(0.923405, abs=1e-6)
-    # hourly checkpoints (60 s each) and 10-minute restarts cost far more: 60/3600 = 0.016667,
-    # (600 + 1800)/10,012.017 = 0.239712; g = 0.743621 — the ">90 %" the paper reports needs the
-    # frequent checkpoints and fast restarts of the first case
-    assert B.goodput_of_interruptions(LLAMA3_MEAN_S_BETWEEN, 600, 3600, 60) == \
-        pytest.approx(0.743621, abs=1e-6)
-
-
 def test_symbolic_identities():
     T, tau, g, N, P = sp.symbols("T tau g N P", positive=True)
-    M, R, I, C = sp.symbols("M R I C", positive=True)
     assert sp.simplify(B.wall_clock_s(T, tau, g) - T / (tau * g)) == 0
     assert sp.simplify(B.gpu_hours(N, T, tau, g) - N * T / (tau * g) / 3600) == 0
     assert sp.simplify(B.energy_j(N, T, tau, P, g) - N * P * T / (tau * g)) == 0
-    # Young's optimum interval √(2·C·M) is where the goodput stops rising with I
-    good = B.goodput_of_interruptions(M, R, I, C)
-    assert sp.simplify(sp.diff(good, I).subs(I, sp.sqrt(2 * C * M))) == 0
-    assert sp.diff(good, I, 2).is_negative  # a maximum
-    # no interruptions and free checkpoints: every second trains
-    assert sp.limit(sp.limit(good, M, sp.oo), C, 0) == 1
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +47,14 @@ def plan():
 
 
 def test_with_budget_applies_the_goodput(plan):
-    ideal = with_budget(plan, 1e12, gpu_hour_price=2.0, gpu_power_w=700)
+    ideal = with_budget(plan, 1e12, gpu_hour_price=2.0, gpu_power_w=700, goodput=1.0)
     real = with_budget(plan, 1e12, gpu_hour_price=2.0, gpu_power_w=700, goodput=0.8)
     assert ideal.budget.goodput == 1.0 and real.budget.goodput == 0.8
+    assert real.budget.goodput_from == "--goodput"
+    # without --goodput, the plan's own from failures and checkpoints (model/goodput.py)
+    own = with_budget(plan, 1e12, gpu_hour_price=2.0, gpu_power_w=700)
+    assert own.budget.goodput == plan.goodput.fraction and own.budget.goodput_from == "model"
+    assert own.budget.days == pytest.approx(ideal.budget.days / plan.goodput.fraction)
     # every figure over the wall clock: 1/0.8 = 1.25 times the uninterrupted run
     for key in ("days", "gpu_hours", "cost", "energy_mwh"):
         assert getattr(real.budget, key) == pytest.approx(1.25 * getattr(ideal.budget, key))
@@ -96,7 +72,7 @@ def test_goodput_out_of_range_is_refused(plan, bad):
         with_budget(plan, 1e12, goodput=bad)
 
 
-def test_cli_goodput_default_and_flag():
+def test_cli_goodput_model_and_flag():
     import json
 
     from typer.testing import CliRunner
@@ -108,8 +84,10 @@ def test_cli_goodput_default_and_flag():
     runner = CliRunner()
     default = json.loads(runner.invoke(app, args).stdout)["budget"]
     ideal = json.loads(runner.invoke(app, [*args, "--goodput", "1"]).stdout)["budget"]
-    assert default["goodput"] == 0.9 and ideal["goodput"] == 1.0
-    assert default["days"] == pytest.approx(ideal["days"] / 0.9)
+    own = json.loads(runner.invoke(app, args).stdout)["goodput"]["fraction"]
+    assert default["goodput"] == own and default["goodput_from"] == "model"
+    assert ideal["goodput"] == 1.0 and ideal["goodput_from"] == "--goodput"
+    assert default["days"] == pytest.approx(ideal["days"] / own)
     r = runner.invoke(app, [*args, "--goodput", "0"])
     assert r.exit_code == 2 and "--goodput" in r.stderr and len(r.stderr.splitlines()) == 1
     r = runner.invoke(app, ["search", "--model", "8b", "--gpus", "8", "--hw", "h100-nvlink",

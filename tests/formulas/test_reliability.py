@@ -52,7 +52,7 @@ def test_failures_by_hand():
 
 def test_checkpoint_interval_and_goodput_by_hand():
     c = CASES["checkpoint"]
-    size = R.checkpoint_bytes(c["params"], 2)
+    size = R.checkpoint_bytes(c["params"], 14)
     delta = R.checkpoint_write_s(size, c["gpus"], B_GPU)
     mtbf = R.mtbf_s(c["gpus"], LAMBDA)
     tau = R.young_daly_interval_s(delta, mtbf)
@@ -77,7 +77,7 @@ def test_young_daly_is_the_best_interval():
 def test_goodput_falls_with_scale_and_restart_time():
     gpus = np.array([1024.0, 4096, 16384, 65536])
     mtbf = R.mtbf_s(gpus, LAMBDA)
-    delta = R.checkpoint_write_s(R.checkpoint_bytes(70e9, 2), gpus, B_GPU)
+    delta = R.checkpoint_write_s(R.checkpoint_bytes(70e9, 14), gpus, B_GPU)
     g = R.goodput(R.young_daly_interval_s(delta, mtbf), delta, R.RESTART_S, mtbf)
     assert np.all(np.diff(g) < 0) and g[0] > 0.97
     # the restart assumption's weight: 10 more minutes per restart cost 16,384 GPUs about

@@ -27,7 +27,9 @@ def test_plan_budget_matches_narayanans_estimate_at_the_same_throughput():
     config = PlanConfig(dp=8, tp=8, pp=16, mbs=1, n_micro=192, gbs=1536, seq_len=2048,
                         zero_stage=0, recompute="full", sequence_parallel=False,
                         precision="fp16", attention="classic", overlap_grad_reduce=False)
-    plan = with_budget(estimate(model, hw, config), 300e9, gpu_hour_price=2.0, gpu_power_w=400)
+    # goodput 1: the identity is of the failure-free time (the derived goodput divides both)
+    plan = with_budget(estimate(model, hw, config), 300e9, gpu_hour_price=2.0, gpu_power_w=400,
+                       goodput=1.0)
     x_per_gpu = plan.time.hardware_flops / (plan.time.step_s * 1024)
     expected = B.narayanan_training_s(300e9, model.n_params, 1024, x_per_gpu) / 86400
     assert plan.budget.days == pytest.approx(expected, rel=0.04)

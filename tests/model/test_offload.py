@@ -58,6 +58,8 @@ def test_every_profile_has_a_sourced_host_section(name):
     lines = (PROFILES / f"{name}.toml").read_text().splitlines()
     start = lines.index("[host]")
     section = lines[start + 1:]
+    ends = [i for i, line in enumerate(section) if line.startswith("[")]
+    section = section[:ends[0]] if ends else section  # up to the next section
     keys = [i for i, line in enumerate(section) if re.match(r"^\w+\s*=", line)]
     assert {section[i].split("=")[0].strip() for i in keys} == {
         "memory_gib", "link_gb_per_s", "dram_gb_per_s", "nic_shares_link"}

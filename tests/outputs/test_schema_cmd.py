@@ -162,6 +162,22 @@ def test_explain_and_search_schemas_document_the_launch_settings():
     assert json.loads(r.stdout)["launch"]["framework"] == "megatron"
 
 
+def test_schemas_document_the_goodput():
+    # explain and search carry each plan's goodput terms; the budget says where its goodput came
+    # from; compare's --goodput is optional (each cell's own without it)
+    for command in ("explain", "search"):
+        defs = schema_of(command)["$defs"]
+        assert {"failures_per_gpu_hour", "interruptions_per_day", "mtbf_s", "checkpoint_bytes",
+                "checkpoint_write_s", "checkpoint_interval_s", "restart_s",
+                "fraction"} <= set(defs["Goodput"]["required"])
+        assert defs["Budget"]["properties"]["goodput_from"]["enum"] == ["model", "--goodput"]
+    compare = schema_of("compare")
+    assert "goodput" not in compare.get("required", [])
+    hardware = schema_of("hardware")["$defs"]
+    assert {"write_gb_per_s_per_gpu"} <= set(hardware["Storage"]["required"])
+    assert {"failures_per_gpu_hour", "restart_s"} <= set(hardware["Reliability"]["properties"])
+
+
 def test_schema_without_a_command_gives_all_of_them():
     r = runner.invoke(app, ["schema"])
     assert r.exit_code == 0

@@ -32,8 +32,13 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      "--fp8-recipe blockwise --fp8-param-gather", ("megatron",)),
     ("recompute-levels-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --recompute full "
      "--recompute-layers 10", MEGATRON),
+    ("recompute-uniform-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --recompute full "
+     "--recompute-group 4", MEGATRON),
     ("recompute-mlp-8b", "--model llama-3.1-8b --gpus 16 --tp 2 --pp 2 --recompute selective "
      "--recompute-modules core_attn,mlp", MEGATRON),
+    ("recompute-moe-modules-qwen3", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 "
+     "--etp 1 --recompute selective --recompute-modules core_attn,layernorm,moe_act",
+     ("megatron",)),
     ("moe-deepseek-v3", "--model deepseek-v3 --gpus 1024 --tp 1 --pp 16 --ep 64 --etp 1 "
      "--recompute full --hw h200-nvlink", ("megatron",)),
     ("moe-qwen3-30b", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1",

@@ -75,7 +75,11 @@ def test_without_prices_the_cheapest_is_the_fewest_gpu_hours():
                 PlanRequest(gpus=16, gbs=GBS), TOKENS)
     assert r.cheapest_by == "gpu_hours" and r.cheapest.cost is None
     assert r.cheapest.gpu_hours == min(c.plan.budget.gpu_hours for c in r.cells)
-    assert r.goodput == 0.9  # the default
+    # without --goodput, each cell's own: the plan's goodput from failures and checkpoints
+    assert r.goodput is None
+    for c in r.cells:
+        assert c.plan.budget.goodput == c.plan.goodput.fraction
+        assert c.plan.budget.goodput_from == "model"
 
 
 def test_default_batch_is_that_of_the_largest_count():
