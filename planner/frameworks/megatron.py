@@ -24,6 +24,7 @@ layers' saved inputs in fp8 and caches an fp8 copy of each linear weight and of 
 from __future__ import annotations
 
 from ..errors import PlanError
+from ..formulas import _ops
 from ..formulas.choices import (
     Attention,
     ContextKind,
@@ -41,6 +42,7 @@ from ..schema import ModelSpec, PlanConfig
 from .base import (
     ActivationStyle,
     Args,
+    DPPhase,
     EmitResult,
     Framework,
     LossKind,
@@ -641,6 +643,38 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
     return EmitResult("nemo", "yaml", header + yaml_text(doc), BRIDGE_RELEASE, notes)
 
 
+def megatron_step_phases(w):
+    """Megatron-Core's gradient reduction and --overlap-param-gather, with --overlap-grad-reduce
+    (megatron/core/distributed @ d98e8a64dd; the emitter sets both together).
+
+    Without a virtual pipeline (v = 1): the first pipeline stage cuts its buffer into buckets
+    (w.reduce_calls: K.megatron_buckets), each reduced once its parameters' gradients are all
+    in, in the last micro-batch's backward (param_and_grad_buffer.py register_grad_ready); the
+    last bucket — the first layers and the embedding — waits for the end of that backward.
+    Later stages keep one bucket (bucket_size None for pp_rank > 0, training.py) and reduce it
+    after their cooldown, which ends a micro-batch's backward or more before the first stage's:
+    max(T, T − b) never exceeds the first stage's, so the first stage is the one modelled. The
+    gather of the next step runs bucket by bucket, each dispatched as the previous is waited
+    on in a forward pre-hook (finish_param_sync): the first bucket exposed; later stages
+    gather their one bucket whole before their first forward (formulas.overlap.inline_gathers_s).
+
+    With a virtual pipeline of v chunks (align_grad_reduce and align_param_gather, both on by
+    default: training/config/common_config.py, arguments.py): each chunk reduces whole after
+    its last micro-batch's backward (schedules.py backward_step_helper_postprocess), chunk j
+    p·b_c before the end, so v pieces p·(the stage's backward of a micro-batch)/v apart; the
+    gathers start chunk by chunk, each p micro-batches' forward of a chunk ahead (schedules.py
+    forward_step_helper_preprocess; the first chunks' at the step's start, the first needed
+    bucket of chunk 0 last: chunk 0 whole exposed). Without --overlap-grad-reduce one bucket
+    after the backward and a gather before the forward: nothing overlaps."""
+    chunked = 1 - _ops.le(w.v, 1)
+    reduce = DPPhase(_ops.select(chunked, w.v, w.reduce_calls),
+                     w.overlap * _ops.select(chunked, w.p * w.bwd_s, w.bwd_s))
+    gather = DPPhase(_ops.select(chunked, w.v, w.gather_calls),
+                     w.overlap * _ops.select(chunked, w.p * w.fwd_s, w.fwd_s),
+                     inline_stages=1 + w.overlap * (1 - chunked) * (w.p - 1))
+    return reduce, gather
+
+
 FRAMEWORK = Framework(
     name="megatron",
     title="Megatron-Core (Megatron-LM, NeMo, Megatron-Bridge)",
@@ -694,4 +728,5 @@ FRAMEWORK = Framework(
     expert_gemm_streams=GROUPED_GEMM_STREAMS,
     # moe: --mtp-num-layers (core/transformer/multi_token_prediction.py @ d98e8a64dd)
     trains_mtp=True,
+    dp_step_phases=megatron_step_phases,
 )
