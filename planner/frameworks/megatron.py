@@ -647,30 +647,25 @@ def megatron_step_phases(w):
     """Megatron-Core's gradient reduction and --overlap-param-gather, with --overlap-grad-reduce
     (megatron/core/distributed @ d98e8a64dd; the emitter sets both together).
 
-    Without a virtual pipeline (v = 1): the first pipeline stage cuts its buffer into buckets
-    (w.reduce_calls: K.megatron_buckets), each reduced once its parameters' gradients are all
-    in, in the last micro-batch's backward (param_and_grad_buffer.py register_grad_ready); the
-    last bucket — the first layers and the embedding — waits for the end of that backward.
-    Later stages keep one bucket (bucket_size None for pp_rank > 0, training.py) and reduce it
-    after their cooldown, which ends a micro-batch's backward or more before the first stage's:
-    max(T, T − b) never exceeds the first stage's, so the first stage is the one modelled. The
-    gather of the next step runs bucket by bucket, each dispatched as the previous is waited
-    on in a forward pre-hook (finish_param_sync): the first bucket exposed; later stages
-    gather their one bucket whole before their first forward (formulas.overlap.inline_gathers_s).
-
-    With a virtual pipeline of v chunks (align_grad_reduce and align_param_gather, both on by
-    default: training/config/common_config.py, arguments.py): each chunk reduces whole after
-    its last micro-batch's backward (schedules.py backward_step_helper_postprocess), chunk j
-    p·b_c before the end, so v pieces p·(the stage's backward of a micro-batch)/v apart; the
-    gathers start chunk by chunk, each p micro-batches' forward of a chunk ahead (schedules.py
-    forward_step_helper_preprocess; the first chunks' at the step's start, the first needed
-    bucket of chunk 0 last: chunk 0 whole exposed). Without --overlap-grad-reduce one bucket
-    after the backward and a gather before the forward: nothing overlaps."""
+    The first pipeline stage cuts its buffer into buckets (w.reduce_calls: K.megatron_buckets),
+    each reduced once its parameters' gradients are all in, in the last micro-batch's backward
+    (param_and_grad_buffer.py register_grad_ready); the last bucket — the first layers and the
+    embedding — waits for the end of that backward. Later stages keep one bucket (bucket_size
+    None for pp_rank > 0, training.py) and reduce it after their cooldown, which ends a
+    micro-batch's backward or more before the first stage's: max(T, T − b) never exceeds the
+    first stage's, so the first stage is the one modelled. The gather of the next step runs
+    bucket by bucket, each dispatched as the previous is waited on in a forward pre-hook
+    (finish_param_sync): the first bucket exposed. Without a virtual pipeline, later stages
+    gather their one bucket whole before their first forward (align_param_gather is off:
+    arguments.py; formulas.overlap.inline_gathers_s). With one (align_param_gather on by
+    default) the stages' gathers start together at the step's start and none runs in line;
+    the per-chunk release of an interleaved schedule is not modelled yet (each chunk's
+    reduction after its last backward, p chunk-backwards apart): the buckets as above.
+    Without --overlap-grad-reduce one bucket after the backward and a gather in the optimizer
+    step before the forward: nothing overlaps."""
     chunked = 1 - _ops.le(w.v, 1)
-    reduce = DPPhase(_ops.select(chunked, w.v, w.reduce_calls),
-                     w.overlap * _ops.select(chunked, w.p * w.bwd_s, w.bwd_s))
-    gather = DPPhase(_ops.select(chunked, w.v, w.gather_calls),
-                     w.overlap * _ops.select(chunked, w.p * w.fwd_s, w.fwd_s),
+    reduce = DPPhase(w.reduce_calls, w.overlap * w.bwd_s)
+    gather = DPPhase(w.gather_calls, w.overlap * w.fwd_s,
                      inline_stages=1 + w.overlap * (1 - chunked) * (w.p - 1))
     return reduce, gather
 

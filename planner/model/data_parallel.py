@@ -200,6 +200,8 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     # (after the optimizer step) beside the next step's first forward, each as the framework
     # issues them; what they hide under runs slower by the NCCL kernels beside it
     reduce_phase, gather_phase = c.framework.dp_step_phases(w)
+    reduce_phase = reduce_phase._replace(pieces=note("dp_reduce_pieces", reduce_phase.pieces))
+    gather_phase = gather_phase._replace(pieces=note("dp_gather_pieces", gather_phase.pieces))
     inline = O.inline_gathers_s(gather_s, gather_phase.inline_stages)
     dp_tail_exposed = note("dp_tail_exposed_s", (
         exposed_with_slowdown_s(reduce_s, reduce_phase, x.overlap_slow,

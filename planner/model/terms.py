@@ -131,6 +131,13 @@ TERMS: dict[str, TermInfo] = {
     "dp_gather_s": TermInfo("T_ag", "s", "time",
                             "the step's gather of updated weights (ZeRO-1/2 all-gather)"),
     "dp_tail_s": TermInfo("T_dp", "s", "time", "the data-parallel gradient reduction"),
+    "dp_reduce_pieces": TermInfo("n_rs", "count", "comm",
+                                 "the pieces the framework issues the reduction in, one after "
+                                 "another as their gradients complete: Megatron's and "
+                                 "DeepSpeed's buckets, FSDP2's blocks"),
+    "dp_gather_pieces": TermInfo("n_ag", "count", "comm",
+                                 "the pieces it gathers the updated weights in, each fetched "
+                                 "ahead of the forward that needs it (1: all at once)"),
     "dp_reduce_exposed_s": TermInfo("T_rs,exp", "s", "time",
                                     "the part of T_rs the backward does not hide, as the "
                                     "framework issues it: max(T_rs/n, T_rs − W·(n−1)/n) for n "
