@@ -337,7 +337,8 @@ def hf_architecture_fields(data: dict, where: str, arch: str, model_type: str | 
         out["norm_topk_prob"] = False  # DeepSeek-V2: softmax over all experts, no renormalising
     if data.get("routed_scaling_factor") is not None:
         out["routed_scaling_factor"] = float(data["routed_scaling_factor"])
-    out["router_expert_bias"] = data.get("topk_method") == "noaux_tc"
+    if data.get("topk_method") == "noaux_tc":  # the per-expert bias: aux-loss-free balancing
+        out["balancing"] = "aux_free"
     out["mtp_layers"] = int(data.get("num_nextn_predict_layers") or 0)
     act = data.get("hidden_act") or data.get("activation_function")
     unmodelled = out.pop("unmodelled", [])

@@ -126,9 +126,6 @@ class ModelSpec(_Strict):
         "(HF norm_topk_prob; Mixtral's softmax over the top-k logits is the same).")
     routed_scaling_factor: PositiveFloat = Field(
         1.0, description="Routed experts' output scale (DeepSeek-V3 2.5).")
-    router_expert_bias: bool = Field(
-        False, description="Auxiliary-loss-free balancing: a per-expert bias added to the scores "
-        "for top-k selection only (DeepSeek-V3 topk_method noaux_tc, §2.1.2).")
     mtp_layers: NonNegativeInt = Field(
         0, description="Multi-token-prediction modules (DeepSeek-V3 num_nextn_predict_layers), "
         "on the last pipeline stage (formulas/moe_mtp.py); not in the parameter count (671B "
@@ -136,6 +133,31 @@ class ModelSpec(_Strict):
     unmodelled: tuple[str, ...] = Field(
         (), description="Hugging Face config fields plan3d does not model, as name=value, "
         "passed through by name to the launch notes.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expert_bias_is_balancing(cls, data):
+        """moe: `router_expert_bias` (older model files) is aux-loss-free balancing itself — the
+        per-expert score bias of DeepSeek-V3 §2.1.2 — so it reads as balancing = aux_free; a
+        file that says both must say the same."""
+        if not isinstance(data, dict) or "router_expert_bias" not in data:
+            return data
+        data = dict(data)
+        bias = bool(data.pop("router_expert_bias"))
+        said = data.get("balancing")
+        if said is not None and (said == "aux_free") != bias:
+            raise ValueError(f"router_expert_bias = {str(bias).lower()} contradicts balancing = "
+                             f"{said} (the expert bias is aux-loss-free balancing)")
+        if bias:
+            data["balancing"] = "aux_free"
+        return data
+
+    @property
+    def router_expert_bias(self) -> bool:
+        """Aux-loss-free balancing's per-expert bias on the scores, for top-k selection only
+        (DeepSeek-V3 §2.1.2, HF topk_method noaux_tc; Megatron --moe-router-enable-expert-bias):
+        the model's balancing is aux_free."""
+        return self.balancing == "aux_free"
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

@@ -1,4 +1,4 @@
-"""What every test shares: the terminal size the CLI sees."""
+"""What every test shares: the terminal size the CLI sees, and where explain keeps its formulas."""
 
 from __future__ import annotations
 
@@ -23,3 +23,18 @@ def _no_inherited_terminal_size():
         os.unsetenv(name)
     yield
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_formula_cache(tmp_path_factory):
+    """explain keeps rendered formulas on disk (model/explain.py, ~/.cache/plan3d by default): the
+    session gets an empty folder of its own, so that the suite neither writes into the user's
+    cache nor runs faster or slower by what earlier runs (or other checkouts) left there. A test
+    that needs its own sets PLAN3D_CACHE_DIR or PLAN3D_NO_CACHE itself."""
+    saved = os.environ.get("PLAN3D_CACHE_DIR")
+    os.environ["PLAN3D_CACHE_DIR"] = str(tmp_path_factory.mktemp("plan3d-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("PLAN3D_CACHE_DIR", None)
+    else:
+        os.environ["PLAN3D_CACHE_DIR"] = saved

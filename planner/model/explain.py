@@ -16,6 +16,7 @@ explain reads it back without importing sympy."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -123,6 +124,16 @@ def formula_text(expr) -> str:
 
     if not isinstance(expr, sympy.Basic):
         return f"{expr:g}" if isinstance(expr, float) else str(expr)
+    return _sympy_text(expr)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sympy_text(expr) -> str:
+    """formula_text of a sympy expression, once per distinct expression: factor_terms is most of
+    explain's time, and plans of the same choices give the same formulas (sympy's objects are
+    immutable, and equal only when alike: 2.0 ≠ 2)."""
+    import sympy
+
     # whole-number floats the profile's numbers leave (an oversubscription of 1.0, 4.0 replicas)
     # print as integers, and a factor of 1 drops out
     expr = expr.xreplace({f: sympy.Integer(int(f)) for f in expr.atoms(sympy.Float)

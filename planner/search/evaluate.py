@@ -69,11 +69,12 @@ def _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budg
     than the fastest plan that fits without it, beyond the tie band, can neither win
     nor tie with offload."""
     slowest = offload_worth_trying(hw, fastest_fit)
-    for z, r, sp, sched, chosen, out, choices, layout_extra in pending:
+    for z, r, sp, sched, (sub, keep), out, choices, layout_extra in pending:
         worth = out["step_s"] <= slowest
         if not worth.any():
             continue
-        chosen = {k: v[worth] for k, v in chosen.items()}
+        rows = np.flatnonzero(keep)[worth]  # the group's rows kept for the stage, then worth it
+        chosen = {k: v[rows] for k, v in sub.items()}
         out = {k: v[worth] for k, v in out.items()}
         for extra, extra_costs in offload_variants(model, hw, framework, base, chosen, out,
                                                    choices, layout_extra, budget):
@@ -147,18 +148,19 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             out, keep = outs[z], runs[z][mask]  # out: the costs of the rows kept
             if not keep.any():
                 continue
-            layout = {k: sub[k][keep] for k in layout_keys}
+            rows = slice(None) if keep.all() else keep  # every row of the group: no copy
+            layout = {k: sub[k][rows] for k in layout_keys}
             _append_rows(cols, costs, layout, (z, r, sp, sched),
                          offload_columns(fixed, int(keep.sum())), out, req.recompute_layers)
             if partial:  # fit: the fewest layers recomputed that still fit, as rows of their own
-                _add_partial_recompute(base, {k: v[keep] for k, v in f.items()}, out,
+                _add_partial_recompute(base, {k: v[rows] for k, v in f.items()}, out,
                                        replace(group_choices, zero_stage=z), budget, layout,
                                        (z, r, sp, sched), fixed, cols, costs)
             if auto:  # offload: the least offload that fits what does not fit without it
                 fits = out["total_bytes"] <= budget
                 if fits.any():
                     fastest_fit = min(fastest_fit, float(out["step_s"][fits].min()))
-                pending.append((z, r, sp, sched, {k: v[keep] for k, v in sub.items()}, out,
+                pending.append((z, r, sp, sched, (sub, keep), out,  # subset when worth it
                                 replace(group_choices, zero_stage=z),
                                 dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                      schedule=sched,

@@ -125,7 +125,11 @@ def _with_cp_kinds(hw: HardwareProfile, req: PlanRequest,
         return {**cols, "cp_a2a": np.ones_like(cp)}
     if kinds == [ContextKind.ALL_TO_ALL]:
         return {**cols, "cp_a2a": cp.copy()}
-    pairs, inverse = np.unique(np.stack([cp, tp], axis=1), axis=0, return_inverse=True)
+    # the distinct (cp, tp) pairs in (cp, tp) order, as one int64 key each (both < 2¹⁶): a 1-D
+    # unique, several times faster than np.unique over rows, with the same order and inverse
+    key = (cp.astype(np.int64) << 16) | tp.astype(np.int64)
+    keys, inverse = np.unique(key, return_inverse=True)
+    pairs = np.stack([keys >> 16, keys & 0xFFFF], axis=1)
     inverse = inverse.reshape(-1)
     table = [a2a_group_candidates(int(c), int(t), hw.gpus_per_domain, kinds, req.cp_a2a)
              for c, t in pairs]

@@ -302,10 +302,16 @@ def test_every_formula_runs_on_symbols_and_agrees_with_floats(fn):
     for combo in itertools.product(*discrete.values()):
         chosen = dict(zip(discrete, combo))
         symbolic = fn(**symbols, **chosen)
-        assert isinstance(symbolic, (sp.Basic, int, float)), (fn.__name__, type(symbolic))
         numeric = fn(**{n: float(v) for n, v in point.items()}, **chosen)
-        # xreplace, not subs: subs puts the numbers in one symbol at a time, re-evaluating every
-        # Min/Max of partly numeric arguments on the way (seconds for NCCL's tuner minimum)
-        at_point = sp.sympify(symbolic).xreplace({symbols[n]: v for n, v in point.items()})
-        assert float(at_point) == pytest.approx(float(numeric), rel=1e-12, abs=1e-300), (
-            fn.__name__, chosen, at_point, numeric)
+        # a formula may return a fixed tuple of quantities (a collective's latency and transfer
+        # parts): each is held to the same test
+        if not isinstance(symbolic, tuple):
+            symbolic, numeric = (symbolic,), (numeric,)
+        assert len(symbolic) == len(numeric)
+        for sym_part, num_part in zip(symbolic, numeric):
+            assert isinstance(sym_part, (sp.Basic, int, float)), (fn.__name__, type(sym_part))
+            # xreplace, not subs: subs puts the numbers in one symbol at a time, re-evaluating
+            # every Min/Max of partly numeric arguments on the way (seconds for NCCL's tuner)
+            at_point = sp.sympify(sym_part).xreplace({symbols[n]: v for n, v in point.items()})
+            assert float(at_point) == pytest.approx(float(num_part), rel=1e-12, abs=1e-300), (
+                fn.__name__, chosen, at_point, num_part)

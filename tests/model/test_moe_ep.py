@@ -307,6 +307,20 @@ def test_shared_expert_overlap_and_fp8_padding():
     assert precision_numbers(mega, H100, Precision.BF16)["moe_align"] == 1
 
 
+def test_expert_bias_is_the_balancing():
+    from planner.schema import ModelSpec
+
+    spec = load_model("qwen3-30b-a3b").model_dump()
+    assert "router_expert_bias" not in spec and spec["balancing"] == "aux_loss"
+    # an older model file's router_expert_bias = true reads as aux-loss-free balancing
+    legacy = ModelSpec(**{k: v for k, v in spec.items() if k != "balancing"},
+                       router_expert_bias=True)
+    assert legacy.balancing == "aux_free" and legacy.router_expert_bias
+    # and cannot contradict a balancing it also states
+    with pytest.raises(ValueError, match="contradicts"):
+        ModelSpec(**spec, router_expert_bias=True)
+
+
 def test_dense_plans_keep_ep_one():
     req = PlanRequest(gpus=64, tp=[8], pp=[1])
     cols, _ = evaluate_space(load_model("8b"), H100, req)

@@ -56,7 +56,7 @@ def run_config(r: dict) -> PlanConfig:
         dp=dp, tp=r["tp"], pp=r["pp"], cp=r["cp"], vpp=r["vpp"], mbs=mbs,
         n_micro=r["gbs"] // (dp * mbs), gbs=r["gbs"], seq_len=r["seq_len"],
         schedule="interleaved" if r["vpp"] > 1 else "1f1b", sequence_parallel=r["tp"] > 1,
-        precision=r["precision"], zero_stage=1, grad_dtype="bf16",
+        precision=r["precision"], fp8_recipe=r.get("fp8_recipe"), zero_stage=1, grad_dtype="bf16",
         recompute="none" if r["recompute"] == "none" else "selective",
         ep=r["ep"], etp=r["etp"], moe_a2a_overlap=r["a2a_overlap"],
         moe_forced_balance=bool(r.get("forced_balance")), mtp=r.get("mtp", True),
