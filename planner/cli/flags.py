@@ -260,20 +260,23 @@ RestartOpt = Annotated[float | None, typer.Option(
 
 StorageWriteOpt = Annotated[float | None, typer.Option(
     help="Checkpoint write bandwidth per GPU in GB/s, every GPU writing at once: your storage's "
-    "aggregate write bandwidth over its GPUs (default: the profile's [storage]).")]
+    "aggregate write bandwidth over its GPUs (default: the profile's \\[storage]).")]
 
 
 # --help in panels (issue 19): what to plan, the layout, memory, the schedule, MoE, time and cost,
 # output. The options are shared by explain, search and compare, so each panel is set once here.
 HELP_PANELS = {
     "What to plan": (ModelOpt, HwOpt, GpusOpt, FrameworkOpt, GbsOpt, TokensOpt, SeqOpt,
-                     PrecisionOpt, AttnOpt),
+                     PrecisionOpt, AttnOpt, Fp8RecipeOpt, Fp8ParamGatherOpt),
     "Layout": (PlanOpt, DpOpt, TpOpt, PpOpt, CpOpt, VppOpt, MbsOpt, SpOpt, CpKindOpt, CpA2aOpt,
                DpShardOpt, DpReplicateOpt),
-    "Memory and recompute": (ZeroOpt, RecomputeOpt, HeadroomOpt, GradOpt, OffloadOptimizerOpt,
-                             OffloadParamsOpt, OffloadActivationsOpt, OffloadModeOpt),
+    "Memory and recompute": (ZeroOpt, RecomputeOpt, RecomputeLayersOpt, RecomputeGroupOpt,
+                             RecomputeModulesOpt, DistributeOpt, HeadroomOpt, GradOpt,
+                             OffloadOptimizerOpt, OffloadParamsOpt, OffloadActivationsOpt,
+                             OffloadModeOpt),
     "Schedule and overlap": (ScheduleOpt, OverlapOpt),
-    "Mixture of experts": (EpOpt, EtpOpt, MoeImbalanceOpt, MoeCapacityOpt, MoeOverlapOpt),
+    "Mixture of experts": (EpOpt, EtpOpt, MoeImbalanceOpt, MoeCapacityOpt, MoeOverlapOpt,
+                           MoeForcedOpt, MoeDispatcherOpt),
     "Time and cost": (TrainTokensOpt, PriceOpt, PowerOpt, GoodputOpt, FailuresOpt, RestartOpt,
                       StorageWriteOpt, DeadlineOpt),
     "Output": (JsonOpt, WhyOpt, EmitOpt, MfuOpt),
