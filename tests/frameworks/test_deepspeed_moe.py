@@ -40,6 +40,7 @@ def test_autoep_runs_with_every_zero_stage(zero):
     (dict(moe_capacity_factor=1.0), "dropless"),
     (dict(moe_dispatcher="allgather"), "allgather"),
     (dict(moe_forced_balance=True), "forced balance"),
+    (dict(moe_a2a_overlap=True), "all-to-all overlap"),
 ])
 def test_what_autoep_does_not_run_is_refused(changes, match):
     with pytest.raises(PlanError, match=match):
