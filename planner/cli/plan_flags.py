@@ -37,6 +37,8 @@ from .flags import (
     MoeForcedOpt,
     MoeImbalanceOpt,
     MoeOverlapOpt,
+    MoeSharedOverlapOpt,
+    MtpOpt,
     OffloadActivationsOpt,
     OffloadOptimizerOpt,
     OffloadParamsOpt,
@@ -107,6 +109,8 @@ class PlanFlags:
     moe_a2a_overlap: MoeOverlapOpt = None
     moe_forced_balance: MoeForcedOpt = False
     moe_dispatcher: MoeDispatcherOpt = None
+    moe_shared_expert_overlap: MoeSharedOverlapOpt = False
+    mtp: MtpOpt = True
     # time and cost: the cluster's reliability (goodput)
     failures_per_gpu_hour: FailuresOpt = None
     restart_s: RestartOpt = None

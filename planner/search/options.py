@@ -218,9 +218,22 @@ def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=Fa
     mode = _checked_numbers(flags, gpus, offload)
     fit = _fit_fields(flags)
     parsed = {name: parse(flags.get(name)) for name, parse in TEXT_FLAGS.items()}
+    if flags.get("moe_shared_expert_overlap"):
+        parsed["moe_dispatcher"] = shared_overlap_dispatcher(parsed["moe_dispatcher"])
     given = {k: v for k, v in flags.items() if k not in TEXT_FLAGS and k not in FIT_FLAGS}
     return PlanRequest(**fit, **given, **parsed, offload=mode, gpus=gpus, framework=framework,
                        allow_tp_across_nodes=allow_tp_across_nodes)
+
+
+def shared_overlap_dispatcher(dispatcher: str | None) -> str:
+    """--moe-shared-expert-overlap's dispatcher: alltoall, the one Megatron-Core runs it with
+    ("moe_shared_expert_overlap only works with alltoall token dispatcher", transformer_config.py
+    __post_init__ @ d98e8a64dd), so search weighs no other; another one asked for is an error."""
+    if dispatcher not in (None, "alltoall"):
+        raise PlanError(f"--moe-shared-expert-overlap runs with the alltoall dispatcher only "
+                        f"(Megatron-Core refuses it with the others), not --moe-dispatcher "
+                        f"{dispatcher}")
+    return "alltoall"
 
 
 CP_ALLGATHER_REFUSAL = (
