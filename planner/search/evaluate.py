@@ -22,6 +22,7 @@ from ..model.numbers import (
 )
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_by_stage
+from .masks import RuleMasks
 from .offload import (
     OFFLOAD_COLUMNS,
     OFFLOAD_KEPT,
@@ -36,11 +37,13 @@ from .space import choice_groups, numeric_space, search_cp_kind
 
 
 def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedule,
-                    precision: Precision) -> dict:
+                   precision: Precision, masks: RuleMasks | None = None) -> dict:
     """What the framework runs of the layouts, ZeRO stage by ZeRO stage (its rules read the
-    stage, the schedule and the precision): {stage: mask}."""
-    return {z: framework.admissible(model, SimpleNamespace(
-        **vars(layouts), **constraints.choices(z, schedule, precision))) for z in zeros}
+    stage, the schedule and the precision): {stage: mask}. `masks`: the search's rule masks,
+    reused across its choice groups (masks.py)."""
+    masks = RuleMasks(model) if masks is None else masks
+    return {z: masks.all_hold(framework.name, framework.all_rules(), {
+        **vars(layouts), **constraints.choices(z, schedule, precision)}) for z in zeros}
 
 
 def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framework) -> dict:
@@ -99,6 +102,19 @@ def _group_space(space: dict, interleaved: bool, r: Recompute, parts: dict) -> d
     return parts[key]
 
 
+def _group_runs(model, req: PlanRequest, framework, masks: RuleMasks, group: dict,
+                choice: tuple) -> dict:
+    """What the framework runs of a choice group's part of the space, ZeRO stage by stage:
+    {stage: mask}, the shared rules (planner.constraints) and the framework's own."""
+    r, sp, sched, zeros = choice
+    layouts = SimpleNamespace(**group, gbs=req.global_batch(model), seq_len=req.seq(model),
+                              interleaved=sched is Schedule.INTERLEAVED, sp=sp, schedule=sched,
+                              **offload_layout(req, [r]))  # offload
+    mask = masks.all_hold("shared", constraints.RULES, vars(layouts))
+    return {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
+                                                      req.precision, masks).items()}
+
+
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                    budget: float | None = None):
     """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
@@ -126,14 +142,11 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     budget = hw.capacity_bytes if budget is None else budget
     pending = []  # offload: the groups whose unfit candidates offload may make fit
     fastest_fit, parts = np.inf, {}  # offload: the fastest step that fits without offload
+    masks = RuleMasks(model)  # each rule's mask once per distinct input (masks.py)
     for r, sp, sched, zeros in choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
         group = _group_space(space, interleaved, r, parts)
-        layouts = SimpleNamespace(**group, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                  schedule=sched, **offload_layout(req, [r]))  # offload
-        mask = constraints.admissible(model, layouts)
-        runs = {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
-                                                          req.precision).items()}
+        runs = _group_runs(model, req, framework, masks, group, (r, sp, sched, zeros))
         mask = np.logical_or.reduce(list(runs.values()))
         if not mask.any():
             continue
