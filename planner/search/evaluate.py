@@ -116,11 +116,13 @@ def _group_runs(model, req: PlanRequest, framework, masks: RuleMasks, group: dic
 
 
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
-                   budget: float | None = None):
+                   budget: float | None = None, keys: tuple[str, ...] = KEPT_COSTS):
     """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
     offload: with --offload auto (search's `fit` runs it when nothing fits), the candidates
     that do not fit in `budget` (default: the capacity) are tried again with the least offload
-    that fits them (offload_variants)."""
+    that fits them (offload_variants). `keys`: the costs kept of each candidate (the search's
+    ranking reads RANKED_COSTS alone; every cost kept is one more column of the whole space
+    written and copied), step_s and total_bytes always."""
     if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
         raise PlanError(f"{hw.name} has no {req.precision.value} figures")
     space = numeric_space(model, hw, req)
@@ -133,7 +135,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
                                              *OFFLOAD_COLUMNS,  # offload
                                              "rc_layers")}  # fit: full recompute's layers
-    costs: dict[str, list] = {}
+    # the costs kept of each candidate: `keys`, and the step and memory the search reads
+    kept = tuple(dict.fromkeys(("step_s", "total_bytes", *keys)))
+    costs: dict[str, list] = {k: [] for k in kept}
     fixed = SimpleNamespace(**{k: base[k] for k in ("offload_optimizer", "offload_params",
                                                     "offload_activations")})  # offload
     offload_fixed = (base["offload_optimizer"] > 0 or base["offload_params"]
@@ -163,7 +167,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         partial = (r is Recompute.FULL and not (req.recompute_layers or req.recompute_group > 1)
                    and not offload_fixed and framework.partial_recompute == "searched")
         outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
-                              KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
+                              kept + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))
         for z in zeros:
             out, keep = outs[z], runs[z][mask]  # out: the costs of the rows kept
@@ -198,7 +202,7 @@ def _add_partial_recompute(base, columns, out, choices, budget, layout, choice, 
                            costs) -> None:
     """fit: the full-recompute candidates that still fit with fewer layers recomputed, added as
     rows of their own with those layers (search/recompute.py)."""
-    found = partial_recompute_variants(base, columns, out, choices, budget, KEPT_COSTS)
+    found = partial_recompute_variants(base, columns, out, choices, budget, tuple(costs))
     if found is None:
         return
     rows, layers, row_costs = found
@@ -224,5 +228,5 @@ def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: 
     cols["schedule"].append(np.broadcast_to(np.asarray(list(Schedule).index(sched)), (n,)))
     for k, v in offload.items():
         cols[k].append(v)
-    for k in KEPT_COSTS:
-        costs.setdefault(k, []).append(row_costs[k])
+    for k, kept in costs.items():
+        kept.append(row_costs[k])
