@@ -157,14 +157,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             continue
         sub = {k: v[mask] for k, v in group.items()}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
-        group_choices = Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
-                                sequence_parallel=sp, attention=req.attention,
-                                framework=framework, offload=offload_fixed,
-                                offload_params=bool(base["offload_params"]),
-                                cp_kind=search_cp_kind(req),  # cp-kind
-                                moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
-                                recompute_modules=(req.recompute_modules  # fit
-                                                   if r is Recompute.SELECTIVE else None))
+        group_choices = _group_choices(req, framework, base, (r, sp, sched, zeros),
+                                       offload_fixed)
         partial = (r is Recompute.FULL and not (req.recompute_layers or req.recompute_group > 1)
                    and not offload_fixed and framework.partial_recompute == "searched")
         outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
@@ -197,6 +191,19 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
             {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
+                   offload_fixed: bool) -> Choices:
+    """The Choices a choice group's candidates share (its first ZeRO stage)."""
+    r, sp, sched, zeros = choice
+    return Choices(zero_stage=zeros[0], recompute=r, schedule=sched, sequence_parallel=sp,
+                   attention=req.attention, framework=framework, offload=offload_fixed,
+                   offload_params=bool(base["offload_params"]),
+                   cp_kind=search_cp_kind(req),  # cp-kind
+                   moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
+                   recompute_modules=(req.recompute_modules  # fit
+                                      if r is Recompute.SELECTIVE else None))
 
 
 def _add_partial_recompute(base, columns, out, choices, budget, layout, choice, fixed, cols,
