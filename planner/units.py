@@ -12,6 +12,16 @@ US = 1e-6
 GBIT = 10**9 / 8  # bytes per second in one Gb/s
 
 
+def share_text(used: float, capacity: float) -> str:
+    """Memory used as a share of capacity, as every line prints it: rounded down below 100 % (a
+    plan at 96.6 % reads "96%", never "97%"), so that the table and the text agree and a plan
+    that fits never reads "100%"."""
+    import math
+
+    share = used / capacity
+    return f"{math.floor(share * 100)}%" if share < 1 else f"{share:.0%}"
+
+
 def token_text(n: float) -> str:
     """A token count as people write it: 15T, 300B, 1.5M, 4K (10¹², 10⁹, 10⁶, 10³)."""
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):

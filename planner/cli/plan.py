@@ -327,8 +327,9 @@ def _show_searched(o, run) -> None:
         render.write_settings(run.launch)
 
 
-def _footer(result) -> list[str]:
-    """The command that runs row 1 as printed."""
+def _footer(result) -> list[tuple[str, list[str]]]:
+    """The command that runs row 1: its label and its shell words, quoted as printed (the
+    renderer breaks it only between words, with shell continuations)."""
     import shlex
 
     if not result.explain_args:
@@ -336,4 +337,4 @@ def _footer(result) -> list[str]:
     # a layout in double quotes, as the issue and the README write it; anything else as shlex does
     words = [f'"{a}"' if " " in a and '"' not in a and "$" not in a and "`" not in a
              else shlex.quote(a) for a in result.explain_args[0]]
-    return ["Run row 1: plan3d " + " ".join(words)]
+    return [("Run row 1:", ["plan3d", *words])]

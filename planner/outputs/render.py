@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..results import Plan
-from ..units import GB, GIB, token_text
+from ..units import GB, GIB, share_text, token_text
 
 MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
                 "overhead_bytes")
@@ -514,7 +514,7 @@ def mfu_of(plan: Plan, convention: str) -> float:
 
 
 def render_search(result, out: Console, mfu_convention: str = "causal", why: bool = False,
-                  footer: list[str] | None = None) -> None:
+                  footer: list[tuple[str, list[str]]] | None = None) -> None:
     """The answer (--sort gpus: the size) first, the ranked table, a few lines on row 1 and the
     warnings of the plans shown, then `footer` (the command that runs row 1); with `why`, the
     whole reasoning and every option weighed."""
@@ -585,10 +585,25 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
             which = "plan" + ("s" if len(which_plans) > 1 else "")
             out.print(Text(f"! {which} {numbers_text(which_plans)}: {_warning_clause(message)} "
                            f"[{code}]", style="yellow"))
-    for line in footer or []:
-        out.print(Text(line))
+    for label, words in footer or []:
+        out.print(Text("\n".join(command_lines(label, words, out.width))), no_wrap=True,
+                  overflow="ignore", crop=False)
     if not why and not hint:
         out.print(Text(WHY_HINT))
+
+
+def command_lines(label: str, words: list[str], width: int) -> list[str]:
+    """A shell command under a label, broken only between its (already quoted) words, each line
+    but the last ending in ` \\`, so that pasting the lines runs the same command; a word longer
+    than a line stays whole on its own line."""
+    lines = [label]
+    for word in words:
+        if len(lines[-1]) + 1 + len(word) + 2 <= width or lines[-1] == label:
+            lines[-1] += " " + word
+        else:
+            lines[-1] += " \\"
+            lines.append("  " + word)
+    return lines
 
 
 def numbers_text(numbers: list[int]) -> str:
@@ -623,8 +638,7 @@ def budget_brief(plan: Plan) -> str:
 def share_of_capacity(memory) -> str:
     """The memory a plan needs as a share of the GPU's, rounded down below 100 % so that a plan
     that fits never reads "100%"."""
-    share = memory.total_bytes / memory.capacity_bytes
-    return f"{math.floor(share * 100)}%" if share < 1 else f"{share:.0%}"
+    return share_text(memory.total_bytes, memory.capacity_bytes)
 
 
 QUIET_WARNINGS = ("uneven-stages", "mfu-convention")

@@ -6,6 +6,7 @@ up to the step difference (alternatives.step_differences)."""
 from __future__ import annotations
 
 from ..results import Plan
+from ..units import share_text
 from .alternatives import Alternative, step_differences, step_parts
 from .ranking import MARGIN_MARK, TIE_MARK
 
@@ -45,11 +46,11 @@ SHORT_PART = 0.03
 def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
     """Row 1 in one sentence: the plan, its step, its memory against the margin."""
     m = plan.memory
-    share = m.total_bytes / m.capacity_bytes
+    share = share_text(m.total_bytes, m.capacity_bytes)
     head = (f"Row 1, the plan to run: {_name(plan)}" if any_safe else
             f"No plan fits with the {headroom:.0%} memory margin (--headroom); row 1 is the "
             f"fastest that fits at all: {_name(plan)}")
-    return f"{head}, {plan.time.step_s:.3g} s a step, {share:.0%} of memory."
+    return f"{head}, {plan.time.step_s:.3g} s a step, {share} of memory."
 
 
 def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
@@ -75,7 +76,7 @@ def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
     if margin:  # where its lead comes from, part by part (the parts sum to the step difference)
         fast = margin[0]
         lines.append(f"Faster but inside the {headroom:.0%} memory margin (m): {_name(fast)} at "
-                     f"{fast.memory.total_bytes / fast.memory.capacity_bytes:.0%} of memory, "
+                     f"{share_text(fast.memory.total_bytes, fast.memory.capacity_bytes)} of memory, "
                      f"{_vs(best, fast)}.")
     for a in alternatives:  # an option whose plan beats row 1 beyond a tie: it changes the answer
         if (a.step_s is not None and a.step_s < best.time.step_s * (1 - band)
@@ -91,8 +92,8 @@ def memory_summary(plans: list[Plan]) -> list[str]:
     if not plans:
         return []
     best = plans[0]
-    share = best.memory.total_bytes / best.memory.capacity_bytes
-    return [f"Row 1, the least memory: {_name(best)}, {gib(best)} GiB ({share:.0%} of memory), "
+    share = share_text(best.memory.total_bytes, best.memory.capacity_bytes)
+    return [f"Row 1, the least memory: {_name(best)}, {gib(best)} GiB ({share} of memory), "
             f"{best.time.step_s:.3g} s a step. Its step: {composition(best, SHORT_PART)}."]
 
 

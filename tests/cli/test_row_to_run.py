@@ -77,3 +77,28 @@ def test_emit_takes_the_layout_too():
     assert r.exit_code == 0, r.output
     assert re.search(r"context_parallel_degree[ =]+2\b", r.stdout)
     assert re.search(r"tensor_parallel_degree[ =]+2\b", r.stdout)
+
+
+@pytest.mark.parametrize("args", [
+    ["--model", "deepseek-v3", "--gpus", "2048"],
+    ["--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--headroom", "0"],
+])
+def test_the_footer_at_80_columns_pastes_as_the_same_command(args):
+    """At 80 columns the command is broken only between words, with ` \\` continuations: bash
+    reads the pasted lines as the one command the --json row carries."""
+    import subprocess
+
+    r = runner.invoke(app, ["search", *args, "--top", "3"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("Run row 1: plan3d explain"))
+    block = [lines[start].removeprefix("Run row 1: ")]
+    while block[-1].endswith(" \\"):
+        block.append(lines[start + len(block)])
+    assert len(block) > 1  # it does not fit one line at 80 columns
+    assert all(len(x) <= 80 for x in block)
+    # bash joins the continuations; the stand-in `plan3d` prints the words it was given
+    argv = subprocess.run(["bash", "-c", 'plan3d() { printf "%s\\n" "$@"; }\n' + "\n".join(block)],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    want = json.loads(runner.invoke(app, ["search", *args, "--top", "1", "--json"]).stdout)
+    assert argv == want["explain_args"][0]
