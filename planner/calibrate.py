@@ -17,8 +17,8 @@ It fits only what the runs constrain: a factor no run depends on (no run crosses
 one the runs cannot tell from a factor already fitted (its Jacobian column inside their span),
 or one that lowers the error by less than the model's own uncertainty explains, stays at the
 profile's value with the reason (forward selection, `_forward`). Each fitted value carries its
-1σ uncertainty; `check_writable` refuses to write a fit that did not converge or whose
-uncertainty exceeds a value.
+1σ uncertainty; `check_writable` refuses to write a fit that did not converge, ended on a bound,
+or whose uncertainty exceeds a value.
 """
 
 from __future__ import annotations
@@ -867,7 +867,8 @@ def check_not_worse(result: CalibrationResult) -> None:
 
 def check_writable(result: CalibrationResult) -> None:
     """Refuse (PlanError) to write a profile the runs do not support: a fit that did not converge,
-    one in which no factor moved, or a fitted value whose 1σ uncertainty exceeds the value itself
+    one in which no factor moved, a fitted value on its bound (non-physical: no value inside the
+    bounds explains the runs), or a fitted value whose 1σ uncertainty exceeds the value itself
     (σ of log value > 1); then check_not_worse. --force writes it anyway."""
     problems = []
     if not result.converged:
@@ -875,7 +876,10 @@ def check_writable(result: CalibrationResult) -> None:
     if not result.fitted:
         problems.append("the runs moved no factor (each one's reason is in the table)")
     for f in result.fitted:
-        if f.rel_std is not None and f.rel_std > 1:
+        if f.status == "at-bound":  # no physical value explains the runs: nothing to write
+            problems.append(f"{f.path} ran into its bound ({f.after:g}): no physical value "
+                            "explains the runs")
+        elif f.rel_std is not None and f.rel_std > 1:
             problems.append(f"{f.path} = {f.after:g} is uncertain by more than its value "
                             f"(1σ ×{math.exp(f.rel_std):.3g})")
     if problems:

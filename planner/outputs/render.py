@@ -558,9 +558,11 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     elif not result.summary:
         out.print(RANK_LEGEND + ".")
     lines = list(result.summary) if result.summary else ([] if why else [result.reason])
-    hint = not why and len(lines) >= 2  # the way to the rest, on the line of row 1's margin
-    if hint:
-        lines[1] += " " + WHY_HINT
+    if not why:  # the way to the rest: on the line of row 1's margin, else its own line
+        if len(lines) >= 2:
+            lines[1] += " " + WHY_HINT
+        else:
+            lines.append(WHY_HINT)
     if why:
         lines += [result.reason] if result.reason else []
         lines += ["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
@@ -588,8 +590,6 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     for label, words in footer or []:
         out.print(Text("\n".join(command_lines(label, words, out.width))), no_wrap=True,
                   overflow="ignore", crop=False)
-    if not why and not hint:
-        out.print(Text(WHY_HINT))
 
 
 def command_lines(label: str, words: list[str], width: int) -> list[str]:

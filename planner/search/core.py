@@ -182,7 +182,8 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered, headroom) -> Sea
     return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
                         constraints=_constraints(req), folded=folded,
                         reason=why(plans, r.labels, band, source, folded),
-                        summary=summary(plans, r.labels, band, headroom, r.any_safe, weighed),
+                        summary=summary(plans, r.labels, band, headroom, r.any_safe, weighed,
+                                        r.ties),
                         ranks=r.labels, tie_band=band, tie_band_source=source,
                         variants=r.folded, headroom=headroom, any_safe=r.any_safe,
                         alternatives=weighed)

@@ -147,6 +147,7 @@ class Ranking:
     labels: list[str]
     folded: list[int]
     any_safe: bool
+    ties: int = 0  # how many layouts tie with row 1, shown or not (--top 1 shows none of them)
 
 
 def layouts_in_order(cols: dict, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -228,11 +229,19 @@ def rank(cols: dict, step: np.ndarray, total_bytes: np.ndarray, capacity_bytes: 
     if safe_rows.size == 0:
         rows = [int(i) for i in firsts[:top]]
         labels = [f"{lab}{MARGIN_MARK}" for lab in tie_labels(step, rows, band)]
-        return Ranking(rows, labels, [int(c) - 1 for c in counts[:top]], any_safe=False)
+        return Ranking(rows, labels, [int(c) - 1 for c in counts[:top]], any_safe=False,
+                       ties=_ties_with_first(step, firsts, band))
     rows = [int(i) for i in safe_rows[:top]]
     labels = tie_labels(step, rows, band)
     faster = [int(i) for i in firsts[margin[firsts]] if step[i] < step[rows[0]]]
     faster = sorted(faster, key=lambda i: step[i])[:SHOWN_IN_MARGIN]
     folded_of = dict(zip((int(i) for i in firsts), (int(c) - 1 for c in counts)))
     return Ranking(rows + faster, labels + [MARGIN_MARK] * len(faster),
-                   [folded_of[i] for i in rows + faster], any_safe=True)
+                   [folded_of[i] for i in rows + faster], any_safe=True,
+                   ties=_ties_with_first(step, safe_rows, band))
+
+
+def _ties_with_first(step: np.ndarray, rows: np.ndarray, band: float) -> int:
+    """How many of `rows` (in step order) after the first lie within `band` of its step: row 1's
+    tie group, as tie_labels marks it, counted over every layout and not only those shown."""
+    return int(np.count_nonzero(step[rows[1:]] <= step[rows[0]] * (1 + band)))

@@ -17,12 +17,12 @@ def _name(plan: Plan) -> str:
     return plan.config.short_label()
 
 
-def _vs(plan: Plan, other: Plan) -> str:
-    """'0.2% slower: exposed CP +0.017 s' — other against plan."""
+def _vs(plan: Plan, other: Plan, than: str = "") -> str:
+    """'0.2% slower: exposed CP +0.017 s' — other against plan (`than`: ' than row 8')."""
     ratio = other.time.step_s / plan.time.step_s - 1
     diff = step_differences(plan.time, other.time)
     word = "slower" if ratio >= 0 else "faster"
-    return f"{abs(ratio):.1%} {word}" + (f": {diff}" if diff else
+    return f"{abs(ratio):.1%} {word}{than}" + (f": {diff}" if diff else
                                          f", the same step time; {gib(other)} GiB")
 
 
@@ -54,21 +54,26 @@ def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
 
 
 def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
-            any_safe: bool, alternatives: list[Alternative]) -> list[str]:
+            any_safe: bool, alternatives: list[Alternative], ties: int | None = None) -> list[str]:
     """The short lines (a few at 80 columns): row 1, its memory and where its step goes; its
     margin — how many plans tie with it, or row 2 against it part by part; a faster plan that
     fits only inside the memory margin; and each option weighed whose plan beats row 1 by more
     than the tie band (it would change the answer). Plans are named by their row or as the table
-    spells them; the rest is behind --why."""
+    spells them; the rest is behind --why. `ties`: how many layouts tie with row 1 in all,
+    shown or not (by default those the labels mark)."""
     if not plans:
         return []
     best = plans[0]
     lines = [f"{headline(best, headroom, any_safe)} Its step: "
              f"{composition(best, SHORT_PART)}."]
-    ties = [i for i, lab in enumerate(labels) if lab.rstrip(MARGIN_MARK) == f"1{TIE_MARK}"]
+    tied = [i for i, lab in enumerate(labels) if lab.rstrip(MARGIN_MARK) == f"1{TIE_MARK}"]
     ranked = [i for i, lab in enumerate(labels) if i and lab != MARGIN_MARK]
-    if ties:
-        lines.append(f"{len(ties)} more tie with it (1=: a step within ±{band:.0%}).")
+    ties = len(tied) if ties is None else max(ties, len(tied))
+    if ties > len(tied):  # some are not in the table (--top): say how to list them
+        lines.append(f"{ties} more tie with it (a step within ±{band:.0%}; --top {ties + 1} "
+                     "lists them).")
+    elif ties:
+        lines.append(f"{ties} more tie with it (1=: a step within ±{band:.0%}).")
     elif ranked:
         i = ranked[0]
         lines.append(f"Row {labels[i]} is {_vs(best, plans[i])}.")
@@ -111,10 +116,16 @@ def why(plans: list[Plan], labels: list[str], band: float, source: str, folded: 
     parts = [f"Row 1: {_name(best)} — step {t.step_s:.3g} s ({t.tokens_per_s:,.0f} tokens/s, "
              f"MFU {t.mfu_causal:.1%} causal, {t.mfu:.1%} full); of the step, "
              f"{composition(best)}; {gib(best)} of {best.memory.capacity_bytes / GIB:.1f} GiB."]
+    leads = {lab: plan for plan, lab in zip(plans, labels) if lab.isdigit()}
     for plan, lab in zip(plans[1:], labels[1:]):
+        # a tie is weighed against its group's first row, the row it ties with; the rest
+        # against row 1
+        group = lab.rstrip(MARGIN_MARK).removesuffix(TIE_MARK)
+        ref = group if TIE_MARK in lab and group in leads else "1"
         tie = (" (within the tie band: a tie)" if TIE_MARK in lab else
                " (fits only inside the memory margin)" if lab == MARGIN_MARK else "")
-        parts.append(f"Row {lab}, {_name(plan)}, is {_vs(best, plan)}{tie}.")
+        parts.append(f"Row {lab}, {_name(plan)}, is "
+                     f"{_vs(leads.get(ref, best), plan, f' than row {ref}')}{tie}.")
     if band > 0:
         parts.append(f"Ties: step times within ±{band:.0%} of a row ({source}).")
     if folded:

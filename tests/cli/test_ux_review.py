@@ -23,3 +23,48 @@ def test_memory_share_rounds_down_everywhere():
     table = re.findall(r"(\d+)%", row1)[1]  # MFU, then mem
     text = re.search(r"Row 1, the plan to run: .*?, (\d+)% of memory", r.stdout).group(1)
     assert table == text
+
+
+def test_a_tie_is_weighed_against_the_row_it_ties_with():
+    # DeepSeek-V3 on 2,048 H100: rows 8= tie with row 8, not row 1 (6.7 % slower than row 1 is
+    # outside the band); each tie statement names its reference and lies within the band
+    r = runner.invoke(app, ["search", "--model", "deepseek-v3", "--gpus", "2048", "--why"],
+                      env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    found = re.findall(r"Row (\d+)=, [^,]+, is ([\d.]+)% slower than row (\d+)", text)
+    assert {g for g, _, _ in found} >= {"1", "8"}
+    for group, pct, ref in found:
+        assert group == ref and float(pct) <= 5.0
+
+
+def test_top_1_still_says_row_1_has_ties_and_no_orphan_hint():
+    r = runner.invoke(app, ["search", "--model", "deepseek-v3", "--gpus", "2048", "--top", "1"],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    full = runner.invoke(app, ["search", "--model", "deepseek-v3", "--gpus", "2048", "--json"])
+    n = sum(lab == "1=" for lab in __import__("json").loads(full.stdout)["ranks"])
+    assert n >= 1
+    text = " ".join(r.stdout.split())
+    assert f"{n} more tie with it" in text and f"--top {n + 1} lists them" in text
+    # the --why hint sits with the summary, never after the command
+    lines = r.stdout.rstrip().splitlines()
+    assert "--why" not in "\n".join(lines[lines.index(next(x for x in lines
+                                                           if x.startswith("Run row 1"))):])
+
+
+def test_calibrate_refuses_a_fit_on_its_bound(tmp_path):
+    # one 8B run on 8 H100 at 0.5 s, a sixth of the model's 2.98 s: no GEMM efficiency ≤ 1
+    # explains it, the fit stops on the bound 1.0 ("at-bound") and nothing is written
+    runs = tmp_path / "one.csv"
+    runs.write_text("id,model,dp,tp,pp,mbs,gbs,seq_len,step_s\nfast,8b,8,1,1,1,64,4096,0.5\n")
+    out = tmp_path / "fitted.toml"
+    args = ["calibrate", str(runs), "--hw", "h100-nvlink", "--fit", "gemm", "-o", str(out)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and not out.exists()
+    assert r.stderr.strip().splitlines() == [
+        "plan3d: error: not written: efficiency.gemm.bf16 ran into its bound (1): no physical "
+        "value explains the runs — add runs with other layouts, or give --force to write it "
+        "anyway"]
+    r = runner.invoke(app, [*args, "--force"])
+    assert r.exit_code == 0 and out.exists()
