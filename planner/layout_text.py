@@ -96,14 +96,11 @@ def parse_layout(text: str) -> dict[str, Any]:
         raise PlanError("--plan was given an empty layout; give one as the table prints it, "
                         "e.g. \"dp128 tp2 pp1 cp2 z3 sel\"")
     out: dict[str, Any] = {}
-    seen: set[str] = set()
     for tok in words:
         before = set(out)
         _token(tok, out, text)
-        new = set(out) - before
-        if not new and tok.lower() not in seen:  # a word that set nothing new: a repeat
+        if not set(out) - before:  # a word that set nothing new (`full3 full3`): a repeat
             raise PlanError(f"--plan {text!r}: {tok!r} repeats a setting given before it")
-        seen.add(tok.lower())
     missing = [k for k in ("dp", "tp", "pp") if k not in out]
     if missing:
         raise PlanError(f"--plan {text!r} leaves out {', '.join(missing)}: give the whole layout "
@@ -137,8 +134,8 @@ def merge_layout(text: str, given: dict[str, Any]) -> dict[str, Any]:
         if not same:
             flag = _FLAG.get(key, f"--{key.replace('_', '-')}")
             shown = value if not isinstance(value, bool) else ("on" if value else "off")
-            raise PlanError(f"--plan {text!r} says {key} {_shown(mine)} but {flag} {shown} was "
-                            "given: leave one of them out")
+            raise PlanError(f"--plan {text!r} says {key.replace('_', '-')} {_shown(mine)} but "
+                            f"{flag} {shown} was given: leave one of them out")
     return {**{k: v for k, v in given.items() if v is not None}, **fields}
 
 

@@ -756,8 +756,9 @@ def _short_number(x: float) -> str:
 
 
 def compact_layout(plan: Plan) -> str:
-    """tp8 pp16 v2 z1 sel: the layout without dp (the rest of the GPUs)."""
-    return plan.config.short_label(dp=False)
+    """dp16 tp8 pp16 v2 z1 sel: the layout as the search's table spells it, dp included, so that
+    `explain --plan` takes it back as printed."""
+    return plan.config.short_label()
 
 
 def _first_clause(text: str) -> str:

@@ -100,7 +100,7 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
         if step <= target_step_s:
             return result.model_copy(update={"answer": (
                 f"{n:,} GPUs: the smallest size tried ({', '.join(f'{k:,}' for k in sizes)}) "
-                f"whose row 1 steps in ≤ {target_step_s:g} s ({step:.3g} s).")})
+                f"whose row 1 steps in ≤ {target_step_s:,.4g} s ({step:,.3f} s).")})
     seen = (f"; the best found is {best_seen[1]:.3g} s on {best_seen[0]} GPUs" if best_seen
             else "; no size fits in memory")
     raise NoFeasiblePlan(f"no cluster of up to {req.gpus} GPUs reaches a {target_step_s:g} s "

@@ -80,8 +80,7 @@ def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str
         hints.append(f"a larger-memory profile (checked: a plan fits on {req.gpus} × "
                      f"{', '.join(bigger)})")
     return (f"no plan of {model.name} fits on {req.gpus} × {hw.name}: the smallest need is "
-            f"{need / gib:.1f} GiB per GPU (dp{cfg.dp} tp{cfg.tp} pp{cfg.pp} cp{cfg.cp} "
-            f"mbs{cfg.mbs} zero{int(cfg.zero_stage)} {cfg.recompute.value}) against "
+            f"{need / gib:.1f} GiB per GPU ({cfg.short_label()}) against "
             f"{budget / gib:.1f} GiB usable; would fit with " + ", or ".join(hints))
 
 

@@ -5,6 +5,7 @@ items 2 and 3)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from typer.testing import CliRunner
@@ -19,8 +20,8 @@ def _seconds(text: str) -> float:
 
 
 def test_the_margin_line_names_the_parts_that_sum_to_the_step_difference():
-    # 70B on 512 H100 with a 30 % margin: row m is faster, at 99.x % of memory (read as 99 %,
-    # rounded down as the table rounds it)
+    # 70B on 512 H100 with a 30 % margin: row m is faster, inside the margin (above 70 % of
+    # memory), its share rounded down as the table rounds it
     r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink",
                             "--headroom", "0.3", "--top", "5", "--json"])
     assert r.exit_code == 0, r.output
@@ -38,4 +39,4 @@ def test_the_margin_line_names_the_parts_that_sum_to_the_step_difference():
     assert abs(sum(_seconds(v) for _, v in parts) - total) <= 5e-4 * (len(parts) + 1) + 5e-4
     assert [name.strip() for name, _ in parts][0] == "compute"  # the largest first
     share = fast["memory"]["total_bytes"] / fast["memory"]["capacity_bytes"]
-    assert 0.99 <= share < 1 and "at 99% of memory" in line
+    assert 0.7 < share < 1 and f"at {math.floor(100 * share)}% of memory" in line

@@ -16,6 +16,7 @@ from planner.cli import app
 runner = CliRunner()
 BAD = Path(__file__).parents[1] / "data" / "bad"
 RUNS = Path(__file__).parents[1] / "data" / "calibrate" / "runs.csv"
+GEMM = ("--fit", "gemm")  # what these runs constrain (a network fit ends on its bound: refused)
 SEARCH_70B = ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"]
 EXPLAIN_70B = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--tp", "8",
                "--pp", "4", "--gbs", "1024"]
@@ -249,9 +250,9 @@ def test_calibrate_file_errors_are_one_line_and_write_nothing(tmp_path, name, ne
 
 
 def test_unwritable_outputs_are_refused_and_nothing_is_half_written(tmp_path):
-    r = run("calibrate", RUNS, "-o", tmp_path / "no" / "such" / "dir" / "fitted.toml")
+    r = run("calibrate", RUNS, *GEMM, "-o", tmp_path / "no" / "such" / "dir" / "fitted.toml")
     assert_one_line_error(r, 2, "cannot write", "fitted.toml")
-    r = run("calibrate", RUNS, "-o", tmp_path)  # a folder
+    r = run("calibrate", RUNS, *GEMM, "-o", tmp_path)  # a folder
     assert_one_line_error(r, 2, "cannot write")
     r = run(*EXPLAIN_70B, "--timeline-out", tmp_path / "missing" / "x.svg")
     assert_one_line_error(r, 2, "cannot write", "x.svg")
@@ -266,7 +267,7 @@ def test_outputs_are_written_whole_and_only_on_success(tmp_path):
     assert r.exit_code == 0, r.output
     assert svg.read_text().rstrip().endswith("</svg>")
     fitted = tmp_path / "fitted.toml"
-    r = run("calibrate", RUNS, "-o", fitted)
+    r = run("calibrate", RUNS, *GEMM, "-o", fitted)
     assert r.exit_code == 0, r.output
     assert "[efficiency" in fitted.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fitted.toml", "schedule.svg"]

@@ -68,3 +68,59 @@ def test_calibrate_refuses_a_fit_on_its_bound(tmp_path):
         "anyway"]
     r = runner.invoke(app, [*args, "--force"])
     assert r.exit_code == 0 and out.exists()
+
+
+def test_compare_prints_layouts_explain_takes_back():
+    # compare's layout column spells dp too, so each cell's layout runs as printed
+    import json
+
+    r = runner.invoke(app, ["compare", "--model", "70b", "--hw", "h100-nvlink", "--gpus",
+                            "256,512", "--train-tokens", "1T"], env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.output
+    rows = re.findall(r"^h100-nvlink\s+(\d+)\s+(dp\d+ .+?)\s+([\d.]+)\s+\d+\s", r.stdout, re.M)
+    assert len(rows) == 2
+    for gpus, layout, step in rows:
+        e = runner.invoke(app, ["explain", "--model", "70b", "--hw", "h100-nvlink", "--gpus",
+                                gpus, "--plan", layout, "--json"])
+        assert e.exit_code == 0, e.output
+        assert f"{json.loads(e.stdout)['time']['step_s']:.2f}" == step
+
+
+def test_layout_strings_refuse_every_repeat_and_name_flags():
+    base = ["explain", "--model", "70b", "--gpus", "512", "--plan"]
+    for layout, word in (("dp32 tp4 pp4 v8 z1 full3 full3", "full3"),
+                         ("dp32 tp4 pp4 tp4", "tp4")):
+        r = runner.invoke(app, [*base, layout])
+        assert r.exit_code == 2
+        assert r.stderr.strip() == (f"plan3d: error: --plan {layout!r}: {word!r} repeats a "
+                                    "setting given before it")
+    r = runner.invoke(app, [*base, "dp32 tp4 pp4 v8 z1 full3", "--recompute-layers", "5"])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("plan3d: error: --plan 'dp32 tp4 pp4 v8 z1 full3' says "
+                                "recompute-layers 3 but --recompute-layers 5 was given: leave "
+                                "one of them out")
+
+
+def test_the_no_fit_error_spells_the_layout_as_the_table():
+    r = runner.invoke(app, ["search", "--model", "405b", "--gpus", "8", "--hw", "h100-nvlink"])
+    assert r.exit_code == 1
+    layout = re.search(r"GiB per GPU \(([^)]+)\)", r.stderr).group(1)
+    assert layout.startswith("dp1 tp8 pp1 ") and "zero" not in layout and "mbs1" not in layout
+    e = runner.invoke(app, ["explain", "--model", "405b", "--gpus", "8", "--hw", "h100-nvlink",
+                            "--plan", layout, "--json"])
+    # explain takes it back as that plan (and says it does not fit)
+    assert "--plan" not in e.stderr, e.stderr
+    c = __import__("json").loads(e.stdout)["config"]
+    assert (c["dp"], c["tp"], c["pp"], c["recompute"]) == (1, 8, 1, "full")
+
+
+def test_the_deadline_answer_rounds_like_the_table():
+    r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink",
+                            "--train-tokens", "1T", "--deadline-days", "30", "--top", "2"],
+                      env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    answer = r.stdout.splitlines()[0]
+    target, step = re.search(r"≤ ([\d.,]+) s \(([\d.,]+) s\)", answer).groups()
+    assert len(target.replace(",", "").replace(".", "")) <= 4  # 4 significant digits at most
+    row1 = next(x for x in r.stdout.splitlines() if re.match(r"\s+1\S*\s+dp", x))
+    assert step in row1.split()  # the step exactly as the table prints it
