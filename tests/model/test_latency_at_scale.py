@@ -40,7 +40,7 @@ def slow_latencies(monkeypatch):
 def _row1(hw, model, framework):
     r = search(load_model(model), hw, PlanRequest(gpus=512, tokens_per_step=4 * 2**20,
                                                   framework=framework), top=1)
-    return r.plans[0].config.short_label(), r.plans[0].time.step_s
+    return r.plans[0].config.short_label(), r.plans[0].time.step_s, r.plans[0].config
 
 
 CASES = [("8b", "megatron"), ("70b", "megatron"), ("8b", "torchtitan")]
@@ -53,10 +53,16 @@ def plain_rows():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_row1_on_64_nodes_does_not_rest_on_cheap_latency(case, plain_rows, slow_latencies):
-    label, step_s = plain_rows[case]
-    slow_label, slow_step_s = _row1(slow_latencies, *case)
+    label, step_s, config = plain_rows[case]
+    slow_label, slow_step_s, _ = _row1(slow_latencies, *case)
     assert slow_step_s > step_s  # the latencies are priced at all
-    assert slow_label == label
+    # the same row 1, or one the plain row 1 matches to 0.1 % when both pay the tripled
+    # latencies: 70B's dp32 tp4 pp4 z1 full3 is row 1 at v8 and, stressed, at v7 (each
+    # interleaved chunk adds pipeline sends, each now paying NCCL's send/recv latency), v8
+    # then 8.1296 s against v7's 8.1288 s — the same plan to within 0.01 %
+    if slow_label != label:
+        stressed = explain(load_model(case[0]), slow_latencies, config).time.step_s
+        assert stressed <= slow_step_s * 1.001, (label, slow_label)
 
 
 def test_dp_calls_pay_their_latency_and_it_grows_with_the_ranks():
