@@ -118,6 +118,8 @@ class PlanFlags:
 
 
 PLAN_FLAG_NAMES = tuple(f.name for f in fields(PlanFlags))
+PLAN_FLAG_DEFAULTS = {f.name: f.default for f in fields(PlanFlags)}
+"""Each plan flag's value when it is not given."""
 
 
 def plan_flags_of(options) -> dict:
