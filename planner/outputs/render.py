@@ -821,7 +821,7 @@ def render_compare(result, out: Console) -> None:
             row.append("—" if b.cost is None else _short_number(b.cost))
         row.append("—" if b.energy_mwh is None else _short_number(b.energy_mwh))
         table.add_row(*row)
-    out.print(table, width=width)
+    out.print(table, width=out.width)  # the layout folds between words only where it must
     for c in missing:
         say(f"{c.hardware} × {c.gpus:,}: {_first_clause(c.reason)}")
     if result.deadline_days is not None and any(c.meets_deadline is False for c in cells):
