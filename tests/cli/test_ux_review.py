@@ -124,3 +124,20 @@ def test_the_deadline_answer_rounds_like_the_table():
     assert len(target.replace(",", "").replace(".", "")) <= 4  # 4 significant digits at most
     row1 = next(x for x in r.stdout.splitlines() if re.match(r"\s+1\S*\s+dp", x))
     assert step in row1.split()  # the step exactly as the table prints it
+
+
+def test_the_readme_states_the_rule_once_with_the_current_validate_figures():
+    from pathlib import Path
+
+    from planner.catalog import load_hardware
+    from planner.model.validation import validate
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    item = readme[readme.index("- **Row 1, the plan to run.**"):readme.index("- **Short by")]
+    text = " ".join(item.split())
+    assert text.count("measured peaks") == 1 and "are marked measured" not in text
+    assert "The rule, in two sentences:" in text
+    a100, h100 = re.search(r"median \|error\|, ([\d.]+) % on A100 and ([\d.]+) % on H100",
+                           text).groups()
+    for figure, hw in ((a100, "a100-nvlink"), (h100, "h100-nvlink")):
+        assert f"{validate(load_hardware(hw)).median_abs_error:.1%}" == f"{figure}%"
