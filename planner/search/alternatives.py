@@ -15,7 +15,7 @@ import re
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from ..errors import PlanError
 from ..formulas.choices import ContextKind, Schedule
@@ -50,6 +50,8 @@ class Alternative(BaseModel):
     versus: str | None = None
     versus_step_s: float | None = None
     why: str
+    # the step of `plan`, part by part, for the lines that weigh it against row 1 (not in --json)
+    _time: Time | None = PrivateAttr(default=None)
 
 
 EP_PART = "exposed all-to-all (EP)"
@@ -281,9 +283,10 @@ def _compare(option: str, with_i: int | None, without_i: int | None, plan_at, ba
         return Alternative(option=option, verdict="none fits", why=none_fit + ".")
     with_plan = plan_at(with_i)
     if without_i is None:
-        return Alternative(option=option, verdict="wins", plan=with_plan.config.short_label(),
-                           step_s=with_plan.time.step_s,
-                           why="every plan that fits uses it.")
+        alt = Alternative(option=option, verdict="wins", plan=with_plan.config.short_label(),
+                          step_s=with_plan.time.step_s, why="every plan that fits uses it.")
+        alt._time = with_plan.time
+        return alt
     return _verdict(option, with_plan, plan_at(without_i), band)
 
 
@@ -301,9 +304,12 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
                                  f"{label_b}: {step_differences(b, a) or 'same parts'}")
     else:
         verdict, why = "ties", (f"its fastest plan{tried}, {label_a}, is within the tie band "
-                                f"(±{band:.0%}) of {label_b} ({ratio:+.1%})")
-    return Alternative(option=option, verdict=verdict, plan=label_a, step_s=a.step_s,
-                       versus=label_b, versus_step_s=b.step_s, why=why + ".")
+                                f"(±{band:.0%}) of {label_b} ({ratio:+.1%}): "
+                                f"{step_differences(b, a) or 'same parts'}")
+    alt = Alternative(option=option, verdict=verdict, plan=label_a, step_s=a.step_s,
+                      versus=label_b, versus_step_s=b.step_s, why=why + ".")
+    alt._time = a
+    return alt
 
 
 def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -> Alternative:

@@ -87,8 +87,11 @@ def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
         if (a.step_s is not None and a.step_s < best.time.step_s * (1 - band)
                 and a.plan != _name(best)):
             hint = CHANGE_HINTS.get(a.option, "--why says more")
+            # against row 1 part by part (the parts sum to the step difference)
+            diff = step_differences(best.time, a._time) if a._time is not None else ""
             lines.append(f"{a.option[0].upper()}{a.option[1:]} would change the answer: "
-                         f"{a.plan}, {1 - a.step_s / best.time.step_s:.1%} faster ({hint}).")
+                         f"{a.plan}, {1 - a.step_s / best.time.step_s:.1%} faster"
+                         + (f": {diff}" if diff else "") + f" ({hint}).")
     return lines
 
 

@@ -141,3 +141,44 @@ def test_the_readme_states_the_rule_once_with_the_current_validate_figures():
                            text).groups()
     for figure, hw in ((a100, "a100-nvlink"), (h100, "h100-nvlink")):
         assert f"{validate(load_hardware(hw)).median_abs_error:.1%}" == f"{figure}%"
+
+
+def _terms_total(text: str) -> tuple[float, float]:
+    """(the sum of the printed parts, the printed total) of 'name ±x.xxx s, … = ±y.yyy s'."""
+    def seconds(v: str) -> float:
+        return float(v.replace("−", "-"))
+
+    head, _, total = text.rpartition(" = ")
+    if not head:  # one part alone is the whole difference ('exposed CP +0.062 s')
+        head = total
+    parts = re.findall(r"([−+]\d+\.\d{3}) s", head)
+    assert parts, text
+    return sum(seconds(v) for v in parts), seconds(re.match(r".*?([−+]\d+\.\d{3}) s$",
+                                                           total)[1])
+
+
+def test_every_weighed_option_names_the_parts_that_sum_to_its_difference():
+    import json
+
+    for args in (["--model", "deepseek-v3", "--gpus", "2048"],
+                 ["--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"]):
+        data = json.loads(runner.invoke(app, ["search", *args, "--json"]).stdout)
+        weighed = [a for a in data["alternatives"] if a["verdict"] in ("wins", "ties", "loses")
+                   and a["versus"] is not None]
+        assert any(a["verdict"] == "ties" for a in weighed)
+        for a in weighed:
+            parts, total = _terms_total(a["why"].split(": ", 1)[1].rstrip("."))
+            assert abs(total - (a["step_s"] - a["versus_step_s"])) <= 5e-4, a
+            assert abs(parts - total) <= 5e-4 * (parts != total) * 12 + 5e-4, a
+
+
+def test_the_short_line_of_an_option_that_changes_the_answer_names_its_parts():
+    import json
+
+    data = json.loads(runner.invoke(app, ["search", "--model", "70b", "--gpus", "64",
+                                          "--framework", "torchtitan", "--json"]).stdout)
+    line = next(s for s in data["summary"] if "would change the answer" in s)
+    alt = next(a for a in data["alternatives"] if line.startswith(a["option"].capitalize()))
+    parts, total = _terms_total(line.split("faster: ", 1)[1].split(" (")[0].rstrip("."))
+    assert abs(total - (alt["step_s"] - data["plans"][0]["time"]["step_s"])) <= 5e-4
+    assert abs(parts - total) <= 5e-3
