@@ -43,7 +43,8 @@ def offload_layout(req: PlanRequest, recomputes=None) -> dict:
     recomputes = recomputes or req.recompute or list(Recompute)
     return dict(off_opt=fixed["offload_optimizer"], off_params=int(fixed["offload_params"]),
                 off_act=fixed["offload_activations"],
-                recompute_none=int(Recompute.NONE in recomputes))
+                recompute_none=int(Recompute.NONE in recomputes),
+                recompute_full=int(Recompute.FULL in recomputes))  # fit
 
 
 def offload_columns(config, size: int) -> dict[str, np.ndarray]:
@@ -98,6 +99,7 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
         layouts = SimpleNamespace(**cols, **layout_extra)
         layouts.off_opt, layouts.off_params, layouts.off_act = f_all, params, n_all
         layouts.recompute_none = int(choices.recompute is Recompute.NONE)
+        layouts.recompute_full = int(choices.recompute is Recompute.FULL)  # fit
         rows = left & reachable & np.asarray(framework.admissible(model, layouts), dtype=bool)
         if not rows.any():
             continue
