@@ -18,6 +18,7 @@ the sharded states are 2 + 4 + 12 = 18 B/param per rank.
 from __future__ import annotations
 
 import json
+import math
 
 from ..errors import PlanError
 from ..formulas import _ops
@@ -147,7 +148,8 @@ OFFLOAD_RULES = (
                        "full" if getattr(c, "recompute_full", 1) != 1 else
                        "deepspeed: activation_checkpointing.cpu_checkpointing moves every "
                        f"checkpointed layer input, not {off_act(c)} layers: use "
-                       f"--offload-activations {-(-m.n_layers // c.pp)} (the stage's layers)")),
+                       f"--offload-activations {math.ceil(m.n_layers / c.pp)} (the stage's "
+                       "layers)")),
 )
 """What DeepSpeed offloads to host memory, and under what ZeRO stages (offload)."""
 
@@ -182,8 +184,8 @@ def _contiguous_check(c: PlanConfig, m: ModelSpec) -> None:
     is an IndexError at run time."""
     if not c.contiguous_checkpoints:
         return
-    number = -(-m.n_layers // c.recompute_group)
-    stage = -(-(-(-m.n_layers // c.pp)) // c.recompute_group)
+    number = math.ceil(m.n_layers / c.recompute_group)
+    stage = math.ceil(math.ceil(m.n_layers / c.pp) / c.recompute_group)
     in_flight = min(c.pp, c.n_micro) * stage
     if in_flight > number:
         raise PlanError(f"deepspeed: contiguous_memory_optimization keeps number_checkpoints = "
@@ -251,7 +253,7 @@ def _ds_activation_checkpointing(c: PlanConfig, m: ModelSpec) -> dict[str, objec
         "profile": False,
     }
     if c.contiguous_checkpoints:
-        block["number_checkpoints"] = -(-m.n_layers // c.recompute_group)
+        block["number_checkpoints"] = math.ceil(m.n_layers / c.recompute_group)
     return block
 
 
