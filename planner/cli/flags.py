@@ -93,7 +93,8 @@ RecomputeGroupOpt = Annotated[int, typer.Option(
 DistributeOpt = Annotated[bool, typer.Option(
     "--distribute-saved-activations/--no-distribute-saved-activations",
     help="With --recompute full and --no-sp: split each checkpointed layer input over the tp "
-    "ranks (Megatron --distribute-saved-activations; DeepSpeed does it by itself).")]
+    "ranks, all-gathered before its rerun (Megatron --distribute-saved-activations; DeepSpeed "
+    "activation_checkpointing.partition_activations).")]
 RecomputeModulesOpt = Annotated[str | None, typer.Option(
     help="With --recompute selective: the submodules checkpointed, comma list of core_attn, "
     "mlp (Megatron --recompute-modules; default core_attn).")]
@@ -189,7 +190,8 @@ OffloadParamsOpt = Annotated[bool | None, typer.Option(
 
 OffloadActivationsOpt = Annotated[int | None, typer.Option(
     help="Layers per GPU whose activations are offloaded to host memory (Megatron "
-    "--cpu-offloading-num-layers; pp 1, no recompute).")]
+    "--cpu-offloading-num-layers; pp 1, no recompute). DeepSpeed: cpu_checkpointing, the "
+    "checkpointed inputs of every layer of the stage, under --recompute full.")]
 
 
 OffloadModeOpt = Annotated[str, typer.Option(
