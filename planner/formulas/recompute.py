@@ -66,6 +66,18 @@ def grouped_working_bytes(group_layers, full_layer_bytes):
     return group_layers * full_layer_bytes
 
 
+def partial_working_bytes(n_layers, n_recomputed, full_layer_bytes):
+    """What the stage holds beside its saved sets while a recomputed layer reruns (block method,
+    r of L layers): full·max(0, 1 − (L − r)), that is one layer's full set under full recompute
+    (r = L) and nothing for r < L. The recomputed layers are the stage's first r (Megatron's
+    block branch), whose backward runs last: by the rerun of layer r − 1 the L − r layers after
+    it have run their backward and freed their sets (≥ one full set), so the peak is at the
+    start of the backward, with every set still held (measured by tests/oracle/
+    test_recompute_levels.py test_rerun_peaks: peaks of block r = 2 of 4 and uniform g = 2
+    equal to the byte)."""
+    return full_layer_bytes * _ops.maximum(0, 1 - (n_layers - n_recomputed))
+
+
 def recompute_layer_fraction(n_layers, n_recomputed):
     """The share of the stage's layers whose forward reruns in the backward, r/L (grouped
     recompute reruns every layer: r = L)."""
@@ -157,8 +169,9 @@ def fewest_layers_to_recompute(n_layers, full_bytes, capacity_bytes, per_layer_g
 
         r = clamp(⌈L − (C − M_full)/g⌉, 1, L)
 
-    Memory with r layers recomputed is M_full + (L − r)·g for r ≥ 1 (one recomputed layer's
-    working set is alive at its backward either way), so r is the least that keeps it within C.
+    Memory with r layers recomputed is at most M_full + (L − r)·g for r ≥ 1 (it is less by one
+    layer's full set for r < L, when no rerun is alive at the peak: partial_working_bytes), so
+    r keeps it within C; it may be one more than the least that would (the search recosts it).
     A plan that does not fit even with all L recomputed gets L (and still does not fit).
     Example: L = 20, M_full = 60 GiB, C = 80 GiB, g = 3 GiB: ⌈20 − 20/3⌉ = ⌈13.33⌉ = 14."""
     r = _ops.ceil(n_layers - (capacity_bytes - full_bytes) / per_layer_gain_bytes)

@@ -180,7 +180,10 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     # selective the rest of them
     full_working = (RC.grouped_working_bytes(_ops.minimum(x.recompute_group, k.layers / k.v),
                                              layer_set(Recompute.NONE))
-                    if grouped else layer_set(Recompute.NONE))
+                    if grouped else
+                    # fit: r < L recomputed layers rerun after the others freed theirs
+                    RC.partial_working_bytes(k.layers, recomputed, layer_set(Recompute.NONE))
+                    if partial else layer_set(Recompute.NONE))
     working_act = (full_working if c.recompute is Recompute.FULL else
                    layer_set(Recompute.NONE) - layer_set(c.recompute)
                    if c.recompute is Recompute.SELECTIVE else 0)
