@@ -83,11 +83,15 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
             np.maximum(excess, 0), np.where(opt > 0, opt, 1), OFFLOAD_FRACTION_STEP), 6), 2.0)
         layers = OF.min_offload_layers(np.maximum(excess, 0),
                                        np.maximum(out["layer_activation_bytes"], 1.0), frag)
+    if framework.memory.host_checkpoints:  # fit: DeepSpeed cpu_checkpointing moves every layer's
+        layers = np.ceil(model.n_layers / np.asarray(cols["pp"], dtype=np.float64))
+        layers = np.broadcast_to(layers, excess.shape)
     kinds = (
         ("optimizer", np.minimum(fraction, 1.0), 0, 0, fraction <= 1),
         ("optimizer", 1.0, 0, 0, fraction <= 1),  # where the framework offloads all or nothing
         ("params", 1.0, 1, 0, np.ones(len(excess), dtype=bool)),
-        ("activations", 0.0, 0, layers, layers < model.n_layers),
+        ("activations", 0.0, 0, layers,
+         (layers < model.n_layers) | bool(framework.memory.host_checkpoints)),
     )
     unfit, optimizer_done = left, np.zeros(len(excess), dtype=bool)
     for kind, f, params, n_act, reachable in kinds:
