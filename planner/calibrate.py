@@ -349,17 +349,51 @@ class _Factor:
     lower: float
     upper: float
     precision: Precision | None = None
+    # what else the factor carries, in proportion: (the name cost.numbers gives it, its path in
+    # the profile, its profile value) — the NVLS figure beside the NVLink ring's
+    follows: tuple[tuple[str, str, float], ...] = ()
+    start: float = 1.0  # the profile's value of the factor itself
 
 
 def _factors(hw: HardwareProfile) -> list[_Factor]:
+    """The profile's factors a calibration can fit. The fast domain's factor is its ring bus
+    bandwidth, and NCCL's tuner reads the NVLink fabric through two figures (formulas/
+    collectives.py): the ring's W and NVLS's all-reduce figure, which it takes instead where it
+    is faster. A fabric slower or faster than the profile's is so for both (the same NVLinks and
+    switches carry them), so the NVLS figure moves with W in proportion; fitting W alone would
+    leave NVLS at the profile's value, and the tuner would move its collectives onto NVLS
+    wherever W fell below it — the step no longer depending on the factor being fitted."""
     out = [_Factor(f"gemm.{p.value}", f"efficiency.gemm.{p.value}", "gemm_eff", 1.0, 0.05, 1.0, p)
            for p in Precision if hw.gemm_efficiency(p) is not None]
     out.append(_Factor("hbm", "efficiency.hbm", "hbm_eff", 1.0, 0.05, 1.0))
+    nvls = hw.fast.nvls_busbw_gb_per_s
     out.append(_Factor("fast_busbw", "fast.busbw_gb_per_s", "fast_bw", GB,
-                       0.01 * hw.fast.gb_per_s, hw.fast.gb_per_s))
+                       0.01 * hw.fast.gb_per_s, hw.fast.gb_per_s,
+                       follows=(() if nvls is None
+                                else (("nvls_bw", "fast.nvls_busbw_gb_per_s", nvls),)),
+                       start=hw.fast.busbw_gb_per_s))
     out.append(_Factor("net_busbw", "network.busbw_gb_per_s", "net_bw", GB,
                        0.01 * hw.network.gb_per_s, hw.network.gb_per_s))
     return out
+
+
+def factor_paths(factor: _Factor, value: float) -> dict[str, float]:
+    """The profile paths a factor set to `value` writes: its own, and those that follow it in
+    proportion (rounded as fitted values are)."""
+    return {factor.path: value, **{path: _round(start * value / factor.start)
+                                   for _, path, start in factor.follows}}
+
+
+def profile_with_factors(hw: HardwareProfile, values: Mapping[str, float], **top
+                         ) -> HardwareProfile:
+    """A copy of the profile with the factors named by key (gemm.bf16, hbm, fast_busbw,
+    net_busbw) set to `values`, each with what follows it (_factors): the profile a calibration
+    that found these values writes."""
+    by_key = {f.key: f for f in _factors(hw)}
+    paths: dict[str, float] = {}
+    for key, value in values.items():
+        paths.update(factor_paths(by_key[key], value))
+    return profile_with(hw, paths, **top)
 
 
 def _profile_value(hw: HardwareProfile, path: str) -> float:
@@ -407,6 +441,8 @@ class FactorFit(BaseModel):
     reason: str  # why it was left, or how well it is determined
     sensitivity: float | None = None  # max over runs of |d log step / d log factor| at the start
     rel_std: float | None = None  # ~1σ relative uncertainty of a fitted value
+    # the profile values that moved with it in proportion: path → (before, after)
+    carried: dict[str, tuple[float, float]] = {}
 
 
 class RunFit(BaseModel):
@@ -475,6 +511,8 @@ def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np
         for j, f in enumerate(factors):
             if f.precision is None or f.precision is run_precision:
                 setattr(x, f.attr, values[:, j] * f.scale)
+            for attr, _, start in f.follows:  # in proportion to the factor (_factors)
+                setattr(x, attr, values[:, j] / f.start * start * f.scale)
             if f.precision is not None and f.precision is sixteen:
                 setattr(x, f"{f.attr}_16", values[:, j] * f.scale)
         out[i] = np.broadcast_to(np.asarray(plan_costs(x, run.choices)["step_s"], float), (k,))
@@ -735,7 +773,10 @@ def _factor_rows(all_factors: list[_Factor], fit: _Fit | None, before: dict[str,
             lower=f.lower, upper=f.upper, fitted=is_fitted,
             status=("at-bound" if f.key in bound_of else "fitted") if is_fitted else "left",
             reason=reason, sensitivity=sensitivity.get(f.key),
-            rel_std=rel_std.get(f.key) if is_fitted else None))
+            rel_std=rel_std.get(f.key) if is_fitted else None,
+            carried={path: (start, value) for (_, path, start), value in zip(
+                f.follows, list(factor_paths(f, after[f.key]).values())[1:])}
+            if is_fitted else {}))
     return rows
 
 
@@ -778,8 +819,8 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
     n = len(measurements)
     description = (f"{hw.description} — calibrated to {n} measured run"
                    f"{'s' if n != 1 else ''}").strip(" —")
-    profile = profile_with(hw, {f.path: after[f.key] for f in fitted},
-                           name=name or f"{hw.name}-calibrated", description=description)
+    profile = profile_with_factors(hw, {f.key: after[f.key] for f in fitted},
+                                   name=name or f"{hw.name}-calibrated", description=description)
     return _result(hw, profile, _factor_rows(all_factors, best, before, after, reasons,
                                              sensitivity, rel_std, bound_of),
                    _run_rows(measurements, hw, profile), best, warnings)
@@ -935,6 +976,8 @@ def calibration_note(result: CalibrationResult, source: str | Path,
     for f in result.fitted:
         lines.append(f"  {f.path}: {_fmt(f.before, f.unit)} -> {_fmt(f.after, f.unit)} "
                      f"({f.reason})")
+        lines += [f"  {path}: {_fmt(was, f.unit)} -> {_fmt(now, f.unit)} (with {f.key}, in "
+                  "proportion: the same NVLink fabric)" for path, (was, now) in f.carried.items()]
     if not result.fitted:
         lines.append("  (nothing)")
     lines.append("Left unchanged:")
@@ -957,4 +1000,6 @@ def calibration_toml(result: CalibrationResult, source: str | Path,
     """The fitted profile as TOML, with the calibration header and each fitted value's former
     value beside it."""
     notes = {f.path: f"calibrated; was {f.before:g}" for f in result.fitted}
+    notes.update({path: f"with {f.key}; was {was:g}" for f in result.fitted
+                  for path, (was, _) in f.carried.items()})
     return profile_to_toml(result.profile, calibration_note(result, source, when), notes)

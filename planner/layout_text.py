@@ -177,6 +177,12 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
         if getattr(c, "moe_forced_balance", False):
             args.append("--moe-forced-balance")
         dispatcher = getattr(c, "moe_dispatcher", None)
-        if dispatcher is not None and dispatcher not in c.short_label().split():
+        shared_overlap = getattr(c, "moe_shared_expert_overlap", False)
+        if dispatcher is not None and dispatcher not in c.short_label().split() and not (
+                shared_overlap and dispatcher == "alltoall"):  # the overlap implies alltoall
             args += ["--moe-dispatcher", dispatcher]
+        if shared_overlap:
+            args.append("--moe-shared-expert-overlap")
+    if not getattr(c, "mtp", True):
+        args.append("--no-mtp")
     return args

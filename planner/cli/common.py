@@ -131,21 +131,17 @@ def _not_fit_message(plan) -> str:
             "layout that fits")
 
 
-def _request(gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs, tokens, seq,
-             precision, grad_dtype, attention, overlap, allow_tp_across_nodes=False,
-             auto_default=False, framework=None, emit=None, **moe):
+def _request(gpus: int, flags: dict, emit: str | None = None, **extra):
+    """The PlanRequest of the plan flags (plan_flags.PlanFlags, by name) on `gpus` GPUs; `extra`:
+    a command's own request fields (search's allow_tp_across_nodes, offload)."""
     from pydantic import ValidationError
 
     from ..search.options import parse_request, resolve_framework
 
+    flags = dict(flags)
+    framework = resolve_framework(flags.pop("framework", None), emit, flags.get("schedule"))
     try:
-        return parse_request(
-            gpus=gpus, dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero,
-            recompute=recompute, schedule=schedule, sp=sp, gbs=gbs, tokens_per_step=tokens,
-            seq_len=seq, precision=precision, grad_dtype=grad_dtype, attention=attention,
-            overlap_grad_reduce=overlap, allow_tp_across_nodes=allow_tp_across_nodes,
-            framework=resolve_framework(framework, emit, schedule),
-            **moe)  # moe: ep, etp, moe_imbalance, moe_capacity_factor, moe_a2a_overlap
+        return parse_request(gpus=gpus, framework=framework, **flags, **extra)
     except ValidationError as err:
         from ..search.options import validation_message
 

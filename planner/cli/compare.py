@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -14,35 +15,16 @@ from ..errors import (
 from .app import PanelledHelp, app
 from .common import _checked_json, _fail, _request, _write_file
 from .flags import (
-    AttnOpt,
-    CpOpt,
-    DpOpt,
-    FailuresOpt,
-    FrameworkOpt,
-    GbsOpt,
     GoodputOpt,
-    GradOpt,
     HeadroomOpt,
     JsonOpt,
-    MbsOpt,
     ModelOpt,
-    OverlapOpt,
-    PpOpt,
-    PrecisionOpt,
-    RecomputeOpt,
-    RestartOpt,
-    ScheduleOpt,
-    SeqOpt,
-    SpOpt,
-    StorageWriteOpt,
-    TokensOpt,
-    TpOpt,
-    VppOpt,
-    ZeroOpt,
 )
+from .plan_flags import PlanFlags, with_plan_flags
 
 
 @app.command(cls=PanelledHelp)
+@with_plan_flags
 def compare(
     model: ModelOpt,
     hw: Annotated[str, typer.Option(
@@ -57,24 +39,15 @@ def compare(
     gpu_power_w: Annotated[str | None, typer.Option(
         help="Average GPU power in W for the energy, one number or NAME=W pairs (default: each "
         "profile's TDP).")] = None,
-    goodput: GoodputOpt = None,
-    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
-    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
+    goodput: GoodputOpt = None, flags: PlanFlags = None,
     deadline_days: Annotated[float | None, typer.Option(
         help="Size each profile: the fewest GPUs whose best plan trains the tokens within this "
         "many days.")] = None,
-    framework: FrameworkOpt = None,
-    dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
-    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
-    schedule: ScheduleOpt = None, sp: SpOpt = None,
-    gbs: GbsOpt = None, tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None,
-    precision: PrecisionOpt = "bf16", grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
-    overlap_grad_reduce: OverlapOpt = True,
     headroom: HeadroomOpt = None,
     json_: JsonOpt = False,
     chart: Annotated[str | None, typer.Option(
         help="Draw days and cost against GPUs to an .svg or .png file (needs matplotlib: "
-        "pip install 'plan3d[chart]').")] = None,
+        "pip install 'plan3d\\[chart]').")] = None,
 ) -> None:
     """The same job on several profiles and GPU counts: the best plan of each, with days,
     GPU-hours, cost and energy; the cheapest and the fastest first."""
@@ -95,11 +68,7 @@ def compare(
             check_chart()  # before computing: the chart extra may be missing
         names = [s.strip() for s in hw.split(",") if s.strip()]
         counts = int_list(gpus, "gpus", MAX_GPUS) or []
-        req = _request(max(counts, default=1), dp, tp, pp, cp, vpp, mbs, zero, recompute,
-                       schedule, sp, gbs, tokens_per_step, seq_len, precision, grad_dtype,
-                       attention, overlap_grad_reduce, framework=framework,
-                       failures_per_gpu_hour=failures_per_gpu_hour, restart_s=restart_s,
-                       storage_write_gb_per_s_per_gpu=storage_write_gb_per_s_per_gpu)
+        req = _request(max(counts, default=1), asdict(flags))
         result = api.compare_request(model, names, counts, req, token_count(train_tokens),
                                      price, gpu_power_w, goodput, deadline_days, headroom)
         data = _checked_json(result.model_dump(mode="json"))

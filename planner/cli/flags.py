@@ -176,6 +176,19 @@ MoeOverlapOpt = Annotated[bool | None, typer.Option(
     "both where the framework runs it unless one is given.")]
 
 
+MtpOpt = Annotated[bool, typer.Option(
+    "--mtp/--no-mtp",
+    help="Train the model's multi-token-prediction modules (DeepSeek-V3's MTP; Megatron "
+    "--mtp-num-layers), on the last pipeline stage; --no-mtp plans a run that leaves them out. "
+    "Nothing changes for a model without them.")]
+
+
+MoeSharedOverlapOpt = Annotated[bool, typer.Option(
+    "--moe-shared-expert-overlap/--no-moe-shared-expert-overlap",
+    help="Compute the shared experts beside the token dispatch and combine (Megatron "
+    "--moe-shared-expert-overlap): the alltoall dispatcher only, which it implies.")]
+
+
 # offload: to host memory
 OffloadOptimizerOpt = Annotated[float | None, typer.Option(
     help="Fraction (0-1) of the optimizer states kept in host memory and stepped by the CPU "
@@ -262,20 +275,23 @@ RestartOpt = Annotated[float | None, typer.Option(
 
 StorageWriteOpt = Annotated[float | None, typer.Option(
     help="Checkpoint write bandwidth per GPU in GB/s, every GPU writing at once: your storage's "
-    "aggregate write bandwidth over its GPUs (default: the profile's [storage]).")]
+    "aggregate write bandwidth over its GPUs (default: the profile's \\[storage]).")]
 
 
 # --help in panels (issue 19): what to plan, the layout, memory, the schedule, MoE, time and cost,
 # output. The options are shared by explain, search and compare, so each panel is set once here.
 HELP_PANELS = {
     "What to plan": (ModelOpt, HwOpt, GpusOpt, FrameworkOpt, GbsOpt, TokensOpt, SeqOpt,
-                     PrecisionOpt, AttnOpt),
+                     PrecisionOpt, AttnOpt, Fp8RecipeOpt, Fp8ParamGatherOpt),
     "Layout": (PlanOpt, DpOpt, TpOpt, PpOpt, CpOpt, VppOpt, MbsOpt, SpOpt, CpKindOpt, CpA2aOpt,
                DpShardOpt, DpReplicateOpt),
-    "Memory and recompute": (ZeroOpt, RecomputeOpt, HeadroomOpt, GradOpt, OffloadOptimizerOpt,
-                             OffloadParamsOpt, OffloadActivationsOpt, OffloadModeOpt),
+    "Memory and recompute": (ZeroOpt, RecomputeOpt, RecomputeLayersOpt, RecomputeGroupOpt,
+                             RecomputeModulesOpt, DistributeOpt, HeadroomOpt, GradOpt,
+                             OffloadOptimizerOpt, OffloadParamsOpt, OffloadActivationsOpt,
+                             OffloadModeOpt),
     "Schedule and overlap": (ScheduleOpt, OverlapOpt),
-    "Mixture of experts": (EpOpt, EtpOpt, MoeImbalanceOpt, MoeCapacityOpt, MoeOverlapOpt),
+    "Mixture of experts": (EpOpt, EtpOpt, MoeImbalanceOpt, MoeCapacityOpt, MoeOverlapOpt,
+                           MoeForcedOpt, MoeDispatcherOpt, MoeSharedOverlapOpt, MtpOpt),
     "Time and cost": (TrainTokensOpt, PriceOpt, PowerOpt, GoodputOpt, FailuresOpt, RestartOpt,
                       StorageWriteOpt, DeadlineOpt),
     "Output": (JsonOpt, WhyOpt, EmitOpt, MfuOpt),

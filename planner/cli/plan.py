@@ -31,84 +31,37 @@ from .common import (
     _write_file,
 )
 from .flags import (
-    AttnOpt,
-    CpA2aOpt,
-    CpKindOpt,
-    CpOpt,
     DeadlineOpt,
-    DistributeOpt,
-    DpOpt,
-    DpReplicateOpt,
-    DpShardOpt,
     EmitOpt,
-    EpOpt,
-    EtpOpt,
-    FailuresOpt,
-    Fp8ParamGatherOpt,
-    Fp8RecipeOpt,
-    FrameworkOpt,
-    GbsOpt,
     GoodputOpt,
     GpusOpt,
-    GradOpt,
     HeadroomOpt,
     HwOpt,
     JsonOpt,
-    MbsOpt,
     MfuOpt,
     ModelOpt,
-    MoeCapacityOpt,
-    MoeDispatcherOpt,
-    MoeForcedOpt,
-    MoeImbalanceOpt,
-    MoeOverlapOpt,
-    OffloadActivationsOpt,
     OffloadModeOpt,
-    OffloadOptimizerOpt,
-    OffloadParamsOpt,
-    OverlapOpt,
     PlanOpt,
     PowerOpt,
-    PpOpt,
-    PrecisionOpt,
     PriceOpt,
-    RecomputeGroupOpt,
-    RecomputeLayersOpt,
-    RecomputeModulesOpt,
-    RecomputeOpt,
-    RestartOpt,
-    ScheduleOpt,
-    SeqOpt,
-    SpOpt,
-    StorageWriteOpt,
-    TokensOpt,
-    TpOpt,
     TrainTokensOpt,
-    VppOpt,
     WhyOpt,
-    ZeroOpt,
     _mfu_convention,
 )
+from .plan_flags import PlanFlags, options_of, plan_flags_of, with_plan_flags
 
 
 @app.command(cls=PanelledHelp)
+@with_plan_flags
 def explain(
-    model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
-    dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
-    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
-    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None, plan: PlanOpt = None,
-    tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
-    grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
-    overlap_grad_reduce: OverlapOpt = True, json_: JsonOpt = False, emit: EmitOpt = None,
-    framework: FrameworkOpt = None,
+    model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink", plan: PlanOpt = None,
+    train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
+    gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None, flags: PlanFlags = None,
+    json_: JsonOpt = False, emit: EmitOpt = None,
     timeline: Annotated[bool, typer.Option(
         "--timeline", help="Draw the pipeline schedule, to scale.")] = False,
     timeline_out: Annotated[str | None, typer.Option(
         help="Write the schedule picture to an .svg file.")] = None,
-    train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
-    gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
-    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
-    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
     brief: Annotated[bool, typer.Option(
         "--brief", help="Print only the answer: fit, step, tokens/s, MFU (days and cost if "
         "asked) and the warnings.")] = False,
@@ -116,23 +69,13 @@ def explain(
         help="The sections to print after the answer, comma list of model, memory, pipeline, "
         "comm, time, constants (default: all).")] = None,
     mfu_convention: MfuOpt = "causal",
-    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
-    moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
-    dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
-    cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
-    offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
-    offload_activations: OffloadActivationsOpt = None,
     force: Annotated[bool, typer.Option(
         "--force", help="With --emit: write the settings even when the plan does not fit, a "
         "warning at their top (without it nothing is written and the exit status is 1).")]
     = False,
-    fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
-    recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
-    distribute_saved_activations: DistributeOpt = False, recompute_group: RecomputeGroupOpt = 1,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
-    o = SimpleNamespace(**locals())
+    o = options_of(locals())
     try:
         run = _explained(o)
     except PlanError as exc:
@@ -141,24 +84,8 @@ def explain(
 
 
 def _plan_request(o, **extra):
-    """The PlanRequest of explain's or search's flags (o: the command's arguments)."""
-    return _request(o.gpus, o.dp, o.tp, o.pp, o.cp, o.vpp, o.mbs, o.zero, o.recompute, o.schedule,
-                    o.sp, o.gbs, o.tokens_per_step, o.seq_len, o.precision, o.grad_dtype,
-                    o.attention, o.overlap_grad_reduce, framework=o.framework, emit=o.emit,
-                    ep=o.ep, etp=o.etp, moe_imbalance=o.moe_imbalance,
-                    moe_capacity_factor=o.moe_capacity_factor,
-                    moe_a2a_overlap=o.moe_a2a_overlap, moe_forced_balance=o.moe_forced_balance,
-                    moe_dispatcher=o.moe_dispatcher, dp_shard=o.dp_shard,
-                    dp_replicate=o.dp_replicate, cp_kind=o.cp_kind, cp_a2a=o.cp_a2a,
-                    offload_optimizer=o.offload_optimizer, offload_params=o.offload_params,
-                    offload_activations=o.offload_activations,
-                    fp8_recipe=o.fp8_recipe, fp8_param_gather=o.fp8_param_gather,  # fit
-                    recompute_layers=o.recompute_layers, recompute_modules=o.recompute_modules,
-                    distribute_saved_activations=o.distribute_saved_activations,
-                    recompute_group=o.recompute_group,
-                    failures_per_gpu_hour=o.failures_per_gpu_hour, restart_s=o.restart_s,
-                    storage_write_gb_per_s_per_gpu=o.storage_write_gb_per_s_per_gpu,  # goodput
-                    **extra)
+    """The PlanRequest of explain's or search's flags (o: the command's options)."""
+    return _request(o.gpus, plan_flags_of(o), emit=o.emit, **extra)
 
 
 def _explained(o) -> SimpleNamespace:
@@ -301,16 +228,15 @@ def _write_launch(launch, plan, fits: bool, force: bool) -> None:
 
 
 @app.command(cls=PanelledHelp)
+@with_plan_flags
 def search(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
-    dp: DpOpt = None, tp: TpOpt = None, pp: PpOpt = None, cp: CpOpt = None, vpp: VppOpt = None,
-    mbs: MbsOpt = None, zero: ZeroOpt = None, recompute: RecomputeOpt = None,
-    schedule: ScheduleOpt = None, sp: SpOpt = None, gbs: GbsOpt = None,
-    tokens_per_step: TokensOpt = None, seq_len: SeqOpt = None, precision: PrecisionOpt = "bf16",
-    grad_dtype: GradOpt = "fp32", attention: AttnOpt = "flash",
-    overlap_grad_reduce: OverlapOpt = True,
+    train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
+    gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None, flags: PlanFlags = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option(
-        rich_help_panel="Layout", help="Admit tp larger than the NVLink domain (to see its cost).")] = False,
+        rich_help_panel="Layout", help="Admit tp larger than the NVLink domain (to see its "
+        "cost).")] = False,
+    offload: OffloadModeOpt = "fit",
     top: Annotated[int, typer.Option(help="How many plans to show.", min=1,
                                      rich_help_panel="Ranking")] = 10,
     sort: Annotated[str, typer.Option(
@@ -318,28 +244,15 @@ def search(
         "(whole NVLink domains, doubling up to --gpus) whose row 1 steps within "
         "--target-step-s.")] = "time",
     target_step_s: Annotated[float | None, typer.Option(
-        rich_help_panel="Ranking", help="With --sort gpus: the step time to reach, in seconds.")] = None,
+        rich_help_panel="Ranking", help="With --sort gpus: the step time to reach, in "
+        "seconds.")] = None,
     headroom: HeadroomOpt = None, why: WhyOpt = False,
-    json_: JsonOpt = False, emit: EmitOpt = None, framework: FrameworkOpt = None,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: PriceOpt = None, gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None,
-    failures_per_gpu_hour: FailuresOpt = None, restart_s: RestartOpt = None,
-    storage_write_gb_per_s_per_gpu: StorageWriteOpt = None,
-    deadline_days: DeadlineOpt = None, mfu_convention: MfuOpt = "causal",
-    ep: EpOpt = None, etp: EtpOpt = None, moe_imbalance: MoeImbalanceOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None, moe_a2a_overlap: MoeOverlapOpt = None,
-    moe_forced_balance: MoeForcedOpt = False, moe_dispatcher: MoeDispatcherOpt = None,
-    dp_shard: DpShardOpt = None, dp_replicate: DpReplicateOpt = None,
-    cp_kind: CpKindOpt = None, cp_a2a: CpA2aOpt = None,  # cp-kind
-    offload_optimizer: OffloadOptimizerOpt = None, offload_params: OffloadParamsOpt = None,
-    offload_activations: OffloadActivationsOpt = None, offload: OffloadModeOpt = "fit",
-    fp8_recipe: Fp8RecipeOpt = None, fp8_param_gather: Fp8ParamGatherOpt = False,  # fit
-    recompute_layers: RecomputeLayersOpt = 0, recompute_modules: RecomputeModulesOpt = None,
-    distribute_saved_activations: DistributeOpt = False, recompute_group: RecomputeGroupOpt = 1,
+    json_: JsonOpt = False, emit: EmitOpt = None, deadline_days: DeadlineOpt = None,
+    mfu_convention: MfuOpt = "causal",
 ) -> None:
     """Find and rank the layouts that fit and the framework runs (ties within the model's
     uncertainty shown as ties)."""
-    o = SimpleNamespace(**locals())
+    o = options_of(locals())
     try:
         run = _searched(o)
     except PlanError as exc:

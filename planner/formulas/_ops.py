@@ -74,6 +74,34 @@ def _sympy_extremum(kind: str, type_a: type, a, type_b: type, b):
     return getattr(sympy, kind)(a, b)
 
 
+def _unary(name: str, doc: str, on_symbol, on_array, on_number):
+    """One function of one argument on any backend: on_symbol(sympy, x) for a symbol (sympy
+    imported only then), on_array(x) for a numpy array, on_number(x) for a plain number."""
+
+    def op(x):
+        if _is_symbolic(x):
+            import sympy
+
+            return on_symbol(sympy, x)
+        if isinstance(x, np.ndarray):
+            return on_array(x)
+        return on_number(x)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+ceil = _unary("ceil", "⌈x⌉ on any backend.", lambda sympy, x: sympy.ceiling(x), np.ceil,
+              lambda x: float(math.ceil(x)))
+log2 = _unary("log2", "log₂ x on any backend.", lambda sympy, x: sympy.log(x, 2), np.log2,
+              math.log2)
+ln = _unary("ln", "Natural logarithm on any backend.", lambda sympy, x: sympy.log(x), np.log,
+            math.log)
+sqrt = _unary("sqrt", "Square root on any backend (a symbol's prints as sqrt(x), not x**0.5).",
+              lambda sympy, x: sympy.sqrt(x), np.sqrt, math.sqrt)
+
+
 def minimum(a, b):
     """min(a, b) on any backend."""
     if _is_symbolic(a, b):
@@ -90,17 +118,6 @@ def maximum(a, b):
     if _is_array(a, b):
         return np.maximum(a, b)
     return max(a, b)
-
-
-def ceil(x):
-    """⌈x⌉ on any backend."""
-    if _is_symbolic(x):
-        import sympy
-
-        return sympy.ceiling(x)
-    if _is_array(x):
-        return np.ceil(x)
-    return float(math.ceil(x))
 
 
 def le(a, b):
@@ -140,17 +157,6 @@ def select(indicator, if_one, if_zero):
     return indicator * if_one + (1 - indicator) * if_zero
 
 
-def log2(x):
-    """log₂ x on any backend."""
-    if _is_symbolic(x):
-        import sympy
-
-        return sympy.log(x, 2)
-    if _is_array(x):
-        return np.log2(x)
-    return math.log2(x)
-
-
 def smallest(values):
     """min of several values on any backend: one n-ary Min for symbols (nested binary ones make
     sympy compare every pair as it builds them), numpy's reduce for arrays."""
@@ -163,25 +169,3 @@ def smallest(values):
     if _is_array(*values):
         return np.minimum.reduce(np.broadcast_arrays(*values))
     return min(values)
-
-
-def ln(x):
-    """Natural logarithm on any backend."""
-    if _is_symbolic(x):
-        import sympy
-
-        return sympy.log(x)
-    if _is_array(x):
-        return np.log(x)
-    return math.log(x)
-
-
-def sqrt(x):
-    """Square root on any backend (a symbol's prints as sqrt(x), not x**0.5)."""
-    if _is_symbolic(x):
-        import sympy
-
-        return sympy.sqrt(x)
-    if _is_array(x):
-        return np.sqrt(x)
-    return math.sqrt(x)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ..formulas import _ops
+from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import timing as T
@@ -15,6 +16,7 @@ from ..formulas.choices import Schedule
 from . import moe as MOE
 from .context import context_links, context_part_traffic, context_time
 from .links import group_links
+from .nccl import Call, nccl_s, tuner_link
 from .numbers import Choices, same
 
 
@@ -68,14 +70,20 @@ def link_shares(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
 def tensor_and_context_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     """TP's collectives per layer and direction, what of them the backward hides, one layer's
     time as a per-layer benchmark sees it, and CP's exposed time per layer."""
-    t, g, tp_layer = k.t, k.links, k.tp_layer
+    t, g = k.t, k.links
+    # each TP collective's buffer: one micro-batch's b·s·h activations of the layer (c-split),
+    # t times the t-split boundary message; NCCL's tuner picks each call's algorithm (NVLS or
+    # the ring inside the domain; ring, tree, NVLS-tree or CollNet across nodes), every call
+    # paying its own latency (formulas/collectives.py, model/nccl.py)
+    link, buffer = tuner_link(x, g.tp, k.tp_share), t * k.boundary
     if c.sequence_parallel:  # two all-gather + reduce-scatter pairs per direction
-        tp_dir_s = C.ring_time_s(tp_layer, g.tp.bw * k.tp_share, t, g.tp.k, 4, x.fast_lat,
-                                 x.net_lat)
-    else:  # two all-reduces per direction: NVLS inside the domain, ring or tree
-        tp_dir_s = 2 * C.allreduce_time_s(
-            tp_layer / 2 * C.sharp_volume_factor(t, x.sharp * (1 - k.tp_inside)),
-            g.tp.bw_allreduce * k.tp_share, t, g.tp.k, x.fast_lat, x.net_lat)
+        kinds = ((K.Coll.ALL_GATHER, "TP all-gather"), (K.Coll.REDUCE_SCATTER, "TP reduce-scatter"))
+    else:  # two all-reduces per direction
+        kinds = ((K.Coll.ALL_REDUCE, "TP all-reduce"),)
+    tp_dir_s = sum(2 * nccl_s(coll, buffer, t, link) for coll, _ in kinds)
+    # calls per step: 2 per layer, direction and forward pass (recompute reruns the forward's)
+    calls = 2 * k.layers * k.m * (k.fwd_passes + 1)
+    note("collectives", [Call(coll, buffer, calls, t, link, name) for coll, name in kinds])
     tp_dir_s = note("tp_layer_s", tp_dir_s)
     # forward all-reduces sit on the critical path; the backward's overlap the weight-gradient
     # GEMMs (Megatron's asynchronous TP all-reduce), which take as long as the forward matmuls

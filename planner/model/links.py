@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..formulas import _ops
 from ..formulas import comm as C
 from ..placement import MEGATRON_RANK_ORDER, group_stride
 
@@ -21,7 +22,14 @@ def collective_group(x, size, stride, domain):
     crossing = C.cross_domain_busbw(r, x.nics_per_gpu, x.net_bw, x.fast_bw, oversub)
     return SimpleNamespace(inside=inside, r=r, k=C.domains_spanned(size, r),
                            bw=C.group_busbw(inside, x.fast_bw, crossing),
-                           bw_allreduce=C.group_busbw(inside, x.nvls_bw, crossing))
+                           bw_allreduce=C.group_busbw(inside, nvls_or_ring_bw(x), crossing))
+
+
+def nvls_or_ring_bw(x):
+    """An all-reduce's bus bandwidth inside the domain: the profile's measured NVLS figure where
+    the switch has NVLS (x.nvls = 1), else the ring's x.fast_bw — taken from x here, not frozen
+    when the profile is read, so that a calibrated x.fast_bw reaches it."""
+    return _ops.select(x.nvls, x.nvls_bw, x.fast_bw)
 
 
 def dp_replicate_of(x):

@@ -29,14 +29,14 @@ def generation_of(hw: HardwareProfile) -> K.Gen:
 @dataclass(frozen=True)
 class Cluster:
     """What the tuner needs to know of the cluster beyond the group: generation, host CPU vendor,
-    NVLS on the switch (with its measured all-reduce bus bandwidth), SHARP, NICs per node."""
+    NVLS on the switch (with its measured all-reduce bus bandwidth), SHARP, NICs per node (the
+    network's bandwidth is the plan's x.net_bw, which calibration may change: tuner_link)."""
 
     generation: K.Gen
     cpu: K.Cpu
     nvls_bw: float | None
     sharp: bool
     nics_per_node: float
-    net_busbw: float
 
     @classmethod
     def of(cls, hw: HardwareProfile) -> Cluster:
@@ -44,20 +44,21 @@ class Cluster:
         cpu = K.Cpu.AMD if "AMD" in hw.gpu.upper() else K.Cpu.INTEL
         return cls(generation=generation_of(hw), cpu=cpu,
                    nvls_bw=hw.fast.nvls_busbw_bytes_per_s, sharp=hw.topology.sharp,
-                   nics_per_node=hw.nics_per_gpu * hw.node_gpus,
-                   net_busbw=hw.network.busbw_bytes_per_s * hw.nics_per_gpu * hw.node_gpus)
+                   nics_per_node=hw.nics_per_gpu * hw.node_gpus)
 
 
 def tuner_link(x, group, share) -> SimpleNamespace:
     """What the tuner is told of one group's link, on any backend: the domains it spans, the bus
     bandwidth of its ring (group.bw) and of NVLS at its share of the link, the LL ceiling for
     its node count, and the network bandwidth its own ranks' NICs give (K.group_net_busbw): the
-    node's whole network only for a group that holds all the node's GPUs. `x` the plan's numbers
+    node's whole network (the per-NIC bus bandwidth x.net_bw × its NICs) only for a group that
+    holds all the node's GPUs. Every bandwidth here is built from x's link figures, so a
+    calibrated x.fast_bw or x.net_bw (planner/calibrate.py) reaches the tuner. `x` the plan's numbers
     (numbers.nccl_numbers), `group` a links.collective_group, `share` its C.link_share."""
     return SimpleNamespace(
         n_nodes=group.k, busbw=group.bw * share,
         ll_max=K.ll_max_of(group.k, x.ll_max_one, x.ll_max_two, x.ll_max_many),
-        net_busbw=K.group_net_busbw(x.net_node_bw, group.r, x.nics_per_gpu,
+        net_busbw=K.group_net_busbw(x.net_bw * x.nics_per_node, group.r, x.nics_per_gpu,
                                     x.nics_per_node) * share,
         nvls_bw=x.nvls_bw * share, nics_per_node=x.nics_per_node,
         net_overhead_us=x.net_overhead_us, nvls=x.nvls, sharp=x.sharp)

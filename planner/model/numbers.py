@@ -261,15 +261,16 @@ def topology_numbers(hw: HardwareProfile) -> dict:
 
 def nccl_numbers(hw: HardwareProfile) -> dict:
     """What NCCL's tuner needs of the cluster (formulas/collectives.py, model/nccl.py): the LL
-    protocol's ceiling on 1, 2 and more nodes, the network overhead per step, NICs per node, the
-    network's bus bandwidth per node (NVLS-tree) and whether the switch has NVLS."""
+    protocol's ceiling on 1, 2 and more nodes, the network overhead per step, NICs per node and
+    whether the switch has NVLS (the network's bandwidth per node is net_bw × NICs per node,
+    built where it is used, model/nccl.py tuner_link, so that calibration reaches it)."""
     cluster = Cluster.of(hw)
     return dict(
         ll_max_one=float(K.ll_max_busbw(cluster.generation, 1, cluster.cpu)),
         ll_max_two=float(K.ll_max_busbw(cluster.generation, 2, cluster.cpu)),
         ll_max_many=float(K.ll_max_busbw(cluster.generation, 3, cluster.cpu)),
         net_overhead_us=K.NET_OVERHEAD_US[cluster.cpu.value], nics_per_node=cluster.nics_per_node,
-        net_node_bw=cluster.net_busbw, nvls=int(cluster.nvls_bw is not None))
+        nvls=int(cluster.nvls_bw is not None))
 
 
 def config_numbers(config: PlanConfig) -> dict:

@@ -59,7 +59,8 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
             "gbs": req.global_batch(model), "seq_len": seq,
             # moe: the load settings the expert terms use, and the all-to-all overlap switch
             **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,
-                               req.moe_forced_balance),
+                               req.moe_forced_balance, req.mtp),
+            "shared_overlap": int(req.moe_shared_expert_overlap),
             **req.fixed_offload()}  # offload: what the request fixes (default: none)
 
 

@@ -134,31 +134,21 @@ def validation_message(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, sp, gbs,
-                  tokens_per_step, seq_len, precision, grad_dtype, attention,
-                  overlap_grad_reduce, allow_tp_across_nodes=False,
-                  framework: str = "megatron", ep=None, etp=None, moe_imbalance=None,
-                  moe_capacity_factor=None, moe_a2a_overlap=None, moe_forced_balance=False,
-                  moe_dispatcher=None,
-                  dp_shard=None, dp_replicate=None, cp_kind=None, cp_a2a=None,
-                  offload_optimizer=None,
-                  offload_params=None, offload_activations=None,
-                  offload="fit", fp8_recipe=None, fp8_param_gather=False, recompute_layers=0,
-                  recompute_modules=None, distribute_saved_activations=False,
-                  recompute_group=1, failures_per_gpu_hour=None, restart_s=None,
-                  storage_write_gb_per_s_per_gpu=None) -> PlanRequest:
-    """The flags, validated, as a PlanRequest. Raises PlanError or pydantic's ValidationError."""
-    if grad_dtype not in ("fp32", "bf16"):
-        raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(grad_dtype)}")
-    for flag, value, top in (("gpus", gpus, MAX_GPUS), ("gbs", gbs, MAX_GBS),
-                             ("tokens-per-step", tokens_per_step, MAX_TOKENS_PER_STEP),
-                             ("seq-len", seq_len, MAX_SEQ_LEN)):
+def _checked_numbers(flags: dict, gpus: int, offload: str) -> str:
+    """parse_request's checks of the numbers and the offload mode, in the flags' names; the mode,
+    lower-cased."""
+    if flags.get("grad_dtype", "fp32") not in ("fp32", "bf16"):
+        raise PlanError(f"--grad-dtype must be fp32 or bf16, got {_shown(flags['grad_dtype'])}")
+    for flag, value, top in (("gpus", gpus, MAX_GPUS), ("gbs", flags.get("gbs"), MAX_GBS),
+                             ("tokens-per-step", flags.get("tokens_per_step"),
+                              MAX_TOKENS_PER_STEP),
+                             ("seq-len", flags.get("seq_len"), MAX_SEQ_LEN)):
         if value is not None and value < 1:
             raise PlanError(f"--{flag} must be a positive whole number, got {value}")
         if value is not None and value > top:
             raise PlanError(f"--{flag} must be at most {top:,}, got {value:,} (beyond any "
                             "training run; check the number)")
-    if dp_shard is not None and dp_replicate is not None:  # hybrid sharding
+    if flags.get("dp_shard") is not None and flags.get("dp_replicate") is not None:  # HSDP
         raise PlanError("give one of --dp-shard and --dp-replicate: dp = dp_shard × dp_replicate, "
                         "so one sets the other")
     mode = str(offload).strip().lower()  # offload
@@ -166,46 +156,84 @@ def parse_request(*, gpus, dp, tp, pp, cp, vpp, mbs, zero, recompute, schedule, 
         raise PlanError(f"--offload takes fit (offload only when no plan fits without it), auto "
                         f"(offload may make any plan fit, to compete on speed) or none, got "
                         f"{_shown(offload)}")
-    if offload_optimizer is not None and not 0 <= offload_optimizer <= 1:
+    fraction, layers = flags.get("offload_optimizer"), flags.get("offload_activations")
+    if fraction is not None and not 0 <= fraction <= 1:
         raise PlanError(f"--offload-optimizer is the fraction of the optimizer states on the "
-                        f"host, a number in [0, 1] such as 0.5, got {offload_optimizer:g}")
-    if offload_activations is not None and offload_activations < 0:
-        raise PlanError(f"--offload-activations is a number of layers, 0 or more, got "
-                        f"{offload_activations}")
-    fit = recipe_and_recompute(precision, fp8_recipe, fp8_param_gather, recompute,
-                               recompute_layers, recompute_modules)
-    fit["distribute_saved_activations"] = bool(distribute_saved_activations)
-    fit["recompute_group"] = int(recompute_group or 1)
+                        f"host, a number in [0, 1] such as 0.5, got {fraction:g}")
+    if layers is not None and layers < 0:
+        raise PlanError(f"--offload-activations is a number of layers, 0 or more, got {layers}")
+    return mode
+
+
+def _fit_fields(flags: dict) -> dict:
+    """fit: the recipe and the finer recompute levels, checked against each other."""
+    recompute, layers = flags.get("recompute"), flags.get("recompute_layers", 0)
+    fit = recipe_and_recompute(flags.get("precision", "bf16"), flags.get("fp8_recipe"),
+                               flags.get("fp8_param_gather", False), recompute, layers,
+                               flags.get("recompute_modules"))
+    fit["distribute_saved_activations"] = bool(flags.get("distribute_saved_activations"))
+    fit["recompute_group"] = int(flags.get("recompute_group") or 1)
     levels = {r.strip().lower() for r in str(recompute or "").split(",") if r.strip()}
-    if fit["recompute_group"] > 1 and (recompute_layers or (levels and not levels & {"full"})):
+    if fit["recompute_group"] > 1 and (layers or (levels and not levels & {"full"})):
         raise PlanError("--recompute-group checkpoints groups of layers under --recompute full "
                         "(Megatron's uniform method); --recompute-layers is the block method: "
                         "give one")
-    return PlanRequest(
-        **fit,  # fit: the recipe and the finer recompute levels
-        offload_optimizer=offload_optimizer, offload_params=offload_params,
-        offload_activations=offload_activations, offload=mode,
-        gpus=gpus, dp=int_list(dp, "dp"), tp=int_list(tp, "tp"), pp=int_list(pp, "pp"),
-        cp=int_list(cp, "cp"), vpp=int_list(vpp, "vpp"), mbs=int_list(mbs, "mbs", MAX_MBS),
-        zero=enum_list(zero, ZeroStage, "zero"), recompute=enum_list(recompute, Recompute,
-                                                                     "recompute"),
-        schedule=enum_list(schedule, Schedule, "schedule", allow_auto=False),
-        sp=None if sp is None else [sp], gbs=gbs, tokens_per_step=tokens_per_step,
-        seq_len=seq_len, precision=one_enum(precision, Precision, "precision"),
-        grad_dtype=grad_dtype, attention=one_enum(attention, Attention, "attention"),
-        overlap_grad_reduce=overlap_grad_reduce, allow_tp_across_nodes=allow_tp_across_nodes,
-        framework=framework,
-        ep=int_list(ep, "ep"), etp=int_list(etp, "etp"), moe_imbalance=moe_imbalance,
-        moe_capacity_factor=moe_capacity_factor, moe_a2a_overlap=moe_a2a_overlap,
-        moe_forced_balance=moe_forced_balance,
-        moe_dispatcher=(None if moe_dispatcher is None
-                        else one_enum(moe_dispatcher, Dispatcher, "moe-dispatcher").value),
-        dp_shard=("auto" if dp_shard is not None and str(dp_shard).strip().lower() == "auto"
-                  else int_list(dp_shard, "dp-shard")),
-        dp_replicate=int_list(dp_replicate, "dp-replicate"),
-        cp_kind=cp_kind_list(cp_kind), cp_a2a=int_list(cp_a2a, "cp-a2a"),  # cp-kind
-        failures_per_gpu_hour=failures_per_gpu_hour, restart_s=restart_s,  # goodput
-        storage_write_gb_per_s_per_gpu=storage_write_gb_per_s_per_gpu)
+    return fit
+
+
+def _degrees(flag: str, maximum: int = MAX_DIM):
+    return lambda text: int_list(text, flag, maximum)
+
+
+TEXT_FLAGS = {
+    "dp": _degrees("dp"), "tp": _degrees("tp"), "pp": _degrees("pp"), "cp": _degrees("cp"),
+    "vpp": _degrees("vpp"), "mbs": _degrees("mbs", MAX_MBS),
+    "zero": lambda text: enum_list(text, ZeroStage, "zero"),
+    "recompute": lambda text: enum_list(text, Recompute, "recompute"),
+    "schedule": lambda text: enum_list(text, Schedule, "schedule", allow_auto=False),
+    "sp": lambda value: None if value is None else [value],
+    "precision": lambda text: one_enum(text, Precision, "precision"),
+    "attention": lambda text: one_enum(text, Attention, "attention"),
+    "ep": _degrees("ep"), "etp": _degrees("etp"),  # moe
+    "moe_dispatcher": lambda text: (None if text is None
+                                    else one_enum(text, Dispatcher, "moe-dispatcher").value),
+    "dp_shard": lambda text: ("auto" if text is not None and str(text).strip().lower() == "auto"
+                              else int_list(text, "dp-shard")),
+    "dp_replicate": _degrees("dp-replicate"),
+    "cp_kind": lambda text: cp_kind_list(text), "cp_a2a": _degrees("cp-a2a"),  # cp-kind
+}
+"""The plan flags given as text (comma lists, `auto`, enum names), each with its parser, in the
+order their errors are reported; parse_request passes every other flag to PlanRequest as it is."""
+FIT_FLAGS = ("fp8_recipe", "fp8_param_gather", "recompute_layers", "recompute_modules",
+             "distribute_saved_activations", "recompute_group")
+"""fit: the flags _fit_fields reads together."""
+
+
+def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=False,
+                  offload="fit", **flags) -> PlanRequest:
+    """The plan flags (cli.plan_flags.PlanFlags, by the PlanRequest field each sets), validated,
+    as a PlanRequest: those in TEXT_FLAGS parsed, the fit flags checked together, every other one
+    as given (pydantic checks it; validation_message names the flag). Raises PlanError or
+    pydantic's ValidationError."""
+    mode = _checked_numbers(flags, gpus, offload)
+    fit = _fit_fields(flags)
+    parsed = {name: parse(flags.get(name)) for name, parse in TEXT_FLAGS.items()}
+    if flags.get("moe_shared_expert_overlap"):
+        parsed["moe_dispatcher"] = shared_overlap_dispatcher(parsed["moe_dispatcher"])
+    given = {k: v for k, v in flags.items() if k not in TEXT_FLAGS and k not in FIT_FLAGS}
+    return PlanRequest(**fit, **given, **parsed, offload=mode, gpus=gpus, framework=framework,
+                       allow_tp_across_nodes=allow_tp_across_nodes)
+
+
+def shared_overlap_dispatcher(dispatcher: str | None) -> str:
+    """--moe-shared-expert-overlap's dispatcher: alltoall, the one Megatron-Core runs it with
+    ("moe_shared_expert_overlap only works with alltoall token dispatcher", transformer_config.py
+    __post_init__ @ d98e8a64dd), so search weighs no other; another one asked for is an error."""
+    if dispatcher not in (None, "alltoall"):
+        raise PlanError(f"--moe-shared-expert-overlap runs with the alltoall dispatcher only "
+                        f"(Megatron-Core refuses it with the others), not --moe-dispatcher "
+                        f"{dispatcher}")
+    return "alltoall"
 
 
 CP_ALLGATHER_REFUSAL = (

@@ -85,6 +85,10 @@ class PlanRequest(BaseModel):
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] | None = None
     moe_capacity_factor: float | None = Field(None, gt=0, le=64)
     moe_a2a_overlap: bool | None = None  # None: search weighs it where Megatron runs it
+    # the shared experts beside the dispatch (alltoall dispatcher only: parse_request fixes it),
+    # and whether the model's multi-token-prediction modules train
+    moe_shared_expert_overlap: bool = False
+    mtp: bool = True
     # hybrid sharding: the shard group over dp (None: all of dp shards, as without HSDP; explain
     # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
     # domains with the shard group, search.dp_shard_candidates)
@@ -287,4 +291,5 @@ def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None
                 moe_imbalance=req.moe_imbalance, moe_capacity_factor=req.moe_capacity_factor,
                 moe_a2a_overlap=(bool(req.moe_a2a_overlap) if overlap is None else bool(overlap)),
                 moe_forced_balance=req.moe_forced_balance,
-                moe_dispatcher=dispatcher)
+                moe_dispatcher=dispatcher,
+                moe_shared_expert_overlap=req.moe_shared_expert_overlap, mtp=req.mtp)

@@ -139,9 +139,10 @@ def test_a_groups_network_is_its_own_ranks_nics():
 def test_the_cost_path_and_explain_price_a_group_on_one_link():
     # one tuner_link (K.group_net_busbw inside) feeds both the cost path (nccl_s) and the pick
     # explain shows (nccl_pick): a 64-rank all-reduce of 25 MB over 64 nodes, one rank per node,
-    # at half its link; the network it is told of is one NIC's 46 GB/s × 0.5, not the node's 368
+    # at half its link; the network it is told of is one NIC's 46 GB/s × 0.5, not the node's
+    # 8 · 46 = 368 (net_bw × NICs per node)
     x = SimpleNamespace(ll_max_one=141 * GB, ll_max_two=39 * GB, ll_max_many=20.4 * GB,
-                        net_node_bw=368 * GB, nics_per_gpu=1.0, nics_per_node=8.0,
+                        net_bw=46 * GB, nics_per_gpu=1.0, nics_per_node=8.0,
                         nvls_bw=480 * GB, net_overhead_us=1.0, nvls=1, sharp=0)
     group = SimpleNamespace(k=64, r=1, bw=46 * GB)
     link = tuner_link(x, group, 0.5)

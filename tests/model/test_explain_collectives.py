@@ -74,3 +74,28 @@ def test_explain_names_each_call_within_80_columns():
     assert r.output.index("Step") < r.output.index("Collectives per step")  # the answer first
     row = next(line for line in r.output.splitlines() if "DP reduce-scatter" in line)
     assert "ring/Simple" in row and "218.4 µs" in row and "57" in row
+
+
+def test_tensor_parallel_collectives_by_hand():
+    # dp16 tp8 pp4, mbs 1, s = 8192, h = 8192, bf16: each TP call's buffer b·s·h·2 =
+    # 134,217,728 B on one node's NVLink (W = 370 GB/s ring, NVLS all-reduce 480 GB/s)
+    _, terms, calls = _plan(zero_stage=1)
+    ag, rs = calls["TP all-gather"], calls["TP reduce-scatter"]
+    assert ag.message_bytes == rs.message_bytes == 134_217_728
+    # ring Simple: 8.4 + 7·3.4 = 32.2 µs; B·(7/8)/370e9 = 317.4 µs. NVLS's all-gather runs at
+    # 480/2·7/8 = 210 GB/s: 25 + 639.2 µs, slower
+    assert (ag.algorithm, ag.protocol) == ("ring", "Simple")
+    assert ag.latency_s == pytest.approx(32.2 * US)
+    assert ag.transfer_s == pytest.approx(134_217_728 * 7 / 8 / 370e9)
+    # 2 of each per layer, direction and pass: 2 · 20 layers · 64 micro-batches · 2 = 5,120
+    assert ag.calls_per_step == rs.calls_per_step == 5120
+    # the layer's one-direction term is two of each
+    assert terms["tp_layer_s"] == pytest.approx(2 * (ag.latency_s + ag.transfer_s
+                                                     + rs.latency_s + rs.transfer_s))
+    # without sequence parallelism, all-reduces: NVLS, 25 µs + B / (480e9 · 8/14) = 489.3 µs,
+    # beats the ring's 8.4 + 14·3.4 = 56 µs + B·(14/8)/370e9 = 634.8 µs
+    _, _, plain = _plan(zero_stage=1, sequence_parallel=False)
+    ar = plain["TP all-reduce"]
+    assert (ar.algorithm, ar.protocol) == ("nvls", "Simple")
+    assert ar.latency_s == pytest.approx(25 * US)
+    assert ar.transfer_s == pytest.approx(134_217_728 * 14 / 8 / 480e9)

@@ -18,7 +18,7 @@ from planner.calibrate import (
     calibration_toml,
     load_measurements,
     profile_to_toml,
-    profile_with,
+    profile_with_factors,
 )
 from planner.catalog import hardware_presets, load_hardware
 from planner.errors import PlanError
@@ -30,8 +30,6 @@ from planner.schema import HardwareProfile
 DATA = Path(__file__).parents[1] / "data" / "calibrate"
 
 TRUTH = {"gemm.bf16": 0.45, "hbm": 0.70, "fast_busbw": 300.0, "net_busbw": 35.0}
-PATHS = {"gemm.bf16": "efficiency.gemm.bf16", "hbm": "efficiency.hbm",
-         "fast_busbw": "fast.busbw_gb_per_s", "net_busbw": "network.busbw_gb_per_s"}
 
 # model, dp, tp, pp, mbs, gbs: TP inside and across the node, DP inside and across nodes,
 # pipelines whose stage boundaries cross the network, 7B/8B/70B, mbs 1–4
@@ -50,7 +48,9 @@ IN_NODE = [
 
 
 def with_factors(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
-    return profile_with(hw, {PATHS[key]: value for key, value in values.items()})
+    # the truth a calibration can express: fast_busbw carries the NVLS figure in proportion
+    # (calibrate._factors), as the profile it writes does
+    return profile_with_factors(hw, values)
 
 
 def step_s(m: Measurement, hw: HardwareProfile) -> float:
@@ -125,6 +125,26 @@ def test_synthetic_recovery(h100):
     assert p.peak_tflops == h100.peak_tflops and p.runtime == h100.runtime
     assert p.fast.gb_per_s == h100.fast.gb_per_s and p.fast.latency_us == h100.fast.latency_us
     assert p.efficiency.hbm == h100.efficiency.hbm
+    # NVLS moved with the NVLink ring's figure, in proportion: 480 · 200 / 370 = 259.46 GB/s
+    fast = factor(result, "fast_busbw")
+    assert p.fast.nvls_busbw_gb_per_s == pytest.approx(480 * fast.after / 370, rel=1e-4)
+    assert fast.carried["fast.nvls_busbw_gb_per_s"][0] == 480
+
+
+def test_the_tuner_reads_what_calibration_sets(h100):
+    # calibrate sets x.fast_bw, x.nvls_bw and x.net_bw; the tuner's link for a group that leaves
+    # the node must take its bandwidths from them, not from figures frozen when the profile was
+    # read: tp16 stride 1 spans 2 nodes (8 ranks each, all 8 NICs): W_net,group = 8 · net_bw
+    from planner.model.links import group_links
+    from planner.model.nccl import tuner_link
+
+    m = Measurement.from_fields(dict(id="r", model="8b", dp=1, tp=16, pp=1, mbs=1, gbs=1,
+                                     seq_len=4096, step_s=1.0))
+    x = numbers(m.model, h100, m.config)
+    for net_bw, nvls_bw in ((46e9, 480e9), (15e9, 260e9)):
+        x.net_bw, x.nvls_bw = net_bw, nvls_bw
+        link = tuner_link(x, group_links(x, 16, 1, 1).tp, 1.0)
+        assert link.net_busbw == pytest.approx(8 * net_bw) and link.nvls_bw == nvls_bw
 
 
 def test_a_uniform_slowdown_moves_the_gemm_efficiency_not_the_network(h100):
@@ -132,7 +152,10 @@ def test_a_uniform_slowdown_moves_the_gemm_efficiency_not_the_network(h100):
     # (least squares with all four free moves each by 9–13 %), but one explains it within the
     # model's uncertainty — the GEMM efficiency, which moves most of every step: 0.63 → ~0.56
     # (0.63 / 1.1 = 0.573 if the whole step were GEMMs; communication and bubble that do not
-    # scale with it ask a little more of it)
+    # scale with it ask a little more of it). What it leaves, rms 2.3 %, is the part of each
+    # step a GEMM efficiency cannot scale — most of it the TP collectives' NCCL latencies per
+    # call (32.2 µs per 8-rank ring all-gather or reduce-scatter, 4 per layer and direction):
+    # under 2.5 %, well within σ = 4.2 % (the model's own uncertainty on H100)
     runs = [m.model_copy(update={"step_s": m.step_s * 1.1}) for m in synthetic(LAYOUTS, h100)]
     result = calibrate(runs, h100)
     assert [f.key for f in result.fitted] == ["gemm.bf16"]
@@ -141,15 +164,17 @@ def test_a_uniform_slowdown_moves_the_gemm_efficiency_not_the_network(h100):
         f = factor(result, key)
         assert f.after == f.before and "do not need it" in f.reason, key
     assert result.profile.network == h100.network and result.profile.fast == h100.fast
-    assert result.rms_log_error_after < 0.02 < 0.09 < result.rms_log_error_before
+    assert result.rms_log_error_after < 0.025 < 0.09 < result.rms_log_error_before
 
 
 def test_fits_only_what_the_runs_need(h100):
     # TRUTH moves all four by 20–25 %; GEMM and the network explain the runs to 1 %, and HBM and
-    # NVLink add less than the model's uncertainty: they stay, each with its reason
+    # NVLink add less than the model's uncertainty: they stay, each with its reason (the
+    # starting profile is off by rms 0.298 in log step time: TRUTH's NVLink at 300 of 370 GB/s
+    # carries NVLS to 389 of 480 GB/s with it)
     result = calibrate(synthetic(LAYOUTS, with_factors(h100, TRUTH)), h100)
     assert sorted(f.key for f in result.fitted) == ["gemm.bf16", "net_busbw"]
-    assert result.rms_log_error_after < 0.02 and result.rms_log_error_before > 0.3
+    assert result.rms_log_error_after < 0.02 and result.rms_log_error_before > 0.29
     for key in ("hbm", "fast_busbw"):
         assert "do not need it" in factor(result, key).reason
 
@@ -224,9 +249,13 @@ def test_published_a100_cases_gemm_only():
     # issue 12, where groups leave a node on all their ranks' NICs: 2.60 % → 4.26 %; before it,
     # 3.58 % → 5.46 % with the optimum at ~0.71). Issue 22's straggler term (the slowest of N
     # GPUs beyond the 8 the efficiency was measured on) raises the large runs' predictions:
-    # 2.60 % → 3.59 % before the fit, 3.92 % after it (optimum ~0.715).
-    assert result.median_abs_error_before == pytest.approx(0.0359, abs=5e-4)
-    assert result.median_abs_error_after == pytest.approx(0.0392, abs=2e-3)
+    # 2.60 % → 3.59 % before the fit, 3.92 % after it (optimum ~0.715). Issue 22's TP
+    # collectives priced per NCCL call (each of the 2–4 per layer and direction pays the tuner's
+    # latency, 8.4 + 7·3.4 = 32.2 µs for an 8-rank ring all-gather, against 7 × the profile's
+    # 1 µs before) raise every TP run's prediction: 4.11 % before the fit (validate's A100
+    # median), 3.90 % after it (optimum ~0.720).
+    assert result.median_abs_error_before == pytest.approx(0.0411, abs=5e-4)
+    assert result.median_abs_error_after == pytest.approx(0.0390, abs=2e-3)
     assert result.median_abs_error_after < 0.10  # still within the validation target
 
     # and it is the least-squares optimum: moving it 1 % either way is worse
@@ -390,6 +419,7 @@ def test_calibrated_toml_round_trip(tmp_path, h100):
     was = f"{h100.efficiency.gemm.bf16:g}"  # the shipped profile's value
     assert f"efficiency.gemm.fp16 = {h100.efficiency.gemm.fp16:g}: no run uses fp16" in joined
     assert f"bf16 = 0.45  # calibrated; was {was}" in text
+    assert "nvls_busbw_gb_per_s = 259.46  # with fast_busbw; was 480" in text
     # an absent optional field is left out, not written as an empty value
     no_fp8 = load_hardware("a100-nvlink")
     assert "fp8" not in profile_to_toml(no_fp8, "")

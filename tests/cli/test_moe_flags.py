@@ -1,0 +1,97 @@
+"""--mtp/--no-mtp and --moe-shared-expert-overlap (issue 23): each moves the plan by the number the
+formulas give by hand, in explain, search and compare alike; the overlap with another dispatcher
+is refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+
+# DeepSeek-V3 on 2,048 H100, a layout that fits: h = 7168, t = 4, 16 layer slots a GPU,
+# gbs 1024 over dp 128 → m = 8 micro-batches of b = 1, s = 4096
+LAYOUT = ["--model", "deepseek-v3", "--gpus", "2048", "--hw", "h100-nvlink",
+          "--plan", "dp128 tp4 pp4 v8 ep256 z1", "--gbs", "1024"]
+
+
+def _explain(*extra):
+    r = runner.invoke(app, ["explain", *LAYOUT, "--json", *extra])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    return data, {t["key"]: t["value"] for t in data["terms"]}
+
+
+def test_no_mtp_takes_the_module_off_the_last_stage():
+    with_mtp, on = _explain()
+    without, off = _explain("--no-mtp")
+    assert with_mtp["config"]["mtp"] is True and without["config"]["mtp"] is False
+    assert on["mtp_depth"] == 1 and off["mtp_depth"] == 0
+    assert on["mtp_s"] > 0 and off["mtp_s"] == 0 and off["mtp_bytes"] == 0
+    # the module's own parameters beside its layer slot (formulas/moe_mtp.mtp_extra_params), D = 1:
+    # eh_proj 2h²/t = 2·7168²/4 = 25,690,112, three norms 3h = 21,504, and the embedding copy
+    # V′h/t = 129,536·7,168/4 = 232,128,512 (V′: 129,280 padded to a multiple of 128·t = 512)
+    # → 257,840,128 fewer parameters on the last stage's GPU
+    assert on["vocab_padded"] == 129_536
+    assert on["params_last_stage"] - off["params_last_stage"] == 257_840_128
+    assert without["time"]["step_s"] < with_mtp["time"]["step_s"]
+
+
+def test_shared_expert_overlap_hides_three_shared_forwards_a_layer():
+    plain, before = _explain()
+    overlapped, after = _explain("--moe-shared-expert-overlap")
+    assert overlapped["config"]["moe_shared_expert_overlap"] is True
+    assert overlapped["config"]["moe_dispatcher"] == "alltoall"  # the only one that runs it
+    # one shared expert's forward on the GPU's tokens over t: 2·b·s·3·h·f_s/t FLOPs
+    # = 2·4096·3·7168·2048/4 = 9.0194e10, at 989.4 TFLOP/s × 0.63 (the profile's bf16 GEMM
+    # efficiency) S_f = 1.44699e-4 s. The forward's dispatch and combine hide under S_f, the
+    # backward's under 2·S_f (moe_step.shared_overlap_exposed_s); each half of the exchange,
+    # 2·T_a2a, is longer than 2·S_f here, so a layer's exposed exchange shrinks by 3·S_f, over
+    # m = 8 micro-batches and the stage's 16 MoE layers: 8·16·3·1.44699e-4 = 0.0555646 s
+    s_f = 2 * 4096 * 3 * 7168 * 2048 / 4 / (989.4e12 * 0.63)
+    assert 2 * s_f < 2 * before["all_to_all_s"]
+    assert before["ep_exposed_s"] - after["ep_exposed_s"] == pytest.approx(8 * 16 * 3 * s_f,
+                                                                           rel=1e-9)
+    assert overlapped["time"]["step_s"] < plain["time"]["step_s"]
+
+
+@pytest.mark.parametrize("dispatcher", ["deepep", "allgather"])
+def test_shared_expert_overlap_with_another_dispatcher_is_one_line(dispatcher):
+    r = runner.invoke(app, ["explain", *LAYOUT, "--moe-shared-expert-overlap",
+                            "--moe-dispatcher", dispatcher])
+    assert r.exit_code == 2
+    assert r.stderr == ("plan3d: error: --moe-shared-expert-overlap runs with the alltoall "
+                        "dispatcher only (Megatron-Core refuses it with the others), not "
+                        f"--moe-dispatcher {dispatcher}\n")
+
+
+def test_search_weighs_the_flags_and_row_1_runs_as_explain_prices_it():
+    r = runner.invoke(app, ["search", "--model", "deepseek-v3", "--gpus", "2048", "--hw",
+                            "h100-nvlink", "--dp", "128", "--tp", "4", "--pp", "4", "--vpp", "8",
+                            "--ep", "256", "--gbs", "1024", "--top", "1", "--no-mtp",
+                            "--moe-shared-expert-overlap", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    row = data["plans"][0]
+    assert row["config"]["mtp"] is False and row["config"]["moe_shared_expert_overlap"] is True
+    args = data["explain_args"][0]
+    assert "--no-mtp" in args and "--moe-shared-expert-overlap" in args
+    assert "--moe-dispatcher" not in args  # the overlap implies alltoall
+    again = runner.invoke(app, [*args, "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["time"]["step_s"] == pytest.approx(row["time"]["step_s"],
+                                                                       rel=1e-12)
+
+
+def test_compare_takes_the_moe_flags():
+    r = runner.invoke(app, ["compare", "--model", "deepseek-v3", "--hw", "h100-nvlink", "--gpus",
+                            "2048", "--train-tokens", "1T", "--dp", "128", "--tp", "4", "--pp",
+                            "4", "--vpp", "8", "--ep", "256", "--gbs", "1024", "--no-mtp",
+                            "--moe-shared-expert-overlap", "--json"])
+    assert r.exit_code == 0, r.output
+    config = json.loads(r.stdout)["cells"][0]["plan"]["config"]
+    assert config["mtp"] is False and config["moe_shared_expert_overlap"] is True
