@@ -18,6 +18,7 @@ from planner.formulas import collectives as K
 from planner.model.explain import explain
 from planner.schema import PlanConfig
 from planner.search.core import search
+from planner.search.ranking import TIE_BAND
 from planner.search.request import PlanRequest
 
 H100 = load_hardware("h100-nvlink")
@@ -39,8 +40,9 @@ def slow_latencies(monkeypatch):
 
 def _row1(hw, model, framework):
     r = search(load_model(model), hw, PlanRequest(gpus=512, tokens_per_step=4 * 2**20,
-                                                  framework=framework), top=1)
-    return r.plans[0].config.short_label(), r.plans[0].time.step_s
+                                                  framework=framework), top=10)
+    return r.plans[0].config.short_label(), r.plans[0].time.step_s, {
+        p.config.short_label(): p.time.step_s for p in r.plans}
 
 
 CASES = [("8b", "megatron"), ("70b", "megatron"), ("8b", "torchtitan")]
@@ -53,10 +55,15 @@ def plain_rows():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_row1_on_64_nodes_does_not_rest_on_cheap_latency(case, plain_rows, slow_latencies):
-    label, step_s = plain_rows[case]
-    slow_label, slow_step_s = _row1(slow_latencies, *case)
+    label, step_s, plain = plain_rows[case]
+    slow_label, slow_step_s, slow = _row1(slow_latencies, *case)
     assert slow_step_s > step_s  # the latencies are priced at all
-    assert slow_label == label
+    # row 1 stays row 1, or (where two plans are near-tied: 70B's dp256 cp2 z3 full27 and dp32
+    # tp4 pp4 v8 z1 full3 are 0.06 % apart) the new row 1 was a tie of it, and it stays within
+    # the tie band of the new one: choosing it with cheap latencies costs no more than a tie
+    assert slow_label == label or (
+        plain[slow_label] <= step_s * (1 + TIE_BAND)
+        and slow[label] <= slow_step_s * (1 + TIE_BAND))
 
 
 def test_dp_calls_pay_their_latency_and_it_grows_with_the_ranks():
