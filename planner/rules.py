@@ -33,6 +33,11 @@ def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
         n_micro=config.n_micro, gbs=config.gbs, seq_len=config.seq_len,
         interleaved=config.schedule is Schedule.INTERLEAVED, sp=config.sequence_parallel,
         schedule=config.schedule, ep=config.ep, etp=config.etp,  # moe
+        # moe: the MoE run settings a framework may not have (the search never sets them)
+        a2a_overlap=int(config.moe_a2a_overlap), moe_allgather=int(config.moe_dispatcher
+                                                                    == "allgather"),
+        moe_capped=int(bool(config.moe_capacity_factor)), moe_forced=int(config.moe_forced_balance),
+        moe_shared_overlap=int(config.moe_shared_expert_overlap),
         dp_shard=config.dp_shard or config.dp,  # hybrid sharding
         cp_a2a=cp_a2a,  # cp-kind: the all-to-all group c_a (1 for the ring)
         # offload: fraction of the optimizer, parameters (0/1), activation layers; recompute none

@@ -95,6 +95,11 @@ DistributeOpt = Annotated[bool, typer.Option(
     help="With --recompute full and --no-sp: split each checkpointed layer input over the tp "
     "ranks, all-gathered before its rerun (Megatron --distribute-saved-activations; DeepSpeed "
     "activation_checkpointing.partition_activations).")]
+ContiguousOpt = Annotated[bool, typer.Option(
+    "--contiguous-checkpoints/--no-contiguous-checkpoints",
+    help="DeepSpeed, with --distribute-saved-activations: copy the partitioned checkpoints into "
+    "buffers allocated ahead (activation_checkpointing.contiguous_memory_optimization, "
+    "number_checkpoints = the model's layers / --recompute-group).")]
 RecomputeModulesOpt = Annotated[str | None, typer.Option(
     help="With --recompute selective: the submodules checkpointed, comma list of core_attn, "
     "mlp (Megatron --recompute-modules; default core_attn).")]

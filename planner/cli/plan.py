@@ -48,7 +48,13 @@ from .flags import (
     WhyOpt,
     _mfu_convention,
 )
-from .plan_flags import PlanFlags, options_of, plan_flags_of, with_plan_flags
+from .plan_flags import (
+    PLAN_FLAG_DEFAULTS,
+    PlanFlags,
+    options_of,
+    plan_flags_of,
+    with_plan_flags,
+)
 
 
 @app.command(cls=PanelledHelp)
@@ -143,9 +149,10 @@ def _apply_layout(o) -> None:
     beside it that contradicts it is an error naming both (planner.layout_text)."""
     from ..layout_text import merge_layout
 
-    # options at the values they take when not given count as not given
-    unset = {"recompute_layers": 0, "recompute_group": 1, "fp8_param_gather": False, "precision": "bf16",
-             "moe_a2a_overlap": False}
+    # options at the values they take when not given count as not given (and --no-moe-a2a-overlap,
+    # a layout without `ovl`)
+    unset = {k: PLAN_FLAG_DEFAULTS[k] for k in LAYOUT_OPTIONS
+             if PLAN_FLAG_DEFAULTS[k] is not None} | {"moe_a2a_overlap": False}
     given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
              for k in LAYOUT_OPTIONS}
     fields = merge_layout(o.plan, given)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 
 from .flags import (
     AttnOpt,
+    ContiguousOpt,
     CpA2aOpt,
     CpKindOpt,
     CpOpt,
@@ -94,6 +95,7 @@ class PlanFlags:
     recompute_group: RecomputeGroupOpt = 1
     recompute_modules: RecomputeModulesOpt = None
     distribute_saved_activations: DistributeOpt = False
+    contiguous_checkpoints: ContiguousOpt = False  # fit: DeepSpeed
     grad_dtype: GradOpt = "fp32"
     offload_optimizer: OffloadOptimizerOpt = None  # offload
     offload_params: OffloadParamsOpt = None
@@ -118,6 +120,8 @@ class PlanFlags:
 
 
 PLAN_FLAG_NAMES = tuple(f.name for f in fields(PlanFlags))
+PLAN_FLAG_DEFAULTS = {f.name: f.default for f in fields(PlanFlags)}
+"""Each plan flag's value when it is not given."""
 
 
 def plan_flags_of(options) -> dict:

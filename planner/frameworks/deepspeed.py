@@ -8,7 +8,9 @@ deepspeedai/Megatron-DeepSpeed megatron/arguments.py @ 207b2d5.
 What it runs: ZeRO stages 0–3, but the pipeline engine only with ZeRO 0 or 1 ("ZeRO-2 and ZeRO-3
 are incompatible with pipeline parallelism"); its TrainSchedule is 1F1B-style, with no
 interleaving and no GPipe; context parallelism is DeepSpeed-Ulysses (all-to-all over the heads),
-not combined with Megatron's sequence parallelism; no FP8 mode in the config.
+not combined with Megatron's sequence parallelism; no FP8 mode in the config. Expert
+parallelism is AutoEP's over a Hugging Face model (frameworks/deepspeed_moe.py): ep > 1 with
+tp = pp = cp = 1, etp = 1, any ZeRO stage, dropless routing by all-to-all or DeepEP.
 
 Memory: 16-bit weights and gradients; the optimizer keeps fp32 master weights, Adam's m and v
 (12 B/param) and, in step(), an fp32 copy of its gradient partition (4 B/param): under ZeRO-2/3
@@ -26,6 +28,7 @@ from ..formulas import collectives as K
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
+from . import deepspeed_moe as DS_MOE
 from .base import (
     ActivationStyle,
     Args,
@@ -85,10 +88,7 @@ def bucket_bytes(zero: ZeroStage) -> float:
 
 
 RULES = (
-    Rule("no expert parallelism (ep = etp = 1)",
-         lambda m, c: (getattr(c, "ep", 1) == 1) & (getattr(c, "etp", 1) == 1),
-         lambda m, c: "deepspeed: DeepSpeed-MoE's expert parallelism is not modelled or written "
-                      "by plan3d; use --ep 1 or --framework megatron"),
+    *DS_MOE.MOE_RULES,  # moe: AutoEP (frameworks/deepspeed_moe.py)
     Rule("pipeline parallelism only with ZeRO 0 or 1",
          lambda m, c: (c.pp == 1) | (c.zero < 2),
          lambda m, c: f"deepspeed: ZeRO-{int(c.zero)} with pipeline parallelism is not supported "
@@ -337,9 +337,15 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
     notes = common_notes(c, m)
     _ds_check(c)
     _contiguous_check(c, m)  # fit
+    DS_MOE.check(c, m)
     cfg = _ds_config(c, m, notes)
-    _ds_launch_args(c, notes)
-    _ds_notes(c, m, notes)
+    expert_parallel = DS_MOE.expert_parallel_section(c, m)  # moe: AutoEP
+    if expert_parallel is None:
+        _ds_launch_args(c, notes)
+        _ds_notes(c, m, notes)
+    else:
+        cfg["expert_parallel"] = expert_parallel
+        DS_MOE.launch_notes(c, m, notes)
     return EmitResult("deepspeed", "json", json.dumps(cfg, indent=2) + "\n", RELEASE, notes)
 
 

@@ -126,8 +126,10 @@ EXPRESSES_EXPERT_PARALLELISM = {"megatron", "torchtitan", "nemo"}
 """Emitters that write a MoE plan's expert settings (ep, etp, the MoE shape): Megatron by its
 flags, torchtitan by its model registry (deepseek_v3, qwen3) and
 parallelism.expert_parallel_degree, Megatron-Bridge by the same settings as model.* keys
-(bridge_moe_fields) — but not MLA, whose ranks GPTModelProvider does not hold. DeepSpeed-MoE can
-run expert parallelism, but its emitter does not write it yet."""
+(bridge_moe_fields) — but not MLA, whose ranks GPTModelProvider does not hold. DeepSpeed writes
+ep > 1 as AutoEP's "expert_parallel" section over the Hugging Face model, which carries the MoE
+and MLA shape itself (frameworks/deepspeed_moe.py); with ep = 1 its Megatron-DeepSpeed model does
+not hold the shapes below."""
 
 WRITES_MLA = {"megatron", "torchtitan"}
 
@@ -137,7 +139,7 @@ def check_expressible(framework: str, config: PlanConfig, model: ModelSpec) -> N
     or MLA (the launch would then hold every expert on every GPU, or build a different model)."""
     from ..errors import PlanError
 
-    if framework in WRITES_MLA:
+    if framework in WRITES_MLA or (framework == "deepspeed" and config.ep > 1):
         return
     if framework in EXPRESSES_EXPERT_PARALLELISM:
         if model.is_mla:

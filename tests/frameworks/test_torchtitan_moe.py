@@ -44,9 +44,11 @@ def test_emitted_settings_carry_ep_and_the_registry_entry():
 
 
 def test_megatron_only_shapes_are_still_refused_elsewhere():
-    with pytest.raises(PlanError, match="expert parallelism"):
+    # DeepSpeed's AutoEP takes this plan (tests/frameworks/test_deepspeed_moe.py) but not with
+    # expert tensor parallelism
+    with pytest.raises(PlanError, match="expert tensor parallelism"):
         emit("deepspeed", PlanConfig(**{**QWEN_EP8.model_dump(), "framework": "deepspeed",
-                                        "zero_stage": 1}), QWEN)
+                                        "zero_stage": 1, "etp": 2}), QWEN)
 
 
 def test_torchtitan_reads_it_back():

@@ -1,7 +1,7 @@
 """fit: DeepSpeed's activation-checkpointing options (runtime/activation_checkpointing/
 checkpointing.py and offload_activations.py @ edaa722), costed: partition_activations
 (--distribute-saved-activations), cpu_checkpointing (--offload-activations, every checkpoint),
-contiguous_memory_optimization with number_checkpoints (API: contiguous_checkpoints), and the
+contiguous_memory_optimization with number_checkpoints (--contiguous-checkpoints), and the
 formulas behind them, hand-derived."""
 
 from __future__ import annotations

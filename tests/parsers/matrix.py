@@ -89,4 +89,16 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      "--offload-activations 16", ("deepspeed",)),
     ("ds-ac-cpu-8b", "--model llama-3.1-8b --gpus 16 --framework deepspeed --tp 2 --pp 1 "
      "--zero 1 --no-sp --recompute full --offload-activations 32", ("deepspeed",)),
+    ("ds-ac-contiguous-8b", "--model llama-3.1-8b --gpus 16 --framework deepspeed --tp 2 "
+     "--pp 2 --zero 1 --no-sp --recompute full --distribute-saved-activations "
+     "--contiguous-checkpoints", ("deepspeed",)),
+    # moe: AutoEP (the JSON's expert_parallel section over a Hugging Face model)
+    ("ds-autoep-qwen3-z2", "--model qwen3-30b-a3b --gpus 64 --framework deepspeed --tp 1 "
+     "--pp 1 --ep 8 --zero 2", ("deepspeed",)),
+    ("ds-autoep-qwen3-z3-deepep", "--model qwen3-30b-a3b --gpus 32 --framework deepspeed "
+     "--tp 1 --pp 1 --ep 16 --zero 3 --moe-dispatcher deepep", ("deepspeed",)),
+    ("ds-autoep-mixtral-z3", "--model mixtral-8x7b --gpus 32 --framework deepspeed --tp 1 "
+     "--pp 1 --ep 8 --zero 3 --recompute full", ("deepspeed",)),
+    ("ds-autoep-dsv3-z3", "--model deepseek-v3 --gpus 256 --framework deepspeed --tp 1 --pp 1 "
+     "--ep 32 --zero 3 --recompute full", ("deepspeed",)),
 ]

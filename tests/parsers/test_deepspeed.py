@@ -9,6 +9,11 @@ notes (tensor, pipeline, Ulysses sizes, batch, ZeRO stage); and the pipeline eng
 partition (partition_balanced over transformer layers, as Megatron-DeepSpeed asks) against the
 layers plan3d costed.
 
+moe: the AutoEP rows' "expert_parallel" section through DeepSpeed's own parse_autoep_config and
+validate_autoep_config (the folding of ep over the world, etp, ZeRO stage, dispatcher), and its
+post-detection check with the model's experts (ep divides them); the preset named must be one
+DeepSpeed registers.
+
 Stubs: none (DeepSpeed's config needs no GPU). Megatron-DeepSpeed itself is not on the package
 index: its arguments are checked by name and value against the plan, not parsed."""
 
@@ -26,6 +31,9 @@ torch = pytest.importorskip("torch", reason="the parser suite needs torch (pip i
 pytest.importorskip("deepspeed", reason="needs deepspeed (pip install deepspeed==0.19.8)")
 
 DS_ROWS = [(rid, args) for rid, args, fmts in ROWS if "deepspeed" in fmts]
+# moe: AutoEP rows (ep > 1) run a Hugging Face model: no Megatron-DeepSpeed arguments
+AUTOEP_ROWS = [(rid, args) for rid, args in DS_ROWS if " --ep " in args]
+MEGATRON_DS_ROWS = [r for r in DS_ROWS if r not in AUTOEP_ROWS]
 
 
 class MegatronDeepSpeedMpu:
@@ -115,7 +123,7 @@ def test_deepspeed_config_matches_the_plan(rid, args, ds_comm):
     assert (zero.offload_param is not None) == bool(c["offload_params"])
 
 
-@pytest.mark.parametrize("rid,args", DS_ROWS, ids=[r for r, _ in DS_ROWS])
+@pytest.mark.parametrize("rid,args", MEGATRON_DS_ROWS, ids=[r for r, _ in MEGATRON_DS_ROWS])
 def test_megatron_deepspeed_arguments_match_the_plan(rid, args):
     c = plan_json(args)["config"]
     a = _megatron_deepspeed_args(args)
@@ -161,7 +169,7 @@ def _checkpointing_after_configure(cfg_json: str, c: dict, ds_comm):
     return ckpt
 
 
-@pytest.mark.parametrize("rid,args", DS_ROWS, ids=[r for r, _ in DS_ROWS])
+@pytest.mark.parametrize("rid,args", MEGATRON_DS_ROWS, ids=[r for r, _ in MEGATRON_DS_ROWS])
 def test_activation_checkpointing_matches_the_plan(rid, args, ds_comm):
     """fit: the activation_checkpointing block, read by DeepSpeed's own config class and
     configure(): partition_activations is --distribute-saved-activations, cpu_checkpointing is
@@ -176,17 +184,19 @@ def test_activation_checkpointing_matches_the_plan(rid, args, ds_comm):
     ac = DeepSpeedActivationCheckpointingConfig(raw)
     assert ac.partition_activations == bool(c["distribute_saved_activations"])
     assert ac.cpu_checkpointing == (c["offload_activations"] > 0)
+    assert ac.contiguous_memory_optimization == c["contiguous_checkpoints"]
     if c["recompute"] == "full":
         ckpt = _checkpointing_after_configure(json.dumps(raw), c, ds_comm)
-        assert (ckpt.PARTITION_ACTIVATIONS, ckpt.CPU_CHECKPOINT) == (
-            ac.partition_activations, ac.cpu_checkpointing)
+        assert (ckpt.PARTITION_ACTIVATIONS, ckpt.CPU_CHECKPOINT, ckpt.CONTIGUOUS_CHECKPOINTING) == (
+            ac.partition_activations, ac.cpu_checkpointing, ac.contiguous_memory_optimization)
         a = _megatron_deepspeed_args(args)  # Megatron-DeepSpeed's flags override the JSON's
         assert ("--partition-activations" in a) == ac.partition_activations
         assert ("--checkpoint-in-cpu" in a) == ac.cpu_checkpointing
+        assert ("--contigious-checkpointing" in a) == ac.contiguous_memory_optimization
 
 
 def test_contiguous_checkpoints_pass_configure(ds_comm):
-    """fit: contiguous_checkpoints (API only) writes contiguous_memory_optimization with
+    """fit: contiguous_checkpoints writes contiguous_memory_optimization with
     number_checkpoints = ⌈L/g⌉ = 32 for Llama 3.1 8B, which configure() accepts (it asserts
     partitioned activations and a count), and plan3d refuses it where the first stage's
     checkpoints in flight outnumber it (uneven stages: 4 stages of ⌈32/3⌉ = 11 > 32/3)."""
@@ -206,3 +216,57 @@ def test_contiguous_checkpoints_pass_configure(ds_comm):
     uneven = c.model_copy(update={"pp": 3, "dp": c.dp * 2 // 3 or 1})
     with pytest.raises(PlanError, match="number_checkpoints"):
         FRAMEWORK.emitters["deepspeed"](uneven, model)
+
+
+@pytest.mark.parametrize("rid,args", AUTOEP_ROWS, ids=[r for r, _ in AUTOEP_ROWS])
+def test_autoep_section_passes_deepspeeds_validation(rid, args, ds_comm):
+    """moe: what DeepSpeed checks of the expert_parallel section before it builds groups."""
+    from deepspeed.module_inject.auto_ep_config import (
+        PRESET_MODELS,
+        parse_autoep_config,
+        validate_autoep_config,
+        validate_autoep_post_detection,
+    )
+    from deepspeed.module_inject.auto_ep_folding import build_folding_spec
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from planner.catalog import load_model
+
+    c = plan_json(args)["config"]
+    world = c["dp"] * c["tp"] * c["pp"] * c["cp"]
+    ds_comm(world)
+    raw = json.loads(emitted(args, "deepspeed"))
+    cfg = DeepSpeedConfig(raw, mpu=MegatronDeepSpeedMpu(c["dp"], c["tp"], c["pp"], c["cp"]))
+    ep_cfg = cfg.expert_parallel_config  # DeepSpeedConfig parsed the section itself
+    assert ep_cfg.enabled and ep_cfg.autoep_size == c["ep"]
+    assert ep_cfg.expert_tensor_parallel_size == c["etp"] == 1
+    assert ep_cfg.preset_model in PRESET_MODELS
+    assert (ep_cfg.comm_backend == "deepep") == (c["moe_dispatcher"] == "deepep")
+    validate_autoep_config(parse_autoep_config(raw["expert_parallel"]), world_size=world,
+                           pp_size=c["pp"], tp_size=c["tp"], sp_size=c["cp"],
+                           zero_stage=c["zero_stage"],
+                           zero_offload_optimizer=bool(c["offload_optimizer"]),
+                           zero_offload_param=bool(c["offload_params"]))
+    spec = build_folding_spec(world_size=world, pp_size=c["pp"], tp_size=c["tp"],
+                              ep_size=c["ep"], etp_size=c["etp"])
+    # DeepSpeed's expert-data-parallel group is the one plan3d reduces expert gradients over
+    assert spec.edp_size == c["dp"] * c["tp"] * c["cp"] // (c["ep"] * c["etp"])
+    model = load_model(args.split("--model ")[1].split()[0])
+    layer = _moe_layer_spec(model)
+    validate_autoep_post_detection(parse_autoep_config(raw["expert_parallel"]), [layer])
+
+
+def _moe_layer_spec(model):
+    """The MoE layer AutoEP would detect in the Hugging Face model, as far as its post-detection
+    check reads it (experts, top-k, widths)."""
+    from deepspeed.module_inject.auto_ep_config import MoELayerSpec
+
+    return MoELayerSpec(
+        moe_module_name="model.layers.0.mlp", model_family="plan3d", router_name="gate",
+        experts_name="experts", expert_storage="module_list", expert_w1_name="gate_proj",
+        expert_w2_name="down_proj", expert_w3_name="up_proj", num_experts=model.n_experts,
+        top_k=model.top_k, hidden_size=model.hidden, ffn_hidden_size=model.expert_ffn,
+        score_func="softmax", score_apply="post", route_norm=True, gate_bias=False,
+        return_router_logits=False, router_logits_capture_target="none",
+        router_logits_capture_index=None, router_logits_capture_layer_name=None,
+        has_shared_experts=bool(model.n_shared_experts), shared_experts_name="")
