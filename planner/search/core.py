@@ -16,6 +16,7 @@ from ..model.estimate import estimate
 from ..results import Plan
 from ..schema import HardwareProfile, ModelSpec
 from .alternatives import Alternative, alternatives
+from .costing import RANKED_COSTS
 from .diagnosis import diagnose, no_layout_message
 from .evaluate import evaluate_space
 from .ranking import (
@@ -131,7 +132,7 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
     # with the margin, as auto does, but ranks it only when nothing fits with the margin without
     # it ("Also weighed" says what it would win)
     evaluated = req.model_copy(update={"offload": "auto"}) if req.offload == "fit" else req
-    cols, costs = evaluate_space(model, hw, evaluated, safe_budget)
+    cols, costs = evaluate_space(model, hw, evaluated, safe_budget, RANKED_COSTS)
     if not cols:
         raise NoFeasiblePlan(no_layout_message(model, hw, req))
     fits = np.flatnonzero(costs["total_bytes"] <= capacity)

@@ -14,6 +14,9 @@ from ..model.states import stage_memory
 # what the ranking, the diagnosis and the agreement tests read of each candidate
 KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction", "dp_bytes",
               "tp_bytes", "pp_bytes", "cp_bytes")
+RANKED_COSTS = ("step_s", "total_bytes", "mfu")
+"""What search() reads of each candidate (the ranking, the options weighed, --sort mfu): the
+search keeps these alone; the plans it shows are estimated again in full."""
 
 
 CHUNK = 16384

@@ -22,6 +22,7 @@ from ..model.numbers import (
 )
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_by_stage
+from .masks import RuleMasks
 from .offload import (
     OFFLOAD_COLUMNS,
     OFFLOAD_KEPT,
@@ -36,11 +37,13 @@ from .space import choice_groups, numeric_space, search_cp_kind
 
 
 def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedule,
-                    precision: Precision) -> dict:
+                   precision: Precision, masks: RuleMasks | None = None) -> dict:
     """What the framework runs of the layouts, ZeRO stage by ZeRO stage (its rules read the
-    stage, the schedule and the precision): {stage: mask}."""
-    return {z: framework.admissible(model, SimpleNamespace(
-        **vars(layouts), **constraints.choices(z, schedule, precision))) for z in zeros}
+    stage, the schedule and the precision): {stage: mask}. `masks`: the search's rule masks,
+    reused across its choice groups (masks.py)."""
+    masks = RuleMasks(model) if masks is None else masks
+    return {z: masks.all_hold(framework.name, framework.all_rules(), {
+        **vars(layouts), **constraints.choices(z, schedule, precision)}) for z in zeros}
 
 
 def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framework) -> dict:
@@ -100,12 +103,27 @@ def _group_space(space: dict, interleaved: bool, r: Recompute, parts: dict) -> d
     return parts[key]
 
 
+def _group_runs(model, req: PlanRequest, framework, masks: RuleMasks, group: dict,
+                choice: tuple) -> dict:
+    """What the framework runs of a choice group's part of the space, ZeRO stage by stage:
+    {stage: mask}, the shared rules (planner.constraints) and the framework's own."""
+    r, sp, sched, zeros = choice
+    layouts = SimpleNamespace(**group, gbs=req.global_batch(model), seq_len=req.seq(model),
+                              interleaved=sched is Schedule.INTERLEAVED, sp=sp, schedule=sched,
+                              **offload_layout(req, [r]))  # offload
+    mask = masks.all_hold("shared", constraints.RULES, vars(layouts))
+    return {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
+                                                      req.precision, masks).items()}
+
+
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
-                   budget: float | None = None):
+                   budget: float | None = None, keys: tuple[str, ...] = KEPT_COSTS):
     """All candidates and their costs: (columns, costs), each a dict of equal-length arrays.
     offload: with --offload auto (search's `fit` runs it when nothing fits), the candidates
     that do not fit in `budget` (default: the capacity) are tried again with the least offload
-    that fits them (offload_variants)."""
+    that fits them (offload_variants). `keys`: the costs kept of each candidate (the search's
+    ranking reads RANKED_COSTS alone; every cost kept is one more column of the whole space
+    written and copied), step_s and total_bytes always."""
     if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
         raise PlanError(f"{hw.name} has no {req.precision.value} figures")
     space = numeric_space(model, hw, req)
@@ -118,7 +136,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
                                              *OFFLOAD_COLUMNS,  # offload
                                              "rc_layers")}  # fit: full recompute's layers
-    costs: dict[str, list] = {}
+    # the costs kept of each candidate: `keys`, and the step and memory the search reads
+    kept = tuple(dict.fromkeys(("step_s", "total_bytes", *keys)))
+    costs: dict[str, list] = {k: [] for k in kept}
     fixed = SimpleNamespace(**{k: base[k] for k in ("offload_optimizer", "offload_params",
                                                     "offload_activations")})  # offload
     offload_fixed = (base["offload_optimizer"] > 0 or base["offload_params"]
@@ -127,31 +147,22 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     budget = hw.capacity_bytes if budget is None else budget
     pending = []  # offload: the groups whose unfit candidates offload may make fit
     fastest_fit, parts = np.inf, {}  # offload: the fastest step that fits without offload
+    masks = RuleMasks(model)  # each rule's mask once per distinct input (masks.py)
     for r, sp, sched, zeros in choice_groups(req):
         interleaved = sched is Schedule.INTERLEAVED
         group = _group_space(space, interleaved, r, parts)
-        layouts = SimpleNamespace(**group, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                  schedule=sched, **offload_layout(req, [r]))  # offload
-        mask = constraints.admissible(model, layouts)
-        runs = {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
-                                                          req.precision).items()}
+        runs = _group_runs(model, req, framework, masks, group, (r, sp, sched, zeros))
         mask = np.logical_or.reduce(list(runs.values()))
         if not mask.any():
             continue
         sub = {k: v[mask] for k, v in group.items()}
         f = {k: v.astype(np.float64) for k, v in sub.items()}
-        group_choices = Choices(zero_stage=zeros[0], recompute=r, schedule=sched,
-                                sequence_parallel=sp, attention=req.attention,
-                                framework=framework, offload=offload_fixed,
-                                offload_params=bool(base["offload_params"]),
-                                cp_kind=search_cp_kind(req),  # cp-kind
-                                moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
-                                recompute_modules=(req.recompute_modules  # fit
-                                                   if r is Recompute.SELECTIVE else None))
+        group_choices = _group_choices(req, framework, base, (r, sp, sched, zeros),
+                                       offload_fixed)
         partial = (r is Recompute.FULL and not (req.recompute_layers or req.recompute_group > 1)
                    and not offload_fixed and framework.partial_recompute == "searched")
         outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
-                              KEPT_COSTS + (OFFLOAD_KEPT if auto else ())
+                              kept + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))
         for z in zeros:
             out, keep = outs[z], runs[z][mask]  # out: the costs of the rows kept
@@ -182,11 +193,24 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             {k: np.concatenate(v) for k, v in costs.items()})
 
 
+def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
+                   offload_fixed: bool) -> Choices:
+    """The Choices a choice group's candidates share (its first ZeRO stage)."""
+    r, sp, sched, zeros = choice
+    return Choices(zero_stage=zeros[0], recompute=r, schedule=sched, sequence_parallel=sp,
+                   attention=req.attention, framework=framework, offload=offload_fixed,
+                   offload_params=bool(base["offload_params"]),
+                   cp_kind=search_cp_kind(req),  # cp-kind
+                   moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
+                   recompute_modules=(req.recompute_modules  # fit
+                                      if r is Recompute.SELECTIVE else None))
+
+
 def _add_partial_recompute(base, columns, out, choices, budget, layout, choice, fixed, cols,
                            costs) -> None:
     """fit: the full-recompute candidates that still fit with fewer layers recomputed, added as
     rows of their own with those layers (search/recompute.py)."""
-    found = partial_recompute_variants(base, columns, out, choices, budget, KEPT_COSTS)
+    found = partial_recompute_variants(base, columns, out, choices, budget, tuple(costs))
     if found is None:
         return
     rows, layers, row_costs = found
@@ -212,5 +236,5 @@ def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: 
     cols["schedule"].append(np.broadcast_to(np.asarray(list(Schedule).index(sched)), (n,)))
     for k, v in offload.items():
         cols[k].append(v)
-    for k in KEPT_COSTS:
-        costs.setdefault(k, []).append(row_costs[k])
+    for k, kept in costs.items():
+        kept.append(row_costs[k])
