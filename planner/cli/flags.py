@@ -181,19 +181,6 @@ MoeOverlapOpt = Annotated[bool | None, typer.Option(
     "both where the framework runs it unless one is given.")]
 
 
-MtpOpt = Annotated[bool, typer.Option(
-    "--mtp/--no-mtp",
-    help="Train the model's multi-token-prediction modules (DeepSeek-V3's MTP; Megatron "
-    "--mtp-num-layers), on the last pipeline stage; --no-mtp plans a run that leaves them out. "
-    "Nothing changes for a model without them.")]
-
-
-MoeSharedOverlapOpt = Annotated[bool, typer.Option(
-    "--moe-shared-expert-overlap/--no-moe-shared-expert-overlap",
-    help="Compute the shared experts beside the token dispatch and combine (Megatron "
-    "--moe-shared-expert-overlap): the alltoall dispatcher only, which it implies.")]
-
-
 # offload: to host memory
 OffloadOptimizerOpt = Annotated[float | None, typer.Option(
     help="Fraction (0-1) of the optimizer states kept in host memory and stepped by the CPU "
@@ -296,7 +283,7 @@ HELP_PANELS = {
                              OffloadModeOpt),
     "Schedule and overlap": (ScheduleOpt, OverlapOpt),
     "Mixture of experts": (EpOpt, EtpOpt, MoeImbalanceOpt, MoeCapacityOpt, MoeOverlapOpt,
-                           MoeForcedOpt, MoeDispatcherOpt, MoeSharedOverlapOpt, MtpOpt),
+                           MoeForcedOpt, MoeDispatcherOpt),
     "Time and cost": (TrainTokensOpt, PriceOpt, PowerOpt, GoodputOpt, FailuresOpt, RestartOpt,
                       StorageWriteOpt, DeadlineOpt),
     "Output": (JsonOpt, WhyOpt, EmitOpt, MfuOpt),

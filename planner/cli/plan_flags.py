@@ -5,7 +5,9 @@ A command takes them as one typed parameter, `flags: PlanFlags`; `with_plan_flag
 per field of PlanFlags in that parameter's place in the command's signature (typer reads the
 signature), and gives the command the values back as one PlanFlags. A field's name is the
 PlanRequest field it sets (planner.search.options.parse_request reads them by name), so adding a
-plan flag is its line here plus the PlanRequest field that uses it."""
+plan flag is its declaration here — its typer option inline, with its help panel, as --mtp's —
+plus the PlanRequest field that uses it. (The older flags' options are in flags.py, where
+HELP_PANELS gives their panels.)"""
 
 # no `from __future__ import annotations`: the dataclass fields' types are the typer options
 # themselves, read by with_plan_flags
@@ -13,6 +15,9 @@ plan flag is its line here plus the PlanRequest field that uses it."""
 import functools
 import inspect
 from dataclasses import asdict, dataclass, fields
+from typing import Annotated
+
+import typer
 
 from .flags import (
     AttnOpt,
@@ -38,8 +43,6 @@ from .flags import (
     MoeForcedOpt,
     MoeImbalanceOpt,
     MoeOverlapOpt,
-    MoeSharedOverlapOpt,
-    MtpOpt,
     OffloadActivationsOpt,
     OffloadOptimizerOpt,
     OffloadParamsOpt,
@@ -60,6 +63,8 @@ from .flags import (
     VppOpt,
     ZeroOpt,
 )
+
+MOE = "Mixture of experts"  # the --help panels (flags.HELP_PANELS) a flag declared here joins
 
 
 @dataclass
@@ -111,8 +116,15 @@ class PlanFlags:
     moe_a2a_overlap: MoeOverlapOpt = None
     moe_forced_balance: MoeForcedOpt = False
     moe_dispatcher: MoeDispatcherOpt = None
-    moe_shared_expert_overlap: MoeSharedOverlapOpt = False
-    mtp: MtpOpt = True
+    moe_shared_expert_overlap: Annotated[bool, typer.Option(
+        "--moe-shared-expert-overlap", rich_help_panel=MOE,
+        help="Compute the shared experts beside the token dispatch and combine (Megatron "
+        "--moe-shared-expert-overlap): the alltoall dispatcher only, which it implies.")] = False
+    mtp: Annotated[bool, typer.Option(
+        "--mtp/--no-mtp", rich_help_panel=MOE,
+        help="Train the model's multi-token-prediction modules (DeepSeek-V3's MTP; Megatron "
+        "--mtp-num-layers), on the last pipeline stage; --no-mtp plans a run that leaves them "
+        "out. Nothing changes for a model without them.")] = True
     # time and cost: the cluster's reliability (goodput)
     failures_per_gpu_hour: FailuresOpt = None
     restart_s: RestartOpt = None

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from ..errors import PlanError
 from ..formulas import collectives as K
@@ -130,6 +131,33 @@ class MemoryConventions:
     beyond its optimizer state (Megatron: an fp32 copy; DeepSpeed counts it in the state)."""
 
 
+class DPPhase(NamedTuple):
+    """How a framework runs one phase of its data-parallel collectives beside compute
+    (formulas.overlap.pipelined_exposed_s): in `pieces` equal pieces (buckets, blocks, modules,
+    pipeline chunks) beside `window_s` seconds of compute, and, for a weight gather, how many
+    pipeline stages' gathers run one after another in the warm-up (`inline_stages`, 1: none
+    beyond the first's; formulas.overlap.inline_gathers_s)."""
+
+    pieces: object
+    window_s: object
+    inline_stages: object = 1
+
+
+def generic_step_phases(w):
+    """Each collective in the pieces it is issued in (w.reduce_calls, w.gather_calls), the
+    reduction beside the last micro-batch's backward and the gather beside the first
+    forward, when the plan overlaps them (w.overlap)."""
+    return (DPPhase(w.reduce_calls, w.overlap * w.bwd_s),
+            DPPhase(w.gather_calls, w.overlap * w.fwd_s))
+
+
+def generic_microbatch_phases(w):
+    """ZeRO-2/3's per-micro-batch collectives in the pieces they are issued in: the forward's
+    gathers beside the forward, the backward's gathers and reduce-scatters beside the
+    backward (prefetched and bucketed whatever the plan's overlap flag)."""
+    return (DPPhase(w.fwd_calls, w.fwd_s), DPPhase(w.bwd_calls, w.bwd_s))
+
+
 def megatron_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules):
     """Megatron-Core: every data-parallel collective runs bucket by bucket,
     ⌈Ψ / max(4·10⁷, 10⁶·d)⌉ buckets with overlap, one without (K.megatron_buckets)."""
@@ -167,9 +195,14 @@ class Framework:
     """How the framework orders ranks, fastest-varying first (planner.placement)."""
     tp_backward_overlap: bool = True
     """The backward's tensor-parallel collectives run under the weight-gradient GEMMs."""
-    dp_overlap: Callable[[ZeroStage], bool] = field(default=lambda z: True, hash=False,
-                                                    compare=False)
-    """Whether the data-parallel reduction and gather overlap compute (when the plan asks)."""
+    dp_step_phases: Callable = field(default=generic_step_phases, hash=False, compare=False)
+    """How its once-per-step gradient reduction and weight gather overlap compute: w (the
+    stage's forward and backward of one micro-batch fwd_s, bwd_s; p, v; the plan's overlap; the
+    calls of each) → (reduce DPPhase, gather DPPhase) (issue 22)."""
+    dp_microbatch_phases: Callable = field(default=generic_microbatch_phases, hash=False,
+                                           compare=False)
+    """How its ZeRO-2/3 per-micro-batch collectives overlap compute: w → (forward DPPhase,
+    backward DPPhase) (issue 22)."""
     cp_kinds: tuple[ContextKind, ...] = (ContextKind.RING,)
     """cp-kind: the context-parallel kinds it runs, its default (a plan's cp_kind None) first."""
     dp_calls: Callable = field(default=megatron_dp_calls, hash=False, compare=False)

@@ -32,6 +32,7 @@ from . import deepspeed_moe as DS_MOE
 from .base import (
     ActivationStyle,
     Args,
+    DPPhase,
     EmitResult,
     Framework,
     LossKind,
@@ -360,6 +361,33 @@ def deepspeed_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear
     return _ops.select(per_layer * (buf == "weight"), per_module, bucketed)
 
 
+def deepspeed_step_phases(w):
+    """DeepSpeed's once-per-step collectives (ZeRO-0/1/2). With overlap_comm (what the plan's
+    overlap flag emits) the gradients are reduced on the reduction stream bucket by bucket
+    (reduce_bucket_size) as they fill in the last micro-batch's backward, the last bucket after
+    it (deepspeed/runtime/zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads,
+    independent_gradient_partition_epilogue @ edaa72212). Under the pipeline engine the
+    reduction waits for the schedule's end (its ReduceGrads instruction: runtime/pipe/engine.py
+    _exec_reduce_grads; is_gradient_accumulation_boundary is false in its backward passes):
+    nothing overlaps. The updated weights are gathered inside the optimizer step
+    (stage_1_and_2.py step, all_gather_dp_groups), before the next forward: nothing overlaps."""
+    piped = 1 - _ops.le(w.p, 1)
+    return DPPhase(w.reduce_calls, w.overlap * (1 - piped) * w.bwd_s), DPPhase(1, 0)
+
+
+def deepspeed_microbatch_phases(w):
+    """ZeRO-3 gathers module by module (fetch_sub_module: the module about to run, then the next
+    ones in trace order up to stage3_prefetch_bucket_size = 5e7 elements ahead, on the
+    all-gather stream: deepspeed/runtime/zero/partitioned_param_coordinator.py, config.py
+    @ edaa72212; parameters under stage3_param_persistence_threshold = 1e5 elements stay
+    resident, so only the linear modules count), forward and again backward, the gradients
+    reduce-scattered in reduce_bucket_size buckets beside the backward: the forward in its
+    modules' pieces, the backward too (w.fwd_calls: the modules; the last reduce bucket's tail,
+    larger than one module's piece, is not counted apart). ZeRO-2: the backward's reduce buckets
+    (w.fwd_calls is then the reduce-scatter's)."""
+    return DPPhase(w.fwd_calls, w.fwd_s), DPPhase(w.fwd_calls, w.bwd_s)
+
+
 FRAMEWORK = Framework(
     name="deepspeed",
     title="DeepSpeed (ZeRO, pipeline engine; Megatron-DeepSpeed for TP)",
@@ -368,6 +396,8 @@ FRAMEWORK = Framework(
     schedules=(Schedule.ONE_F_ONE_B,),
     rules=RULES + OFFLOAD_RULES,
     dp_calls=deepspeed_dp_calls,
+    dp_step_phases=deepspeed_step_phases,
+    dp_microbatch_phases=deepspeed_microbatch_phases,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
         gathered_layers=0, bucket_bytes=bucket_bytes,

@@ -24,6 +24,7 @@ layers' saved inputs in fp8 and caches an fp8 copy of each linear weight and of 
 from __future__ import annotations
 
 from ..errors import PlanError
+from ..formulas import _ops
 from ..formulas.choices import (
     Attention,
     ContextKind,
@@ -41,6 +42,7 @@ from ..schema import ModelSpec, PlanConfig
 from .base import (
     ActivationStyle,
     Args,
+    DPPhase,
     EmitResult,
     Framework,
     LossKind,
@@ -641,6 +643,33 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
     return EmitResult("nemo", "yaml", header + yaml_text(doc), BRIDGE_RELEASE, notes)
 
 
+def megatron_step_phases(w):
+    """Megatron-Core's gradient reduction and --overlap-param-gather, with --overlap-grad-reduce
+    (megatron/core/distributed @ d98e8a64dd; the emitter sets both together).
+
+    The first pipeline stage cuts its buffer into buckets (w.reduce_calls: K.megatron_buckets),
+    each reduced once its parameters' gradients are all in, in the last micro-batch's backward
+    (param_and_grad_buffer.py register_grad_ready); the last bucket — the first layers and the
+    embedding — waits for the end of that backward. Later stages keep one bucket (bucket_size
+    None for pp_rank > 0, training.py) and reduce it after their cooldown, which ends a
+    micro-batch's backward or more before the first stage's: max(T, T − b) never exceeds the
+    first stage's, so the first stage is the one modelled. The gather of the next step runs
+    bucket by bucket, each dispatched as the previous is waited on in a forward pre-hook
+    (finish_param_sync): the first bucket exposed. Without a virtual pipeline, later stages
+    gather their one bucket whole before their first forward (align_param_gather is off:
+    arguments.py; formulas.overlap.inline_gathers_s). With one (align_param_gather on by
+    default) the stages' gathers start together at the step's start and none runs in line;
+    the per-chunk release of an interleaved schedule is not modelled yet (each chunk's
+    reduction after its last backward, p chunk-backwards apart): the buckets as above.
+    Without --overlap-grad-reduce one bucket after the backward and a gather in the optimizer
+    step before the forward: nothing overlaps."""
+    chunked = 1 - _ops.le(w.v, 1)
+    reduce = DPPhase(w.reduce_calls, w.overlap * w.bwd_s)
+    gather = DPPhase(w.gather_calls, w.overlap * w.fwd_s,
+                     inline_stages=1 + w.overlap * (1 - chunked) * (w.p - 1))
+    return reduce, gather
+
+
 FRAMEWORK = Framework(
     name="megatron",
     title="Megatron-Core (Megatron-LM, NeMo, Megatron-Bridge)",
@@ -694,4 +723,5 @@ FRAMEWORK = Framework(
     expert_gemm_streams=GROUPED_GEMM_STREAMS,
     # moe: --mtp-num-layers (core/transformer/multi_token_prediction.py @ d98e8a64dd)
     trains_mtp=True,
+    dp_step_phases=megatron_step_phases,
 )

@@ -39,6 +39,7 @@ from ..schema import ModelSpec, PlanConfig
 from ..tomltext import toml_tables
 from .base import (
     ActivationStyle,
+    DPPhase,
     EmitResult,
     Framework,
     LossKind,
@@ -517,6 +518,16 @@ def fsdp_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modu
     return layers
 
 
+def fsdp_step_phases(w):
+    """torchtitan's once-per-step collectives, overlapped whatever the plan's overlap flag
+    (neither FSDP2 nor DDP can turn it off). ZeRO-0 (DDP): gradient buckets all-reduced as they
+    fill in the backward, the last exposed; ZeRO-2 (FSDP2 with reshard_after_forward never):
+    the updated shards gathered at the next forward block by block, each one ahead of its
+    compute (FSDP2's forward prefetch: torch/distributed/fsdp/_fully_shard/_fsdp_state.py
+    @ 01c9f4fcc3ff _pre_forward), the first block's exposed. w.*_calls: one per block."""
+    return DPPhase(w.reduce_calls, w.bwd_s), DPPhase(w.gather_calls, w.fwd_s)
+
+
 FRAMEWORK = Framework(
     name="torchtitan",
     title="torchtitan (FSDP2, DTensor TP, torch.distributed.pipelining)",
@@ -542,6 +553,12 @@ FRAMEWORK = Framework(
     # (torch.distributed.pipelining stage.py backward_maybe_with_nosync)
     fsdp_once_per_step_under_pp=True,
     dp_calls=fsdp_dp_calls,
+    # FSDP2 per block (issue 22): the forward's all-gathers one block ahead (the first block's
+    # exposed), the backward's re-gathers (reshard_after_forward) prefetched one ahead by
+    # _pre_backward and each block's reduce-scatter waited on by the next block's (the last one
+    # exposed after the backward): L_s pieces each way (frameworks.base.generic_microbatch_phases;
+    # torch/distributed/fsdp/_fully_shard/_fsdp_state.py @ 01c9f4fcc3ff)
+    dp_step_phases=fsdp_step_phases,
     # FSDP2 (ZeRO-3), per-op selective AC (llama3_8b; the 70B/405B configs use full), and TP
     # always sequence-parallel (config_registry.py, parallelize.py @ b5bcd76)
     defaults={"zero": 3, "recompute": 1, "sp": True},

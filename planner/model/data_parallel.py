@@ -13,7 +13,7 @@ from ..formulas import _ops
 from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import moe as MO
-from ..formulas import timing as T
+from ..formulas import overlap as O
 from .links import collective_group, dp_replicate_of
 from .nccl import Call, nccl_s, tuner_link
 from .numbers import Choices, any_row, same
@@ -69,14 +69,16 @@ def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share):
 
 def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, group, concurrent,
                       rounds, experts=False):
-    """(share of the link, seconds, ledger) of the ZeRO collectives that run at `when`
+    """(share of the link, seconds, ledger, the forward's share of the seconds, the calls of the
+    first collective and of the last) of the ZeRO collectives that run at `when`
     (ZERO_COLLECTIVES) over `ranks` ranks of `group`, for `params` parameters, beside
     `concurrent` bytes: each as many calls as the framework issues (ZeRO-3's per-layer or
     per-module gathers, buckets). The ledger names each collective for explain, with its calls
-    per step (× `rounds`, the rounds per step, for a per-micro-batch one)."""
+    per step (× `rounds`, the rounds per step, for a per-micro-batch one). Under ZeRO-3 the first
+    collective is the forward's gather; the others run in the backward."""
     z = int(c.zero_stage)
     if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
-        return 1, 0, []
+        return 1, 0, [], 0, 1, 1
     volume = C.zero_bytes(params, x.g_bytes, x.w_bytes, ranks, z, when)
     # a stage with nothing to move (one rank; a stage without MoE layers' experts) sends
     # nothing, so its share is 1, not 0/0
@@ -85,7 +87,7 @@ def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, gr
     per_param = {"grad": x.g_bytes, "weight": x.w_bytes}
     per_layer = int(z == 3 and when is C.When.MICRO_BATCH)
     rounds = rounds if when is C.When.MICRO_BATCH else 1
-    total, ledger = 0, []
+    total, ledger, times, counts = 0, [], [], []
     for coll, buf, w in C.ZERO_COLLECTIVES[z]:
         if w is when:
             # linear modules per layer: attention's q, k, v, o and the MLP's matrices
@@ -94,11 +96,14 @@ def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, gr
             t, call = nccl_collectives_s(x, coll, per_param[buf] * params, calls, ranks, group,
                                          share)
             total = total + t
+            times.append(t)
+            counts.append(calls)
             name = f"{'EP-DP' if experts else 'DP'} {coll.label}"  # one per stage and when
             if ledger and ledger[-1].name == name:  # ZeRO-3: the backward's gathers again
                 call, calls = ledger.pop(), 2 * calls
             ledger.append(call.named(name, calls * rounds))
-    return share, total, ledger
+    forward = times[0] if per_layer else 0
+    return share, total, ledger, forward, counts[0], counts[-1]
 
 
 def replica_allreduce_s(x, z: int, when, k: SimpleNamespace, dp: SimpleNamespace):
@@ -116,21 +121,21 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
     """ZeRO-2/3 move data every micro-batch (gradient reduce-scatter; ZeRO-3 also weight
     gathers), overlapped with that micro-batch's compute (prefetch, bucketed reduction). Each
     runs as the ZERO_COLLECTIVES table says, on the dp·cp group's link, sharing it with the PP and
-    CP traffic of the same micro-batch where they cross the same link. Returns the shares and
-    the per-micro-batch, reduce and gather seconds."""
+    CP traffic of the same micro-batch where they cross the same link. Returns the shares, the
+    seconds of each phase (the micro-batch's forward and backward collectives, the step's
+    reduction and gather), the calls the framework issues in each, and the ledger."""
     z, group, concurrent = int(c.zero_stage), k.links.dp, k.dp_concurrent_bytes
-
     ledger = []
 
-    def dp_time(when):
-        share, t, calls = zero_collective_s(x, c, k, when, dp.held_params, k.d_shard, group,
-                                            concurrent, dp.zero_rounds)
+    def dp_time(when, params=dp.held_params, ranks=k.d_shard, on=group, experts=False):
+        share, t, calls, fwd, first, last = zero_collective_s(
+            x, c, k, when, params, ranks, on, concurrent, dp.zero_rounds, experts=experts)
         ledger.extend(calls)
-        return share, t
+        return share, t, fwd, first, last
 
-    mb_share, zero_mb_s = dp_time(C.When.MICRO_BATCH)
-    tail_share, reduce_s = dp_time(C.When.STEP_REDUCE)
-    _, gather_s = dp_time(C.When.STEP_GATHER)
+    mb_share, zero_mb_s, zero_fwd_s, fwd_calls, bwd_calls = dp_time(C.When.MICRO_BATCH)
+    tail_share, reduce_s, _, reduce_calls, _ = dp_time(C.When.STEP_REDUCE)
+    _, gather_s, _, gather_calls, _ = dp_time(C.When.STEP_GATHER)
     if dp.hybrid:  # HSDP: the shard's all-reduce across replicas after each reduce-scatter
         zero_mb_s = zero_mb_s + replica_allreduce_s(x, z, C.When.MICRO_BATCH, k, dp)
         reduce_s = reduce_s + replica_allreduce_s(x, z, C.When.STEP_REDUCE, k, dp)
@@ -142,42 +147,67 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         expert = []
         with np.errstate(invalid="ignore", divide="ignore"):
             for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER):
-                _, t, calls = zero_collective_s(x, c, k, when, dp.held_experts, dp.edp,
-                                                edp_group, concurrent, dp.zero_rounds,
-                                                experts=True)
-                expert.append(_ops.select(x.moe, t, 0))
-                ledger.extend(calls)
-        zero_mb_s, reduce_s, gather_s = (zero_mb_s + expert[0], reduce_s + expert[1],
-                                         gather_s + expert[2])
-    return mb_share, tail_share, zero_mb_s, reduce_s, gather_s, ledger
+                _, t, fwd, _, _ = dp_time(when, dp.held_experts, dp.edp, edp_group, True)
+                expert.append((_ops.select(x.moe, t, 0), _ops.select(x.moe, fwd, 0)))
+        zero_mb_s, reduce_s, gather_s = (zero_mb_s + expert[0][0], reduce_s + expert[1][0],
+                                         gather_s + expert[2][0])
+        zero_fwd_s = zero_fwd_s + expert[0][1]
+    return SimpleNamespace(
+        mb_share=mb_share, tail_share=tail_share, zero_fwd_s=zero_fwd_s,
+        zero_bwd_s=zero_mb_s - zero_fwd_s, reduce_s=reduce_s, gather_s=gather_s,
+        fwd_calls=fwd_calls, bwd_calls=bwd_calls, reduce_calls=reduce_calls,
+        gather_calls=gather_calls, ledger=ledger)
+
+
+def overlap_windows(x, c: Choices, k: SimpleNamespace, t: SimpleNamespace) -> SimpleNamespace:
+    """What the framework gives its collectives to run beside: the stage's forward and backward
+    of one micro-batch (its layers), the pipeline's p and v, the plan's overlap flag and the
+    calls of each phase (dp_collective_times) — for Framework.dp_step_phases and
+    dp_microbatch_phases."""
+    return SimpleNamespace(fwd_s=k.layers * k.fwd_s, bwd_s=k.layers * (k.bwd_s + k.recompute_s),
+                           p=k.p, v=k.v, overlap=x.overlap, reduce_calls=t.reduce_calls,
+                           gather_calls=t.gather_calls, fwd_calls=t.fwd_calls,
+                           bwd_calls=t.bwd_calls)
+
+
+def exposed_with_slowdown_s(comm_s, phase, slowdown, noted=lambda e: e):
+    """A collective run as `phase` says (frameworks.base.DPPhase): the part the compute does not
+    hide (formulas.overlap.pipelined_exposed_s, handed to `noted`), and with it the slowdown
+    the hidden part causes the compute it runs beside (comm.overlap_slowdown_s)."""
+    exposed = noted(O.pipelined_exposed_s(comm_s, phase.window_s, phase.pieces))
+    return exposed + C.overlap_slowdown_s(comm_s - exposed, phase.window_s, slowdown)
 
 
 def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
              note=same) -> SimpleNamespace:
     """The data-parallel time: ZeRO-2/3's per micro-batch beyond its compute, and the step's
-    reduction and gather beyond the backward and forward they overlap."""
-    z, m, layers = int(c.zero_stage), k.m, k.layers
-    mb_share, tail_share, zero_mb_s, reduce_s, gather_s, ledger = dp_collective_times(x, c, k,
-                                                                                      dp)
-    reduce_s = note("dp_reduce_s", reduce_s)
-    gather_s = note("dp_gather_s", gather_s)
-    dp_share = note("dp_share", mb_share if z >= 2 else tail_share)
-    zero3_mb_s = ((T.exposed_time_s(zero_mb_s, k.compute_mb_s)
-                   + C.overlap_slowdown_s(zero_mb_s, k.compute_mb_s, x.overlap_slow))
-                  * dp.zero_rounds / m if z >= 2 else 0)
+    reduction and gather beyond the backward and forward they overlap, each as the framework
+    issues it (its DPPhases: formulas.overlap)."""
+    z, m = int(c.zero_stage), k.m
+    t = dp_collective_times(x, c, k, dp)
+    reduce_s = note("dp_reduce_s", t.reduce_s)
+    gather_s = note("dp_gather_s", t.gather_s)
+    dp_share = note("dp_share", t.mb_share if z >= 2 else t.tail_share)
+    w = overlap_windows(x, c, k, t)
+    zero3_mb_s = 0
+    if z >= 2:  # the micro-batch's gathers beside its forward, the rest beside its backward
+        fwd_phase, bwd_phase = c.framework.dp_microbatch_phases(w)
+        zero3_mb_s = note("zero_microbatch_exposed_s", (
+            exposed_with_slowdown_s(t.zero_fwd_s, fwd_phase, x.overlap_slow)
+            + exposed_with_slowdown_s(t.zero_bwd_s, bwd_phase, x.overlap_slow))) * dp.zero_rounds / m
     note("dp_tail_s", reduce_s + gather_s)
-    # with overlap the reduction runs under the last micro-batch's backward pass, and the gather
-    # of the updated weights (after the optimizer step) under the next step's first forward pass
-    # (Megatron's --overlap-grad-reduce and --overlap-param-gather, taken as set together); what
-    # they hide under runs slower by the NCCL kernels beside it
-    overlap = x.overlap * int(c.framework.dp_overlap(c.zero_stage))  # what the framework overlaps
-    bwd_window = overlap * layers * (k.bwd_s + k.recompute_s)
-    fwd_window = overlap * layers * k.fwd_s
+    # the reduction beside the last micro-batch's backward, the gather of the updated weights
+    # (after the optimizer step) beside the next step's first forward, each as the framework
+    # issues them; what they hide under runs slower by the NCCL kernels beside it
+    reduce_phase, gather_phase = c.framework.dp_step_phases(w)
+    reduce_phase = reduce_phase._replace(pieces=note("dp_reduce_pieces", reduce_phase.pieces))
+    gather_phase = gather_phase._replace(pieces=note("dp_gather_pieces", gather_phase.pieces))
+    inline = O.inline_gathers_s(gather_s, gather_phase.inline_stages)
     dp_tail_exposed = note("dp_tail_exposed_s", (
-        T.exposed_time_s(reduce_s, bwd_window)
-        + C.overlap_slowdown_s(reduce_s, bwd_window, x.overlap_slow)
-        + T.exposed_time_s(gather_s, fwd_window)
-        + C.overlap_slowdown_s(gather_s, fwd_window, x.overlap_slow)))
+        exposed_with_slowdown_s(reduce_s, reduce_phase, x.overlap_slow,
+                                lambda e: note("dp_reduce_exposed_s", e))
+        + exposed_with_slowdown_s(gather_s, gather_phase, x.overlap_slow,
+                                  lambda e: note("dp_gather_exposed_s", e)) + inline))
     return SimpleNamespace(dp_share=dp_share, zero3_mb_s=zero3_mb_s,
                            dp_tail_exposed=dp_tail_exposed,
-                           dp_collectives=note("collectives", ledger))
+                           dp_collectives=note("collectives", t.ledger))

@@ -131,9 +131,35 @@ TERMS: dict[str, TermInfo] = {
     "dp_gather_s": TermInfo("T_ag", "s", "time",
                             "the step's gather of updated weights (ZeRO-1/2 all-gather)"),
     "dp_tail_s": TermInfo("T_dp", "s", "time", "the data-parallel gradient reduction"),
+    "dp_reduce_pieces": TermInfo("n_rs", "count", "comm",
+                                 "the pieces the framework issues the reduction in, one after "
+                                 "another as their gradients complete: Megatron's and "
+                                 "DeepSpeed's buckets, FSDP2's blocks"),
+    "dp_gather_pieces": TermInfo("n_ag", "count", "comm",
+                                 "the pieces it gathers the updated weights in, each fetched "
+                                 "ahead of the forward that needs it (1: all at once)"),
+    "dp_reduce_exposed_s": TermInfo("T_rs,exp", "s", "time",
+                                    "the part of T_rs the backward does not hide, as the "
+                                    "framework issues it: max(T_rs/n, T_rs − W·(n−1)/n) for n "
+                                    "pieces beside W (Megatron: buckets in the last backward, "
+                                    "the last one exposed; v chunks p backwards apart when "
+                                    "interleaved; DeepSpeed's pipeline: none hidden)"),
+    "dp_gather_exposed_s": TermInfo("T_ag,exp", "s", "time",
+                                    "the part of T_ag the next forward does not hide: the same "
+                                    "form, the first piece exposed (Megatron's buckets, v chunks "
+                                    "when interleaved; DeepSpeed gathers in its optimizer step: "
+                                    "none hidden); Megatron's later pipeline stages add "
+                                    "(p − 1)·T_ag, each gathering whole before its first forward"),
     "dp_tail_exposed_s": TermInfo("T_dp,tail", "s", "time",
                                   "the part of T_rs and T_ag the backward and the next forward "
-                                  "do not hide"),
+                                  "do not hide, and the slowdown σ of what they hide under"),
+    "zero_microbatch_exposed_s": TermInfo("T_z,mb", "s", "time",
+                                          "ZeRO-2/3's collectives per micro-batch that its "
+                                          "compute does not hide (the forward's gathers beside "
+                                          "the forward, the rest beside the backward, each "
+                                          "max(T/n, T − W·(n−1)/n) for the framework's n pieces: "
+                                          "FSDP2 blocks, DeepSpeed modules), with σ of the "
+                                          "hidden part"),
     "optimizer_s": TermInfo("T_opt", "s", "time", "Adam step, HBM-bound, on the local shard"),
     "stage_microbatch_s": TermInfo("T_stage", "s", "time",
                                    "one micro-batch through the slowest stage, exposed comm included"),

@@ -65,3 +65,11 @@ def test_a_command_without_the_flags_parameter_is_refused():
         assert "no `flags: PlanFlags` parameter" in str(exc)
     else:
         raise AssertionError("with_plan_flags took a command without `flags`")
+
+
+def test_a_flag_declared_inline_joins_its_panel():
+    # --mtp and --moe-shared-expert-overlap are declared in PlanFlags alone, panel and all
+    r = runner.invoke(app, ["search", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    panel = r.stdout.split("─ Mixture of experts ─", 1)[1].split("╰", 1)[0]
+    assert "--mtp" in panel and "--no-mtp" in panel and "--moe-shared-expert-overlap" in panel

@@ -1,7 +1,8 @@
 """Issue 22's 64-node claim, as far as it can be checked without the reserved sweep: on 64 nodes
 of H100 the data-parallel collectives pay calls × NCCL's latency (growing with the ranks), and
-the search's row 1 does not rest on latency being cheap — it stays row 1 when every latency
-(NCCL's tuner tables and the profile's per-step latencies that price TP, PP and CP) is tripled.
+the search's row 1 does not rest on latency being cheap — it stays row 1, or tied with it, when
+every latency (NCCL's tuner tables and the profile's per-step latencies that price TP, PP and CP)
+is tripled.
 
 The factor 3 is a stress bound chosen here, not a measurement: it is larger than the gap between
 NCCL's modelled and nccl-tests' measured small-message latencies we could source, and a row 1
@@ -38,11 +39,14 @@ def slow_latencies(monkeypatch):
     return H100.model_copy(update={"fast": fast, "network": net})
 
 
-def _row1(hw, model, framework):
+def _rows(hw, model, framework, top=1):
     r = search(load_model(model), hw, PlanRequest(gpus=512, tokens_per_step=4 * 2**20,
-                                                  framework=framework), top=10)
-    return r.plans[0].config.short_label(), r.plans[0].time.step_s, {
-        p.config.short_label(): p.time.step_s for p in r.plans}
+                                                  framework=framework), top=top)
+    return [(p.config.short_label(), p.time.step_s) for p in r.plans]
+
+
+def _row1(hw, model, framework):
+    return _rows(hw, model, framework)[0]
 
 
 CASES = [("8b", "megatron"), ("70b", "megatron"), ("8b", "torchtitan")]
@@ -55,15 +59,15 @@ def plain_rows():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_row1_on_64_nodes_does_not_rest_on_cheap_latency(case, plain_rows, slow_latencies):
-    label, step_s, plain = plain_rows[case]
-    slow_label, slow_step_s, slow = _row1(slow_latencies, *case)
+    # row 1 stays row 1, or tied with it (within the ranking's tie band, TIE_BAND = 5 %: it
+    # would be listed "1=" beside it): 70B's row 1 and the plan after it lie within 0.5 % of
+    # each other, and which of two such plans leads is not what the stress tests
+    label, step_s = plain_rows[case]
+    slow = _rows(slow_latencies, *case, top=20)
+    slow_label, slow_step_s = slow[0]
     assert slow_step_s > step_s  # the latencies are priced at all
-    # row 1 stays row 1, or (where two plans are near-tied: 70B's dp256 cp2 z3 full27 and dp32
-    # tp4 pp4 v8 z1 full3 are 0.06 % apart) the new row 1 was a tie of it, and it stays within
-    # the tie band of the new one: choosing it with cheap latencies costs no more than a tie
-    assert slow_label == label or (
-        plain[slow_label] <= step_s * (1 + TIE_BAND)
-        and slow[label] <= slow_step_s * (1 + TIE_BAND))
+    same = [s for lab, s in slow if lab == label]
+    assert same and same[0] <= (1 + TIE_BAND) * slow_step_s, (label, slow[:3])
 
 
 def test_dp_calls_pay_their_latency_and_it_grows_with_the_ranks():

@@ -181,13 +181,22 @@ def nccl_s(coll, nbytes, calls, dp, link):
     return calls * one
 
 
+def pieces_exposed(comm, window, pieces):
+    """formulas.overlap by hand: of n pieces one is exposed (the last bucket reduced after the
+    backward, the first gather before the forward); the other n − 1 hide under W·(n − 1)/n."""
+    return max(comm / pieces, comm - window * (pieces - 1) / pieces)
+
+
 @pytest.mark.parametrize("zero", [0, 1, 2])
 @pytest.mark.parametrize("dp, link", [(8, FAST), (16, CROSS16)])
 def test_dp_tail_overlap_difference(zero, dp, link):
     # each part = buckets × NCCL's time for one bucket (nccl_s). Overlap on: 201 buckets, each
-    # paying its own latency; off: one call of the whole buffer, nothing hidden. Windows for t = 1:
-    # backward L·(bwd + recompute) = 32·(14.80 + 0.88) ms = 0.502 s, forward L·fwd. On: the tail
-    # shows Σ max(0, part − its window) and what hides slows the compute beside it by σ.
+    # paying its own latency, launched as their gradients complete in the backward (the
+    # reduction) or fetched ahead of the forward (the gather): the last bucket reduced (first
+    # gathered) is exposed, the other 200 hide under 200/201 of the window (pieces_exposed).
+    # Off: one call of the whole buffer after the backward (before the forward), nothing
+    # hidden. Windows for t = 1, p = 1: backward L·(bwd + recompute) = 32·(14.80 + 0.88) ms
+    # = 0.502 s, forward L·fwd. What hides slows the compute beside it by σ.
     on, n = run(dp=dp, zero_stage=zero, overlap_grad_reduce=True)
     off, n_off = run(dp=dp, zero_stage=zero, overlap_grad_reduce=False)
     windows = {"backward": L * (n["backward_layer_s"] + n["recompute_layer_s"]),
@@ -200,15 +209,20 @@ def test_dp_tail_overlap_difference(zero, dp, link):
     assert n_off["dp_tail_s"] == pytest.approx(tail[False], rel=1e-12)
     # 201 latencies cost more than one: the bucketed tail is the longer
     assert tail[True] > tail[False]
-    # ZeRO-2's per-micro-batch reduce-scatter (g·Ψ, bucketed the same way) hides under the
-    # micro-batch's 0.777 s of compute, slowing it by σ
+    # ZeRO-2's per-micro-batch reduce-scatter (g·Ψ, bucketed the same way) beside the
+    # backward (Megatron-FSDP): in one bucket (off) all of it after the backward
     per_mb = {o: nccl_s(K.Coll.REDUCE_SCATTER, 4, BUCKETS[o], dp, link) if zero == 2 else 0
               for o in (True, False)}
-    assert off["dp_exposed_s"] == pytest.approx(tail[False] + SIGMA * per_mb[False], rel=1e-12)
+    assert off["dp_exposed_s"] == pytest.approx(tail[False] + per_mb[False], rel=1e-12)
     assert all(part < window for part, window in parts[True])  # every part fits its window
-    hidden = sum(min(part, window) for part, window in parts[True])
-    exposed = sum(max(0, part - window) for part, window in parts[True])
-    assert on["dp_exposed_s"] == pytest.approx(exposed + SIGMA * (hidden + per_mb[True]), rel=1e-9)
+    # so each shows one bucket's time: part/201
+    shown = [pieces_exposed(part, window, 201) for part, window in parts[True]]
+    assert shown == pytest.approx([part / 201 for part, _ in parts[True]], rel=1e-12)
+    mb_shown = pieces_exposed(per_mb[True], windows["backward"], 201)
+    exposed = sum(shown) + mb_shown
+    hidden = tail[True] - sum(shown) + per_mb[True] - mb_shown
+    assert on["dp_exposed_s"] == pytest.approx(exposed + SIGMA * hidden, rel=1e-9)
+    assert n["dp_reduce_exposed_s"] == pytest.approx(shown[0] if zero <= 1 else 0, abs=1e-15)
     # nothing else in the step moves
     assert off["step_s"] - on["step_s"] == pytest.approx(
         off["dp_exposed_s"] - on["dp_exposed_s"], rel=1e-9)
@@ -218,18 +232,26 @@ def test_dp_tail_overlap_difference(zero, dp, link):
 
 @pytest.mark.parametrize("dp, link", [(8, FAST), (16, CROSS16)])
 def test_zero3_microbatch_overlap(dp, link):
-    # per micro-batch: two all-gathers of w·Ψ and a reduce-scatter of g·Ψ, each in Megatron's 201
-    # buckets (overlap on) or 1 (off), priced by NCCL (nccl_s), against compute_mb = 0.777 s. No
-    # tail at ZeRO 3; exposed = m·(max(0, per micro-batch − compute_mb) + σ·min(…)).
+    # per micro-batch: the forward's all-gather of w·Ψ beside the forward (L·fwd), the
+    # backward's all-gather of w·Ψ and the reduce-scatter of g·Ψ beside the backward
+    # (L·(bwd + recompute)), each in Megatron's 201 buckets (overlap on) or 1 (off), priced by
+    # NCCL (nccl_s). No tail at ZeRO 3; exposed = m·Σ_phase (pieces_exposed + σ·hidden).
+    # On: each phase fits its window, so one bucket of each shows: (ag + ag + rs)/201.
+    # Off: one piece each, nothing hidden: ag + ag + rs per micro-batch.
     r, n = run(dp=dp, n_micro=2, zero_stage=3)
     off, n_off = run(dp=dp, n_micro=2, zero_stage=3, overlap_grad_reduce=False)
-    compute_mb = n["compute_microbatch_s"]
+    fwd_w = L * n["forward_layer_s"]
+    bwd_w = L * (n["backward_layer_s"] + n["recompute_layer_s"])
     assert n["dp_tail_s"] == 0 and n_off["dp_tail_s"] == 0
     for result, o in ((r, True), (off, False)):
-        mb = (2 * nccl_s(K.Coll.ALL_GATHER, 2, BUCKETS[o], dp, link)
-              + nccl_s(K.Coll.REDUCE_SCATTER, 4, BUCKETS[o], dp, link))
-        assert mb < compute_mb
-        assert result["dp_exposed_s"] == pytest.approx(2 * SIGMA * mb, rel=1e-9), o
+        ag = nccl_s(K.Coll.ALL_GATHER, 2, BUCKETS[o], dp, link)
+        bwd = ag + nccl_s(K.Coll.REDUCE_SCATTER, 4, BUCKETS[o], dp, link)
+        assert ag < fwd_w and bwd < bwd_w
+        shown = (pieces_exposed(ag, fwd_w, BUCKETS[o]), pieces_exposed(bwd, bwd_w, BUCKETS[o]))
+        assert shown == pytest.approx((ag / BUCKETS[o], bwd / BUCKETS[o]), rel=1e-12)
+        per_mb = sum(shown) + SIGMA * (ag + bwd - sum(shown))
+        assert result["dp_exposed_s"] == pytest.approx(2 * per_mb, rel=1e-9), o
+    assert off["dp_exposed_s"] > r["dp_exposed_s"]
 
 
 # ---- (d) CP ring traffic under the attention products -----------------------------------------
