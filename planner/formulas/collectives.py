@@ -466,25 +466,51 @@ def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_b
 
 # ---- point to point ---------------------------------------------------------------------------
 
-def send_recv_parts_s(message_bytes, bw, inside):
-    """One send/recv of B bytes as (latency, transfer), as one ring step on its link (the tuner
-    does not model send/recv; this is plan3d's reading of its constants): LL up to 16 KiB
-    (P2P_LL_THRESHOLD), Simple above, each with the ring's base latency and one step's hardware
-    latency (NVLink inside the domain, inside = 1; the network otherwise), bandwidth W/2 for LL
-    (the LL words carry half data), W for Simple."""
-    ll, simple = Proto.LL.value, Proto.SIMPLE.value
-    step = {p: _ops.select(inside, HW_LATENCY_US["nvlink"][Algo.RING][p],
-                           HW_LATENCY_US["net"][Algo.RING][p]) for p in (ll, simple)}
+def send_recv_latency_s(proto: Proto, inside):
+    """One send/recv's latency by protocol (LL or Simple), as plan3d reads the tuner's constants
+    for one step (send_recv_parts_s): the ring's base latency and one step's hardware latency of
+    the link (NVLink inside the domain, inside = 1; the network otherwise)."""
+    p = proto.value
+    return (BASE_LATENCY_US[Algo.RING][p] + _ops.select(
+        inside, HW_LATENCY_US["nvlink"][Algo.RING][p], HW_LATENCY_US["net"][Algo.RING][p])) * US
+
+
+def send_recv_parts_s(message_bytes, bw, inside, ll_latency_s=None, simple_latency_s=None):
+    """One send/recv of B bytes as (latency, transfer), as one ring step on its link. NCCL's
+    tuner has no model of send/recv (ncclTopoTuneModel prices collectives only; a p2p task gets
+    no algorithm choice): what NCCL's source fixes is the protocol, LL where the bytes per
+    channel are at most NCCL_P2P_LL_THRESHOLD = 16 KiB and Simple above (src/enqueue.cc
+    addP2pToPlan @ v2.30.7-1, l.919–933: a message under 64 KiB runs on one channel, so LL for
+    B ≤ 16 KiB, and a larger one never qualifies), and LL's halved chunk data (l.947). The
+    latency is plan3d's reading of the tuner's constants for one step of that protocol: the
+    ring's base latency and one step's hardware latency (NVLink inside the domain, inside = 1;
+    the network otherwise): LL 6.6 + 0.6 µs or 6.6 + 2.7 µs, Simple 8.4 + 3.4 µs or
+    8.4 + 14 µs; bandwidth W/2 for LL (the LL words carry half data), W for Simple.
+    `ll_latency_s`, `simple_latency_s`: the two latencies where the caller holds them as
+    named numbers (send_recv_latency_s by default)."""
+    ll = send_recv_latency_s(Proto.LL, inside) if ll_latency_s is None else ll_latency_s
+    simple = (send_recv_latency_s(Proto.SIMPLE, inside) if simple_latency_s is None
+              else simple_latency_s)
     small = _ops.le(message_bytes, P2P_LL_THRESHOLD_BYTES)
-    latency = _ops.select(small, (BASE_LATENCY_US[Algo.RING][ll] + step[ll]) * US,
-                          (BASE_LATENCY_US[Algo.RING][simple] + step[simple]) * US)
+    latency = _ops.select(small, ll, simple)
     return latency, _ops.select(small, message_bytes / (0.5 * bw), message_bytes / bw)
 
 
-def send_recv_time_s(message_bytes, bw, inside):
+def send_recv_time_s(message_bytes, bw, inside, ll_latency_s=None, simple_latency_s=None):
     """One send/recv of B bytes: latency + transfer (send_recv_parts_s)."""
-    latency, transfer = send_recv_parts_s(message_bytes, bw, inside)
+    latency, transfer = send_recv_parts_s(message_bytes, bw, inside, ll_latency_s,
+                                          simple_latency_s)
     return latency + transfer
+
+
+def pipeline_messages(pp, vpp_hops):
+    """Stage-boundary messages per GPU and micro-batch, averaged over the p stages: each of the
+    v·p − 1 chunk boundaries is crossed forward (the activation) and backward (its gradient),
+    2·(v·p − 1)/p (v = vpp_hops, model/volumes.py: (hops + 1)/p for a V schedule). A middle
+    stage of 1F1B sends and receives one of each per micro-batch: Megatron pairs the send to
+    one neighbour with the receive from it in one batch_isend_irecv (p2p_communication.py
+    _communicate), so each pair is one message time on the link, both directions at once."""
+    return 2 * (vpp_hops * pp - 1) / pp
 
 
 def all_to_all_latency_s(n_ranks, inside):

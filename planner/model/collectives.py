@@ -128,3 +128,17 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
         ep_inside=ep_span_inside,
         nvlink_busy_mb=k.nvlink_busy_mb + ep_span_inside * ep_busy_mb,
         network_busy_mb=k.network_busy_mb + (1 - ep_span_inside) * ep_busy_mb)
+
+
+def pipeline_sends_s(x, k: SimpleNamespace, note=same):
+    """PP's point-to-point time per micro-batch on a GPU: K.pipeline_messages messages of one
+    stage boundary each (the b·s·h activation split over t and c, or its gradient), each a
+    send/recv NCCL runs with its own latency and protocol (K.send_recv_time_s: LL up to 16 KiB,
+    Simple above), on the pipeline link at PP's share of it. Noted for explain as one row."""
+    g, p = k.links, k.p
+    link = SimpleNamespace(bw=g.pp.bw * k.pp_share, inside=k.pp_inside)
+    sends = K.pipeline_messages(p, k.v_hops)
+    note("collectives", [Call(None, k.boundary, k.m * sends, p, link, "PP send/recv")])
+    return sends * K.send_recv_time_s(k.boundary, link.bw, link.inside,
+                                      _ops.select(link.inside, x.sr_ll_nvl, x.sr_ll_net),
+                                      _ops.select(link.inside, x.sr_lat_nvl, x.sr_lat_net))

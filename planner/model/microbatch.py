@@ -5,24 +5,21 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ..formulas import _ops
-from ..formulas import comm as C
 from ..formulas import flops as F
 from ..formulas import moe_mtp as MTP
 from ..formulas import timing as T
 from .activations import checkpoint_gather_mb_s
+from .collectives import pipeline_sends_s
 from .numbers import Choices, same
 
 
 def microbatch_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     """The stage's times per micro-batch that the schedule and the overlaps read."""
-    s, b, h, t, cp, p, layers, g = k.s, k.b, k.h, k.t, k.cp, k.p, k.layers, k.links
+    s, b, h, t, cp, layers = k.s, k.b, k.h, k.t, k.cp, k.layers
     head_s = note("head_s", T.head_time_s(F.head_flops(s, b, k.vocab_padded, h) / (t * cp),
                                           k.logits_act, x.peak_flops_16, x.gemm_eff_16, x.hbm_bw,
                                           x.hbm_eff))
-    pp_mb_s = C.collective_time_s(k.pp_mb_bytes, g.pp.bw * k.pp_share,
-                                  2 * (k.v_hops * p - 1) / p,
-                                  _ops.select(k.pp_inside, x.fast_lat, x.net_lat))
+    pp_mb_s = pipeline_sends_s(x, k, note)  # each send/recv as NCCL runs it
     layer_s = k.fwd_s + k.bwd_s + k.recompute_s + k.quant_s
     # moe: the multi-token-prediction modules on the last stage, which the stage time takes as
     # the fullest (as it does the head): their layers are in the stage's layer slots; eh_proj

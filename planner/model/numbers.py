@@ -261,16 +261,23 @@ def topology_numbers(hw: HardwareProfile) -> dict:
 
 def nccl_numbers(hw: HardwareProfile) -> dict:
     """What NCCL's tuner needs of the cluster (formulas/collectives.py, model/nccl.py): the LL
-    protocol's ceiling on 1, 2 and more nodes, the network overhead per step, NICs per node and
-    whether the switch has NVLS (the network's bandwidth per node is net_bw × NICs per node,
-    built where it is used, model/nccl.py tuner_link, so that calibration reaches it)."""
+    protocol's ceiling on 1, 2 and more nodes, the network overhead per step, NICs per node,
+    whether the switch has NVLS, and one send/recv's latency (the network's bandwidth per node
+    is net_bw × NICs per node, built where it is used, model/nccl.py tuner_link, so that
+    calibration reaches it)."""
     cluster = Cluster.of(hw)
     return dict(
         ll_max_one=float(K.ll_max_busbw(cluster.generation, 1, cluster.cpu)),
         ll_max_two=float(K.ll_max_busbw(cluster.generation, 2, cluster.cpu)),
         ll_max_many=float(K.ll_max_busbw(cluster.generation, 3, cluster.cpu)),
         net_overhead_us=K.NET_OVERHEAD_US[cluster.cpu.value], nics_per_node=cluster.nics_per_node,
-        nvls=int(cluster.nvls_bw is not None))
+        nvls=int(cluster.nvls_bw is not None),
+        # one send/recv's latency (K.send_recv_latency_s), Simple and LL, on NVLink and across
+        # the network: named numbers, so that explain shows them as constants
+        sr_lat_nvl=K.send_recv_latency_s(K.Proto.SIMPLE, 1),
+        sr_lat_net=K.send_recv_latency_s(K.Proto.SIMPLE, 0),
+        sr_ll_nvl=K.send_recv_latency_s(K.Proto.LL, 1),
+        sr_ll_net=K.send_recv_latency_s(K.Proto.LL, 0))
 
 
 def config_numbers(config: PlanConfig) -> dict:

@@ -95,3 +95,21 @@ def test_compare_takes_the_moe_flags():
     assert r.exit_code == 0, r.output
     config = json.loads(r.stdout)["cells"][0]["plan"]["config"]
     assert config["mtp"] is False and config["moe_shared_expert_overlap"] is True
+
+
+def test_the_megatron_settings_follow_the_flags():
+    # with MTP: --mtp-num-layers 1 and the module as `m` in the last chunk of the layout (32
+    # chunks of pp4 × v8 over 61 layers + 1 module); without: neither, the last chunk one layer
+    def settings(*extra):
+        r = runner.invoke(app, ["explain", *LAYOUT, "--emit", "megatron", *extra])
+        assert r.exit_code == 0, r.output
+        return r.stdout.split()
+
+    plain = settings()
+    assert plain[plain.index("--mtp-num-layers") + 1] == "1"
+    assert plain[plain.index("--pipeline-model-parallel-layout") + 1].endswith('|t|mL"')
+    assert "--moe-shared-expert-overlap" not in plain
+    flagged = settings("--no-mtp", "--moe-shared-expert-overlap")
+    assert "--mtp-num-layers" not in flagged and "--moe-shared-expert-overlap" in flagged
+    assert flagged[flagged.index("--pipeline-model-parallel-layout") + 1].endswith('|t|tL"')
+    assert flagged[flagged.index("--moe-token-dispatcher-type") + 1] == "alltoall"

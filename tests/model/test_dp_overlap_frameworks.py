@@ -121,3 +121,22 @@ def test_fsdp2_blocks_are_the_pieces():
               + with_sigma(one_ag + one_rs, shown(one_ag + one_rs, bwd, 32)))
     assert n["zero_microbatch_exposed_s"] == pytest.approx(per_mb, rel=1e-9)
     assert r["dp_exposed_s"] == pytest.approx(2 * per_mb, rel=1e-9)
+
+
+def test_explain_shows_the_exposed_parts_with_their_pieces():
+    # 8B, pp = 2, dp = 8, ZeRO-1 under Megatron: explain names the pieces (n_rs, n_ag: the
+    # buckets) and writes each exposed part in them, max(T/n, T − W·(n − 1)/n), and the later
+    # stage's in-line gather (p − 1)·T_ag in the tail; its values are the cost path's
+    from planner.model.explain import explain
+
+    config = PlanConfig(dp=8, pp=2, n_micro=4, gbs=32, seq_len=8192, zero_stage=1,
+                        sequence_parallel=False)
+    plan = explain(MODEL, FLAT, config)
+    terms = {t.key: t for t in plan.terms}
+    _, n = run(dp=8, pp=2, n_micro=4, zero_stage=1)
+    assert terms["dp_reduce_pieces"].value == math.ceil(n["stage_params"] / 40_000_000)
+    assert "T_rs/n_rs" in terms["dp_reduce_exposed_s"].formula
+    assert "T_ag/n_ag" in terms["dp_gather_exposed_s"].formula
+    assert "T_ag·(p - 1)" in terms["dp_tail_exposed_s"].formula
+    for key in ("dp_reduce_exposed_s", "dp_gather_exposed_s", "dp_tail_exposed_s"):
+        assert terms[key].value == pytest.approx(n[key], rel=1e-9)

@@ -99,3 +99,25 @@ def test_tensor_parallel_collectives_by_hand():
     assert (ar.algorithm, ar.protocol) == ("nvls", "Simple")
     assert ar.latency_s == pytest.approx(25 * US)
     assert ar.transfer_s == pytest.approx(134_217_728 * 14 / 8 / 480e9)
+
+
+def test_pipeline_sends_by_hand():
+    # dp16 tp8 pp4, mbs 1, s = 8192, h = 8192, bf16, 64 micro-batches: the stage boundary, split
+    # over t under sequence parallelism, is b·s·h·2/t = 16,777,216 B; adjacent stages sit
+    # tp·dp = 128 GPUs apart, across the network at one NIC's 46 GB/s (PP's share 100 %).
+    # NCCL runs it as Simple (above 16 KiB): 8.4 µs base + one network step 14 µs = 22.4 µs,
+    # and 16,777,216 / 46e9 = 364.72 µs
+    plan, terms, calls = _plan(zero_stage=1)
+    pp = calls["PP send/recv"]
+    assert (pp.algorithm, pp.protocol) == ("p2p", "Simple")
+    assert pp.message_bytes == 16_777_216
+    assert pp.latency_s == pytest.approx(22.4 * US)
+    assert pp.transfer_s == pytest.approx(16_777_216 / 46e9)
+    # 2·(v·p − 1)/p = 2·3/4 = 1.5 messages per micro-batch on a GPU (each boundary crossed
+    # forward and back, averaged over the 4 stages): 64 · 1.5 = 96 a step
+    assert pp.calls_per_step == 96
+    # the cost path charges the same per micro-batch: 1.5 · (22.4 + 364.72) µs = 580.68 µs
+    assert terms["pp_exposed_s"] == pytest.approx(64 * 1.5 * (22.4e-6 + 16_777_216 / 46e9))
+    # a message of 16 KiB or less goes as LL: 6.6 + 2.7 µs, at half the bandwidth
+    latency, transfer = K.send_recv_parts_s(16_384, 46e9, 0)
+    assert latency == pytest.approx(9.3 * US) and transfer == pytest.approx(16_384 / 23e9)

@@ -42,7 +42,7 @@ def slow_latencies(monkeypatch):
 def _rows(hw, model, framework, top=1):
     r = search(load_model(model), hw, PlanRequest(gpus=512, tokens_per_step=4 * 2**20,
                                                   framework=framework), top=top)
-    return [(p.config.short_label(), p.time.step_s) for p in r.plans]
+    return [(p.config.short_label(), p.time.step_s, p.config) for p in r.plans]
 
 
 def _row1(hw, model, framework):
@@ -62,12 +62,17 @@ def test_row1_on_64_nodes_does_not_rest_on_cheap_latency(case, plain_rows, slow_
     # row 1 stays row 1, or tied with it (within the ranking's tie band, TIE_BAND = 5 %: it
     # would be listed "1=" beside it): 70B's row 1 and the plan after it lie within 0.5 % of
     # each other, and which of two such plans leads is not what the stress tests
-    label, step_s = plain_rows[case]
+    # The search lists one interleaving depth per layout: where the stressed row 1 is the same
+    # layout at another v (70B: v7 for v8, as each chunk adds pipeline sends that pay NCCL's
+    # send/recv latency), the plain row 1 is priced under the stress itself (8.1323 s against
+    # v7's 8.1315 s with the PP sends per call: 0.01 % apart)
+    label, step_s, config = plain_rows[case]
     slow = _rows(slow_latencies, *case, top=20)
-    slow_label, slow_step_s = slow[0]
+    slow_label, slow_step_s, _ = slow[0]
     assert slow_step_s > step_s  # the latencies are priced at all
-    same = [s for lab, s in slow if lab == label]
-    assert same and same[0] <= (1 + TIE_BAND) * slow_step_s, (label, slow[:3])
+    same = [s for lab, s, _ in slow if lab == label] or [
+        explain(load_model(case[0]), slow_latencies, config).time.step_s]
+    assert same[0] <= (1 + TIE_BAND) * slow_step_s, (label, slow[:3])
 
 
 def test_dp_calls_pay_their_latency_and_it_grows_with_the_ranks():

@@ -94,6 +94,8 @@ def test_explain_opens_with_the_verdict_then_sections():
     # 17.04 once the TP collectives are too (4 calls per layer and direction, each with NCCL's
     # ring latency 8.4 + 7·3.4 = 32.2 µs against 7 × the profile's 1 µs: +100.8 µs a layer and
     # direction, exposed in the forward: 20 layers × 64 micro-batches × ~0.1 ms ≈ 0.13 s);
+    # 17.041 with the pipeline sends too (22.4 µs of NCCL latency each against the profile's
+    # 5 µs: 64 micro-batches × 1.5 sends × 17.4 µs ≈ 1.7 ms);
     # 17.36 with the DP overlap as Megatron runs it (issue 22): pp = 4 without a virtual
     # pipeline, so --overlap-param-gather leaves the three later stages each gathering its one
     # bucket whole before its first forward, 3·T_ag = 3·105.6 ms = 0.317 s on the warm-up's path
