@@ -143,7 +143,7 @@ def _resolve(expr, values: dict):
 
 
 def formula_text(expr) -> str:
-    """A formula on one line, readable: products as ·, squares as ²."""
+    """A formula on one line, readable: products as ·, squares as ², other powers as ^."""
     import sympy
 
     if not isinstance(expr, sympy.Basic):
@@ -163,8 +163,14 @@ def _sympy_text(expr) -> str:
     expr = expr.xreplace({f: sympy.Integer(int(f)) for f in expr.atoms(sympy.Float)
                           if float(f).is_integer()})
     text = sympy.sstr(sympy.factor_terms(expr))
-    return (text.replace("**2", "²").replace("**3", "³").replace("*", "·")
+    return (text.replace("**2", "²").replace("**3", "³").replace("**", "^").replace("*", "·")
             .replace("Min", "min").replace("Max", "max").replace("ceiling", "ceil"))
+
+
+NCCL_PICK_TEXT = ("one call as NCCL's tuner picks it (min over algorithm × protocol, "
+                  "formulas/collectives.py)")
+"""The formula column of an NCCL pick's sub-term: a time in seconds (the other sub-terms,
+ceilings, are counts)."""
 
 
 def _nccl_picks(symbol: str, expr, values: dict):
@@ -182,8 +188,7 @@ def _nccl_picks(symbol: str, expr, values: dict):
     for m in sorted(picks, key=sympy.default_sort_key):
         name = sympy.Symbol(f"{base}{str(len(subs) + 1).translate(SUBSCRIPTS)}", positive=True)
         names[m] = name
-        subs.append((str(name), "one call as NCCL's tuner picks it (min over algorithm × "
-                     "protocol, formulas/collectives.py)", float(m.xreplace(values).doit())))
+        subs.append((str(name), NCCL_PICK_TEXT, float(m.xreplace(values).doit())))
     return expr.xreplace(names), subs
 
 
@@ -356,7 +361,8 @@ def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
         terms.append(Term(key=k, symbol=info.symbol, group=info.group, unit=info.unit,
                           formula=formulas.get(k, ""), value=recorded[k], why=info.why))
         for i, (symbol, text, value) in enumerate(folded.get(k, []), 1):
-            terms.append(Term(key=f"{k}:{i}", symbol=symbol, group=info.group, unit="count",
+            unit = info.unit if text == NCCL_PICK_TEXT else "count"  # a call's time, or a count
+            terms.append(Term(key=f"{k}:{i}", symbol=symbol, group=info.group, unit=unit,
                               formula=text, value=value, why=f"sub-term of {info.symbol}"))
     plan = plan_from_costs(model, hw, config, costs)
     comm = plan.comm.model_copy(update={"collectives": collective_calls(ledger)})

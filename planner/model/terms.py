@@ -191,7 +191,7 @@ TERMS: dict[str, TermInfo] = {
     "checkpoint_write_s": TermInfo("δ", "s", "time",
                                    "writing it, every GPU its share at once at W_ckpt each "
                                    "(the profile's storage section)"),
-    "mtbf_s": TermInfo("M", "s", "time",
+    "mtbf_s": TermInfo("T_MTBF", "s", "time",  # not M: M is the memory a GPU needs
                        "the job's mean time between interruptions: N GPUs at λ_fail per "
                        "GPU-hour each (Llama 3 §3.3.4: 419 in 54 days on 16,384)"),
     "restart_s": TermInfo("T_restart", "s", "time",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
@@ -182,3 +183,35 @@ def test_the_short_line_of_an_option_that_changes_the_answer_names_its_parts():
     parts, total = _terms_total(line.split("faster: ", 1)[1].split(" (")[0].rstrip("."))
     assert abs(total - (alt["step_s"] - data["plans"][0]["time"]["step_s"])) <= 5e-4
     assert abs(parts - total) <= 5e-3
+
+
+def test_an_nccl_calls_sub_term_is_a_time_with_its_unit():
+    import json
+
+    args = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--plan",
+            "dp32 tp4 pp4 v8 z1 full3"]
+    terms = {t["symbol"]: t for t in json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+             ["terms"]}
+    one = terms["T_tp₁"]
+    assert one["unit"] == "s" and one["formula"].startswith("one call as NCCL's tuner")
+    assert terms["T_tp"]["formula"] == "4·T_tp₁"  # so T_tp is 4 calls of T_tp₁ seconds
+    assert terms["T_tp"]["value"] == pytest.approx(4 * one["value"], rel=1e-9)
+    text = runner.invoke(app, args, env={"COLUMNS": "200"}).stdout
+    row = next(x for x in text.splitlines() if x.split()[:1] == ["T_tp₁"])
+    assert f"{one['value'] * 1e3:.2f} ms" in row
+
+
+def test_explain_writes_powers_as_powers_and_one_symbol_per_quantity():
+    import json
+
+    args = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--plan",
+            "dp32 tp4 pp4 v8 z1 full3", "--json"]
+    terms = json.loads(runner.invoke(app, args).stdout)["terms"]
+    assert not any("··" in t["formula"] or "**" in t["formula"] for t in terms)
+    strag = next(t for t in terms if t["key"] == "straggler_s")
+    assert "log(max(2, c·d·p·t))^0.5" in strag["formula"]  # √log N, as z(N) has it
+    # M is the memory a GPU needs; the mean time between interruptions has its own symbol
+    main = [t for t in terms if ":" not in t["key"]]
+    symbols = [t["symbol"] for t in main]
+    assert len(symbols) == len(set(symbols)), sorted(s for s in symbols if symbols.count(s) > 1)
+    assert next(t for t in terms if t["key"] == "mtbf_s")["symbol"] == "T_MTBF"
