@@ -36,6 +36,7 @@ def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
         # moe: the MoE run settings a framework may not have (the search never sets them)
         a2a_overlap=int(config.moe_a2a_overlap), moe_allgather=int(config.moe_dispatcher
                                                                     == "allgather"),
+        deepep=int(config.moe_dispatcher == "deepep"),  # the search's column of the same name
         moe_capped=int(bool(config.moe_capacity_factor)), moe_forced=int(config.moe_forced_balance),
         moe_shared_overlap=int(config.moe_shared_expert_overlap),
         dp_shard=config.dp_shard or config.dp,  # hybrid sharding

@@ -34,7 +34,7 @@ from ..formulas.choices import (
     Schedule,
     ZeroStage,
 )
-from ..rules import Rule
+from ..rules import Rule, layout
 from ..schema import ModelSpec, PlanConfig
 from ..tomltext import toml_tables
 from .base import (
@@ -79,6 +79,22 @@ def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
                        source="torch.distributed.fsdp fully_shard + torchtitan parallelize.py")
 
 
+def _dispatch_refusal(m, c) -> str:
+    """Why torchtitan cannot launch the plan's token exchange (RULES' dispatcher rule)."""
+    if getattr(c, "deepep", 0):
+        return (f"torchtitan: DeepEP is chosen inside a config_registry function "
+                f"(model_registry(..., moe_comm_backend=\"deepep\")), not on the command line, "
+                f"and torchtitan 0.3.0's entry for {m.name} builds the all-to-all; use "
+                "--moe-dispatcher alltoall, or --framework megatron or deepspeed for DeepEP")
+    if getattr(c, "moe_allgather", 0):
+        return ("torchtitan: its token dispatchers are the all-to-all, DeepEP, HybridEP and "
+                "MinimalAsyncEP, no all-gather; use --moe-dispatcher alltoall or --framework "
+                "megatron")
+    return ("torchtitan: it has no overlapped expert-parallel communication (Megatron's "
+            "--overlap-moe-expert-parallel-comm); leave --moe-a2a-overlap out or use "
+            "--framework megatron")
+
+
 def _zero_supported(m, c):
     # ZeRO-1 has no FSDP2 form; DDP only as the one parallelism
     return (c.zero != 1) & ((c.zero != 0) | ((c.tp == 1) & (c.pp == 1) & (c.cp == 1)))
@@ -103,6 +119,19 @@ RULES = (
          lambda m, c: "torchtitan: expert parallelism borrows the dense ranks (ep must divide "
                       "dp_shard·cp·tp) and has no expert tensor parallelism; use --etp 1 or "
                       "--framework megatron"),
+    # moe: the token dispatcher is the model's, chosen in Python: model_registry(flavor,
+    # moe_comm_backend=...) builds it (models/qwen3/__init__.py l.613-622, models/deepseek_v3/
+    # __init__.py l.616-629 @ 0.3.0) and Trainer.Config.model_spec is left out of the command
+    # line (tyro.conf.Suppress, trainer.py l.75-77 @ 0.3.0). The registry entries plan3d writes,
+    # qwen3_30b_a3b and deepseek_v3_671b, keep the "standard" all-to-all (AllToAllTokenDispatcher;
+    # DeepEP only in the debug entry qwen3_moe_deepep): config_registry.py @ 0.3.0. The backends
+    # are standard, deepep, hybridep, minimal_async_ep (models/common/config_utils.py l.360-425
+    # @ 0.3.0): no all-gather dispatcher; and no overlapped expert-parallel communication setting
+    Rule("the all-to-all token dispatcher, not overlapped (DeepEP is not a command-line setting "
+         "of torchtitan 0.3.0; it has no all-gather dispatcher nor Megatron's a2a overlap)",
+         lambda m, c: (getattr(c, "deepep", 0) + getattr(c, "moe_allgather", 0)
+                       + getattr(c, "a2a_overlap", 0)) == 0,
+         lambda m, c: _dispatch_refusal(m, c)),
     Rule("ZeRO-2/3 as FSDP2, or ZeRO-0 (DDP) with no TP, PP or CP; no ZeRO-1",
          _zero_supported,
          lambda m, c: ("torchtitan: FSDP2 shards gradients with the optimizer state, so ZeRO-1 "
@@ -309,6 +338,27 @@ def _check(fw: str, c: PlanConfig) -> None:
                         "re-plan with zero_stage 2 or 3")
 
 
+def _dispatcher(c: PlanConfig, m: ModelSpec, version: str) -> dict[str, object]:
+    """The plan's token exchange as torchtitan sets it: the all-to-all by default in both
+    releases; DeepEP only in 0.2.2, by parallelism.expert_parallel_comm_backend (config/
+    job_config.py l.474 @ 0.2.2), which deepseek_v3 reads (models/deepseek_v3/model/args.py
+    l.116, infra/parallelize.py l.100 @ 0.2.2) and qwen3 does not (models/qwen3/model/model.py
+    l.368 builds the all-to-all MoE @ 0.2.2). 0.3.0 chooses it in Python only (RULES)."""
+    if c.moe_dispatcher == "allgather" or c.moe_a2a_overlap:
+        raise PlanError(_dispatch_refusal(m, layout(c, 1)))
+    if c.moe_dispatcher != "deepep" or c.ep == 1:
+        return {}
+    module = _registry_entry("torchtitan", m)[0]
+    if version == "0.2" and module == "deepseek_v3":
+        return {"expert_parallel_comm_backend": "deepep"}
+    if version == "0.2":
+        raise PlanError(f"torchtitan: 0.2.2's {module} MoE ignores parallelism."
+                        "expert_parallel_comm_backend (only deepseek_v3 builds DeepEPMoE), so "
+                        f"{m.name} would run the all-to-all; plan with --moe-dispatcher alltoall")
+    raise PlanError(_dispatch_refusal(m, layout(c, 1)) + " (torchtitan@0.2 writes DeepEP "
+                    "for deepseek-v3 alone)")
+
+
 def _data_parallel(c: PlanConfig, notes: list[str]) -> dict[str, object]:
     """DDP, FSDP2 or HSDP degrees and FSDP2's reshard policy."""
     if c.zero_stage is ZeroStage.NONE:
@@ -420,11 +470,14 @@ def _sections(c: PlanConfig, m: ModelSpec, version: str, notes: list[str]) -> di
                        context_parallel_degree=c.cp)
     if m.is_moe:  # always said: deepseek_v3_671b's registry entry sets 2 of its own
         parallelism["expert_parallel_degree"] = c.ep
+        parallelism.update(_dispatcher(c, m, version))
         if c.ep > 1:
             notes.append(f"Expert parallelism: ep = {c.ep} borrows the dense ranks, the experts "
                          f"FSDP-sharded over efsdp = dp_shard·cp·tp/ep = "
                          f"{(c.dp // c.dp_replicate) * c.cp * c.tp // c.ep} ranks; tokens move by "
-                         "all-to-all (AllToAllTokenDispatcher).")
+                         + ("DeepEP (expert_parallel_comm_backend deepep: DeepEPMoE and "
+                            "DeepEPExpertParallel)." if parallelism.get(
+                                "expert_parallel_comm_backend") else "all-to-all."))
     if c.pp > 1:
         parallelism.update(_pipeline(c, m, version, notes))
     training = _training(c, notes)

@@ -12,6 +12,7 @@ import pytest
 
 from planner.catalog import load_hardware, load_model
 from planner.errors import PlanError
+from planner.formulas.choices import ZeroStage
 from planner.frameworks.emit import emit
 from planner.model.estimate import check_config
 from planner.schema import PlanConfig
@@ -70,3 +71,55 @@ def test_torchtitan_reads_it_back():
     moe = cfg.model_spec.model.layers[0].moe if hasattr(cfg.model_spec.model, "layers") else None
     if moe is not None:
         assert moe.num_experts == QWEN.n_experts and moe.router.top_k == QWEN.top_k
+
+
+# ---- the token dispatcher: torchtitan 0.3.0 chooses it in Python (model_registry(...,
+# moe_comm_backend=...)), not on its command line; 0.2.2 has parallelism.
+# expert_parallel_comm_backend, read by deepseek_v3 alone -------------------------------------
+
+def _with(c: PlanConfig, **changes) -> PlanConfig:
+    return PlanConfig(**{**c.model_dump(), **changes})
+
+
+@pytest.mark.parametrize("changes,reason", [
+    ({"moe_dispatcher": "deepep"}, "config_registry"),
+    ({"moe_dispatcher": "allgather"}, "no all-gather"),
+    ({"moe_a2a_overlap": True}, "overlapped expert-parallel"),
+])
+def test_a_dispatch_torchtitan_cannot_launch_is_refused(changes, reason):
+    with pytest.raises(PlanError, match=reason):
+        check_config(QWEN, load_hardware("h100-nvlink"), _with(QWEN_EP8, **changes))
+    # the all-to-all is accepted (test_expert_parallelism_is_accepted_with_etp_one) and so is
+    # the same plan under Megatron's flex dispatcher
+    check_config(QWEN, load_hardware("h100-nvlink"),
+                 _with(QWEN_EP8, framework="megatron", zero_stage=1, **changes))
+
+
+def test_the_search_ranks_no_deepep_plan_under_torchtitan():
+    from planner.search.core import search
+    from planner.search.request import PlanRequest
+
+    hw = load_hardware("h100-nvlink")
+    ask = dict(gpus=64, tp=[1], pp=[1], ep=[8], zero=[ZeroStage.GRADIENTS])
+    titan = search(QWEN, hw, PlanRequest(framework="torchtitan", **ask), top=50).plans
+    assert titan and all(p.config.moe_dispatcher != "deepep" for p in titan)
+    for plan in titan[:3]:
+        emit("torchtitan", plan.config, QWEN)  # what it ranks, it writes
+    # Megatron weighs DeepEP on the same layouts: the mask is torchtitan's rule, not the space's
+    megatron = search(QWEN, hw, PlanRequest(framework="megatron", **ask), top=50).plans
+    assert any(p.config.moe_dispatcher == "deepep" for p in megatron)
+
+
+DSV3_EP8 = PlanConfig(dp=64, ep=8, mbs=1, n_micro=16, gbs=1024, seq_len=4096, zero_stage=3,
+                      framework="torchtitan", sequence_parallel=False, moe_dispatcher="deepep")
+
+
+def test_deepep_is_written_for_0_2_deepseek_v3_and_refused_elsewhere():
+    text = emit("torchtitan@0.2", DSV3_EP8, DSV3).text
+    assert 'expert_parallel_comm_backend = "deepep"' in text
+    assert "expert_parallel_comm_backend" not in emit(
+        "torchtitan@0.2", _with(DSV3_EP8, moe_dispatcher=None), DSV3).text
+    with pytest.raises(PlanError, match="ignores parallelism.expert_parallel_comm_backend"):
+        emit("torchtitan@0.2", _with(QWEN_EP8, moe_dispatcher="deepep"), QWEN)
+    with pytest.raises(PlanError, match="config_registry"):
+        emit("torchtitan", DSV3_EP8, DSV3)

@@ -235,3 +235,50 @@ def test_fp8_is_refused_for_0_3():
     out = cli("explain", *shlex.split(row), "--emit", "torchtitan")
     assert out.returncode != 0 and out.stdout == ""
     assert "torchtitan@0.2" in out.stderr
+
+
+def test_the_moe_dispatcher_is_what_this_release_builds(tmp_path):
+    """moe (issue 23): torchtitan 0.3.0 picks the token dispatcher inside model_registry and
+    keeps model_spec off the command line, so its qwen3_30b_a3b and deepseek_v3_671b entries
+    build the all-to-all and plan3d refuses DeepEP for them; 0.2.2 runs DeepEP for
+    deepseek_v3 from [parallelism] expert_parallel_comm_backend, which plan3d writes."""
+    from planner.catalog import load_model
+    from planner.errors import PlanError
+    from planner.frameworks.emit import emit
+    from planner.schema import PlanConfig
+
+    dsv3 = load_model("deepseek-v3")
+    plan = PlanConfig(dp=64, ep=8, mbs=1, n_micro=16, gbs=1024, seq_len=4096, zero_stage=3,
+                      framework="torchtitan", sequence_parallel=False, moe_dispatcher="deepep")
+    if SHORT == "0.3":
+        from torchtitan.models.common.token_dispatcher import (
+            AllToAllTokenDispatcher,
+            LocalTokenDispatcher,
+        )
+
+        with pytest.raises(PlanError, match="config_registry"):
+            emit(FORMAT, plan, dsv3)
+        for module, config in (("qwen3", "qwen3_30b_a3b"), ("deepseek_v3", "deepseek_v3_671b")):
+            cfg = _registry_config(module, config)
+            kinds = {type(d) for _, d, _, _ in
+                     cfg.model_spec.model.traverse(LocalTokenDispatcher.Config)}
+            assert kinds == {AllToAllTokenDispatcher.Config}, (config, kinds)
+        return
+    from torchtitan.models.deepseek_v3.model.args import DeepSeekV3ModelArgs
+
+    path = tmp_path / "job.toml"
+    path.write_text(emit(FORMAT, plan, dsv3).text)
+    from torchtitan.config.manager import ConfigManager
+
+    cfg = ConfigManager().parse_args(["--job.config_file", str(path)])
+    assert cfg.parallelism.expert_parallel_comm_backend == "deepep"
+    args = DeepSeekV3ModelArgs()
+    args.update_from_config(cfg)
+    assert args.moe_impl == "deepep"  # DeepEPMoE is built (models/moe/moe.py build_moe)
+
+
+def _registry_config(module: str, config: str):
+    """torchtitan 0.3's ConfigManager on a registry entry with no overrides."""
+    from torchtitan.config.manager import ConfigManager
+
+    return ConfigManager().parse_args(["--module", module, "--config", config])
