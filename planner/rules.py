@@ -45,6 +45,7 @@ def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
         off_opt=config.offload_optimizer, off_params=int(config.offload_params),
         off_act=config.offload_activations,
         recompute_none=int(config.recompute.value == "none"),
+        recompute_full=int(config.recompute.value == "full"),  # fit: DeepSpeed cpu_checkpointing
         **choices(config.zero_stage, config.schedule, config.precision))
 
 

@@ -603,7 +603,11 @@ class PlanConfig(_Strict):
     distribute_saved_activations: bool = Field(
         False, description="With full recompute and no sequence parallelism: each checkpointed "
         "layer input split over the tp ranks (Megatron --distribute-saved-activations; DeepSpeed "
-        "partition_activations, which its framework turns on by itself).")
+        "activation_checkpointing.partition_activations).")
+    contiguous_checkpoints: bool = Field(
+        False, description="DeepSpeed activation_checkpointing.contiguous_memory_optimization: "
+        "the partitioned checkpoints copied into buffers allocated ahead for number_checkpoints "
+        "= ⌈L/g⌉ of them (needs distribute_saved_activations).")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="With selective recompute: the submodules checkpointed (Megatron "
         "--recompute-modules; None: the framework's default, the attention core).")
@@ -673,6 +677,10 @@ class PlanConfig(_Strict):
                                                   or self.sequence_parallel):
             raise ValueError("distribute_saved_activations needs recompute full without "
                              "sequence parallelism (transformer_config.py l.1934 @ d98e8a6)")
+        if self.contiguous_checkpoints and not self.distribute_saved_activations:
+            raise ValueError("contiguous_checkpoints needs distribute_saved_activations "
+                             "(DeepSpeed: contiguous_memory_optimization only with "
+                             "partition_activations, checkpointing.py configure @ edaa722)")
         if self.recompute_modules is not None and self.recompute is not Recompute.SELECTIVE:
             raise ValueError(f"recompute_modules needs recompute selective, got "
                              f"{self.recompute.value}")

@@ -93,7 +93,13 @@ RecomputeGroupOpt = Annotated[int, typer.Option(
 DistributeOpt = Annotated[bool, typer.Option(
     "--distribute-saved-activations/--no-distribute-saved-activations",
     help="With --recompute full and --no-sp: split each checkpointed layer input over the tp "
-    "ranks (Megatron --distribute-saved-activations; DeepSpeed does it by itself).")]
+    "ranks, all-gathered before its rerun (Megatron --distribute-saved-activations; DeepSpeed "
+    "activation_checkpointing.partition_activations).")]
+ContiguousOpt = Annotated[bool, typer.Option(
+    "--contiguous-checkpoints/--no-contiguous-checkpoints",
+    help="DeepSpeed, with --distribute-saved-activations: copy the partitioned checkpoints into "
+    "buffers allocated ahead (activation_checkpointing.contiguous_memory_optimization, "
+    "number_checkpoints = the model's layers / --recompute-group).")]
 RecomputeModulesOpt = Annotated[str | None, typer.Option(
     help="With --recompute selective: the submodules checkpointed, comma list of core_attn, "
     "mlp (Megatron --recompute-modules; default core_attn).")]
@@ -189,7 +195,8 @@ OffloadParamsOpt = Annotated[bool | None, typer.Option(
 
 OffloadActivationsOpt = Annotated[int | None, typer.Option(
     help="Layers per GPU whose activations are offloaded to host memory (Megatron "
-    "--cpu-offloading-num-layers; pp 1, no recompute).")]
+    "--cpu-offloading-num-layers; pp 1, no recompute). DeepSpeed: cpu_checkpointing, the "
+    "checkpointed inputs of every layer of the stage, under --recompute full.")]
 
 
 OffloadModeOpt = Annotated[str, typer.Option(

@@ -21,6 +21,7 @@ import typer
 
 from .flags import (
     AttnOpt,
+    ContiguousOpt,
     CpA2aOpt,
     CpKindOpt,
     CpOpt,
@@ -99,6 +100,7 @@ class PlanFlags:
     recompute_group: RecomputeGroupOpt = 1
     recompute_modules: RecomputeModulesOpt = None
     distribute_saved_activations: DistributeOpt = False
+    contiguous_checkpoints: ContiguousOpt = False  # fit: DeepSpeed
     grad_dtype: GradOpt = "fp32"
     offload_optimizer: OffloadOptimizerOpt = None  # offload
     offload_params: OffloadParamsOpt = None

@@ -66,6 +66,18 @@ def grouped_working_bytes(group_layers, full_layer_bytes):
     return group_layers * full_layer_bytes
 
 
+def partial_working_bytes(n_layers, n_recomputed, full_layer_bytes):
+    """What the stage holds beside its saved sets while a recomputed layer reruns (block method,
+    r of L layers): full·max(0, 1 − (L − r)), that is one layer's full set under full recompute
+    (r = L) and nothing for r < L. The recomputed layers are the stage's first r (Megatron's
+    block branch), whose backward runs last: by the rerun of layer r − 1 the L − r layers after
+    it have run their backward and freed their sets (≥ one full set), so the peak is at the
+    start of the backward, with every set still held (measured by tests/oracle/
+    test_recompute_levels.py test_rerun_peaks: peaks of block r = 2 of 4 and uniform g = 2
+    equal to the byte)."""
+    return full_layer_bytes * _ops.maximum(0, 1 - (n_layers - n_recomputed))
+
+
 def recompute_layer_fraction(n_layers, n_recomputed):
     """The share of the stage's layers whose forward reruns in the backward, r/L (grouped
     recompute reruns every layer: r = L)."""
@@ -157,9 +169,75 @@ def fewest_layers_to_recompute(n_layers, full_bytes, capacity_bytes, per_layer_g
 
         r = clamp(⌈L − (C − M_full)/g⌉, 1, L)
 
-    Memory with r layers recomputed is M_full + (L − r)·g for r ≥ 1 (one recomputed layer's
-    working set is alive at its backward either way), so r is the least that keeps it within C.
+    Memory with r layers recomputed is at most M_full + (L − r)·g for r ≥ 1 (it is less by one
+    layer's full set for r < L, when no rerun is alive at the peak: partial_working_bytes), so
+    r keeps it within C; it may be one more than the least that would (the search recosts it).
     A plan that does not fit even with all L recomputed gets L (and still does not fit).
     Example: L = 20, M_full = 60 GiB, C = 80 GiB, g = 3 GiB: ⌈20 − 20/3⌉ = ⌈13.33⌉ = 14."""
     r = _ops.ceil(n_layers - (capacity_bytes - full_bytes) / per_layer_gain_bytes)
     return _ops.minimum(_ops.maximum(r, 1), n_layers)
+
+
+def grouped_checkpoints(n_layers, group_layers, chunks=1):
+    """How many units a stage of L layers in v virtual chunks is checkpointed in, groups of g
+    (Megatron's uniform method): v·⌈(L/v)/g⌉. Megatron-Core groups each TransformerBlock's own
+    layers (megatron/core/recompute.py `checkpointed_forward` @ d98e8a64dd: `while layer_idx <
+    self.num_layers_per_pipeline_rank`, with len(self.layers) of the block), and under
+    interleaving each virtual chunk is a block of its own, so the last group of every chunk may be
+    short. L = 8, v = 2, g = 3: 2·⌈4/3⌉ = 4 units (v = 1: ⌈8/3⌉ = 3)."""
+    return chunks * _ops.ceil(n_layers / chunks / group_layers)
+
+
+def checkpoint_gather_volume_bytes(seq_len, mbs, hidden, tp, cp, act_bytes=2):
+    """What one rank receives to rebuild a checkpoint split over the t tensor-parallel ranks
+    before its rerun: an all-gather of the act·sbh input, (t − 1)/t · act·sbh/c bytes per
+    checkpoint per micro-batch. Megatron `--distribute-saved-activations` (tensor_parallel/
+    random.py CheckpointFunction.backward, gather_split_1d_tensor @ d98e8a64dd) and DeepSpeed
+    `partition_activations` (runtime/activation_checkpointing/checkpointing.py
+    gather_partitioned_activations @ edaa722) both gather on the compute stream before the rerun,
+    so the gather is on the critical path. Llama 70B, s = 4096, b = 1, t = 8, c = 1: 7/8 · 64 MiB
+    = 56 MiB."""
+    return (tp - 1) / tp * act_bytes * seq_len / cp * mbs * hidden
+
+
+CPU_CHECKPOINT_RESIDENT_INPUTS = 2
+"""Checkpoint inputs DeepSpeed's asynchronous `cpu_checkpointing` keeps on the GPU beside what it
+offloads (runtime/activation_checkpointing/offload_activations.py @ edaa722,
+`_ActivationOffloadEngine` built by checkpointing.py `_get_cpu_offload_engine` with
+keep_last_count = 1): the newest input is not offloaded (`_keep_last`), and the one before it
+stays referenced in the forward stash until the next offload reaps it (`_reap_forward_stash`
+drops ids ≤ newest − max_fwd_stash_count = newest − 2 before adding the one it starts): 1 + 1.
+With partition_activations the engine is not used (blocking copies), and none stays."""
+
+
+def cpu_checkpoint_resident_bytes(input_bytes, partitioned):
+    """DeepSpeed `cpu_checkpointing`: the checkpoint inputs still on the GPU, 2·input without
+    partition_activations (CPU_CHECKPOINT_RESIDENT_INPUTS), 0 with it (partitioned: 0 or 1)."""
+    return CPU_CHECKPOINT_RESIDENT_INPUTS * input_bytes * (1 - partitioned)
+
+
+def cpu_checkpoint_exposed_s(copy_s, forward_s, blocking):
+    """DeepSpeed `cpu_checkpointing`: the host copies of a stage's checkpoint inputs per
+    micro-batch, each way copy_s, against its forward forward_s.
+
+    Without partition_activations (blocking = 0) the copies out run on a side stream under the
+    forward (offload_activations.py `_start_offload`: `s1.wait_stream(compute)`, non_blocking),
+    but each input comes back only when its backward asks for it (`_restore_tensor`: the compute
+    stream waits on the copy's event; nothing is prefetched): max(0, T_copy − T_fwd) + T_copy.
+    With partition_activations (blocking = 1) both copies are synchronous (checkpointing.py
+    `partition.cpu()` in the forward, `saved_data.to(device)` in the backward): 2·T_copy.
+    The last two inputs of the step, kept on the GPU, are not discounted (≤ 2 of L·m copies)."""
+    return (blocking * 2 * copy_s
+            + (1 - blocking) * (_ops.maximum(0, copy_s - forward_s) + copy_s))
+
+
+def contiguous_checkpoint_extra_bytes(number_checkpoints, stage_checkpoints, checkpoint_bytes):
+    """DeepSpeed `contiguous_memory_optimization`: the first checkpoint after a backward allocates
+    `number_checkpoints` buffers of each partitioned input at once and fills them in order
+    (checkpointing.py `partition_activations`: `new_empty` × num_layers when the list is empty; the
+    backward empties the list, so the unused buffers are freed only then): N − n more
+    checkpoints than the n a micro-batch of the stage uses are alive at the peak.
+    Megatron-DeepSpeed passes num_checkpoints = --num-layers (N = L); a stage of L/p layers holds
+    (L − L/p)·checkpoint more. N below the checkpoints of the micro-batches in flight fails
+    (list index out of range), which plan3d refuses before it costs."""
+    return (number_checkpoints - stage_checkpoints) * checkpoint_bytes

@@ -106,8 +106,13 @@ class MemoryConventions:
     default_fp8_recipe: QuantRecipe = QuantRecipe.CURRENT
     partitions_checkpoints: int = 0
     """fit: 1 when the framework splits full recompute's checkpointed inputs over the tp ranks
-    by itself (DeepSpeed partition_activations, which plan3d's DeepSpeed config turns on with
-    tp > 1 and no sequence parallelism)."""
+    by itself, without --distribute-saved-activations (no framework does now: DeepSpeed's
+    partition_activations is off by default and follows that flag)."""
+    host_checkpoints: int = 0
+    """fit: 1 when the framework's activation offload is moving full recompute's checkpointed
+    inputs to host memory (DeepSpeed activation_checkpointing.cpu_checkpointing): offload_activations
+    then covers every checkpoint of the stage, with DeepSpeed's copy timing
+    (formulas.recompute.cpu_checkpoint_exposed_s)."""
     bucket_bytes: Callable[[ZeroStage], float] = lambda z: 0.0
     fragmentation: float | None = None
     communicators: tuple[str, ...] = ("world",)

@@ -20,6 +20,7 @@ the sharded states are 2 + 4 + 12 = 18 B/param per rank.
 from __future__ import annotations
 
 import json
+import math
 
 from ..errors import PlanError
 from ..formulas import _ops
@@ -137,12 +138,19 @@ OFFLOAD_RULES = (
          lambda m, c: (off_params(c) == 0) | (c.zero == 3),
          lambda m, c: f"deepspeed: offload_param is valid only with ZeRO stage 3 (got --zero "
                       f"{int(c.zero)}); use --zero 3"),
-    Rule("no activation offload (cpu_checkpointing offloads only the inputs of checkpointed "
-         "layers under full recompute, which plan3d does not model)",
-         lambda m, c: off_act(c) == 0,
-         lambda m, c: "deepspeed: activation_checkpointing.cpu_checkpointing offloads only "
-                      "checkpointed layer inputs under full recompute, which plan3d does not "
-                      "model; leave --offload-activations out or use --framework megatron"),
+    # fit: --offload-activations is activation_checkpointing.cpu_checkpointing, which moves
+    # every checkpointed layer input of full recompute to host memory (checkpointing.py
+    # CheckpointFunction.forward @ edaa722): all of the stage's layers, under full recompute
+    Rule("activation offload is cpu_checkpointing: full recompute, every layer of the stage",
+         lambda m, c: (off_act(c) == 0) | ((getattr(c, "recompute_full", 1) == 1)
+                                           & (off_act(c) * c.pp >= m.n_layers)),
+         lambda m, c: ("deepspeed: activation_checkpointing.cpu_checkpointing moves the "
+                       "checkpointed inputs of full recompute to host memory; use --recompute "
+                       "full" if getattr(c, "recompute_full", 1) != 1 else
+                       "deepspeed: activation_checkpointing.cpu_checkpointing moves every "
+                       f"checkpointed layer input, not {off_act(c)} layers: use "
+                       f"--offload-activations {math.ceil(m.n_layers / c.pp)} (the stage's "
+                       "layers)")),
 )
 """What DeepSpeed offloads to host memory, and under what ZeRO stages (offload)."""
 
@@ -167,6 +175,25 @@ def _ds_check(c: PlanConfig) -> None:
         raise PlanError(f"{fw}: context parallelism (DeepSpeed-Ulysses, "
                         "--ds-sequence-parallel-size) cannot be combined with Megatron sequence "
                         "parallelism")
+
+
+def _contiguous_check(c: PlanConfig, m: ModelSpec) -> None:
+    """fit: contiguous_memory_optimization fills one list of number_checkpoints = ⌈L/g⌉ buffers
+    from a backward to the next (checkpointing.py partition_activations @ edaa722), so the
+    first stage's checkpoints in flight before its first backward must not outnumber it: the
+    1F1B warm-up holds min(pp, m) micro-batches there, each with ⌈⌈L/pp⌉/g⌉ checkpoints; more
+    is an IndexError at run time."""
+    if not c.contiguous_checkpoints:
+        return
+    number = math.ceil(m.n_layers / c.recompute_group)
+    stage = math.ceil(math.ceil(m.n_layers / c.pp) / c.recompute_group)
+    in_flight = min(c.pp, c.n_micro) * stage
+    if in_flight > number:
+        raise PlanError(f"deepspeed: contiguous_memory_optimization keeps number_checkpoints = "
+                        f"{number} buffers from one backward to the next, but the first stage "
+                        f"holds {in_flight} checkpoints before its first backward (list index "
+                        "out of range in deepspeed.checkpointing); leave out contiguous "
+                        "checkpoints or split the layers evenly over the stages")
 
 
 def _ds_config(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, object]:
@@ -197,6 +224,7 @@ def _ds_config(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, objec
     cfg["zero_optimization"] = zero
     if c.offload:  # offload: ZeRO-Offload / ZeRO-Infinity to pinned host memory
         offload_refusal(fw, c, m, OFFLOAD_RULES)
+    if c.offload_optimizer > 0 or c.offload_params:
         optimizer_offload: dict[str, object] = {"device": "cpu", "pin_memory": True}
         if c.offload_optimizer < 1:
             optimizer_offload["ratio"] = c.offload_optimizer
@@ -208,14 +236,26 @@ def _ds_config(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, objec
                      "(set the client optimizer to DeepSpeedCPUAdam or leave it to the config's "
                      "\"optimizer\" block).")
     if c.recompute is Recompute.FULL:
-        cfg["activation_checkpointing"] = {
-            "partition_activations": c.tp > 1 and not c.sequence_parallel,
-            "cpu_checkpointing": False,
-            "contiguous_memory_optimization": False,
-            "synchronize_checkpoint_boundary": False,
-            "profile": False,
-        }
+        cfg["activation_checkpointing"] = _ds_activation_checkpointing(c, m)
     return cfg
+
+
+def _ds_activation_checkpointing(c: PlanConfig, m: ModelSpec) -> dict[str, object]:
+    """fit: activation_checkpointing as the plan was costed (runtime/activation_checkpointing/
+    config.py @ edaa722): partition_activations from --distribute-saved-activations (each
+    checkpoint split over the tp ranks, all-gathered before its rerun), cpu_checkpointing from
+    --offload-activations (every checkpoint to host memory), contiguous_memory_optimization with
+    number_checkpoints = ⌈L/g⌉, the count Megatron-DeepSpeed passes to configure()."""
+    block: dict[str, object] = {
+        "partition_activations": bool(c.distribute_saved_activations),
+        "cpu_checkpointing": c.offload_activations > 0,
+        "contiguous_memory_optimization": bool(c.contiguous_checkpoints),
+        "synchronize_checkpoint_boundary": False,
+        "profile": False,
+    }
+    if c.contiguous_checkpoints:
+        block["number_checkpoints"] = math.ceil(m.n_layers / c.recompute_group)
+    return block
 
 
 def _ds_launch_args(c: PlanConfig, notes: list[str]) -> None:
@@ -241,6 +281,16 @@ def _ds_launch_args(c: PlanConfig, notes: list[str]) -> None:
         a.add("--checkpoint-activations")
         a.add("--checkpoint-num-layers", 1)
         a.add("--deepspeed-activation-checkpointing")
+        # fit: Megatron-DeepSpeed passes these to deepspeed.checkpointing.configure(), whose
+        # arguments override the JSON's (megatron/initialize.py
+        # setup_deepspeed_random_and_activation_checkpointing, bigscience-workshop/
+        # Megatron-DeepSpeed @ 1a00f35; checkpointing.py configure @ edaa722)
+        if c.distribute_saved_activations:
+            a.add("--partition-activations")
+        if c.contiguous_checkpoints:
+            a.add("--contigious-checkpointing")  # sic: the flag's spelling
+        if c.offload_activations:
+            a.add("--checkpoint-in-cpu")
     if c.attention is Attention.FLASH:
         a.add("--use-flash-attn-v2")
     a.add("--deepspeed")
@@ -270,7 +320,10 @@ def _ds_notes(c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
     elif c.recompute is Recompute.FULL:
         notes.append("Full recomputation: the JSON's activation_checkpointing only configures "
                      "deepspeed.checkpointing; layers are checkpointed by the model code "
-                     "(--checkpoint-activations).")
+                     "(--checkpoint-activations). Megatron-DeepSpeed's --partition-activations, "
+                     "--contigious-checkpointing and --checkpoint-in-cpu override the JSON's "
+                     "keys when it calls deepspeed.checkpointing.configure, so pass them as "
+                     "written.")
     if c.attention is Attention.CLASSIC:
         notes.append("The attention kernel is chosen in the model code; leave out "
                      "--use-flash-attn-v2 for classic attention.")
@@ -284,6 +337,7 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
     """A DeepSpeed JSON config, with the Megatron-DeepSpeed arguments for TP/PP in the notes."""
     notes = common_notes(c, m)
     _ds_check(c)
+    _contiguous_check(c, m)  # fit
     DS_MOE.check(c, m)
     cfg = _ds_config(c, m, notes)
     expert_parallel = DS_MOE.expert_parallel_section(c, m)  # moe: AutoEP
@@ -350,9 +404,9 @@ FRAMEWORK = Framework(
         # fit: the world beside the data-parallel group, which is a clone of it without an mpu
         # (deepspeed/utils/groups.py _clone_world_group, deepspeed 0.19.8): the default
         # communicators
-        # fit: activation_checkpointing.partition_activations, which _config writes with tp > 1
-        # and no sequence parallelism: each checkpoint split over the tp ranks
-        partitions_checkpoints=1,
+        # fit: partition_activations follows --distribute-saved-activations (off by default, as
+        # DeepSpeed's own default); cpu_checkpointing is --offload-activations, every checkpoint
+        host_checkpoints=1,
         # offload: ZeRO-Offload accumulates each gradient partition on the host as its bucket is
         # reduced (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, accumulated_grads_in_cpu
         # @ edaa72212); ZeRO-3's offload_optimizer keeps its fp32 gradient partition there too

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from ..formulas import _ops
 from ..formulas import activations as A
+from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import moe_memory as MM
 from ..formulas import moe_mtp as MTP
@@ -165,18 +166,24 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     elif grouped:
         # fit: Megatron's uniform method, groups of g layers checkpointed as one unit: ⌈L/g⌉
         # inputs kept (formulas.recompute.grouped_saved_bytes; the last group may be shorter)
+        # fit: Megatron groups each virtual chunk's layers apart, v·⌈(L/v)/g⌉ units
+        # (formulas.recompute.grouped_checkpoints)
         g = x.recompute_group
+        units = RC.grouped_checkpoints(k.layers, g, k.v)
         layer_act = note("layer_activation_bytes", RC.grouped_saved_bytes(
-            _ops.ceil(k.layers / g) * g, g, layer_set(Recompute.FULL)) / k.layers)
+            units * g, g, layer_set(Recompute.FULL)) / k.layers)
     else:
         layer_act = note("layer_activation_bytes", layer_set(c.recompute))
     # the layer under backward recomputes what it did not save: under full recompute all of its
     # activations are alive for a moment (a whole group's under the uniform method: its g
     # layers rerun before their backward, formulas.recompute.grouped_working_bytes), under
     # selective the rest of them
-    full_working = (RC.grouped_working_bytes(_ops.minimum(x.recompute_group, k.layers),
+    full_working = (RC.grouped_working_bytes(_ops.minimum(x.recompute_group, k.layers / k.v),
                                              layer_set(Recompute.NONE))
-                    if grouped else layer_set(Recompute.NONE))
+                    if grouped else
+                    # fit: r < L recomputed layers rerun after the others freed theirs
+                    RC.partial_working_bytes(k.layers, recomputed, layer_set(Recompute.NONE))
+                    if partial else layer_set(Recompute.NONE))
     working_act = (full_working if c.recompute is Recompute.FULL else
                    layer_set(Recompute.NONE) - layer_set(c.recompute)
                    if c.recompute is Recompute.SELECTIVE else 0)
@@ -188,9 +195,13 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     # memory torchtitan measured for 70B at tp 8 is matched by their sum (−4.8 %), not by the
     # larger (−24.7 %), for a cause not established: plan3d counts both, erring toward "does not
     # fit" (formulas.activations.backward_phase_activation_bytes)
+    # fit: the checkpoints a micro-batch of the stage keeps under full recompute (one per
+    # recomputed layer, or per group) and one checkpoint's bytes as kept on the GPU
+    checkpoints = (units if grouped else recomputed) if c.recompute is Recompute.FULL else 0
     return SimpleNamespace(routed_ffn=routed_ffn, layer_act=layer_act,
                            bwd_phase=working_act + grad_act, recomputed=recomputed,
-                           rerun=recomputed / k.layers if partial else 1)
+                           rerun=recomputed / k.layers if partial else 1,
+                           checkpoints=checkpoints, checkpoint_bytes=layer_set(Recompute.FULL))
 
 
 def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -229,6 +240,21 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
         act_first = act_first + dispatch_buffers
         act_last = act_last + dispatch_buffers
     return SimpleNamespace(routed_ffn=lay.routed_ffn, layer_act=layer_act, rerun=lay.rerun,
+                           checkpoints=lay.checkpoints, checkpoint_bytes=lay.checkpoint_bytes,
                            inflight_first=inflight_first, inflight_last=inflight_last,
                            logits_act=logits_act, act_first=act_first, act_last=act_last,
                            moe_tokens=moe_tokens)
+
+
+def checkpoint_gather_mb_s(x, c: Choices, k: SimpleNamespace, note=same):
+    """fit: the all-gathers that rebuild each distributed checkpoint before its rerun (Megatron
+    --distribute-saved-activations, DeepSpeed partition_activations), per micro-batch on the
+    stage: checkpoints × a ring all-gather of the layer input over the tp group, at TP's link
+    and share (formulas.recompute.checkpoint_gather_volume_bytes); 0 without them."""
+    if c.recompute is not Recompute.FULL or c.sequence_parallel or not may_be_nonzero(
+            x.distribute):
+        return 0
+    g = k.links.tp
+    one = C.ring_time_s(RC.checkpoint_gather_volume_bytes(k.s, k.b, k.h, k.t, k.cp, x.act_bytes),
+                        g.bw * k.tp_share, k.t, g.k, 1, x.fast_lat, x.net_lat)
+    return note("checkpoint_gather_microbatch_s", x.distribute * k.checkpoints * one)

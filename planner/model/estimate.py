@@ -55,6 +55,10 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
                 if c.recompute_group > 1 else "--recompute-modules")
         raise PlanError(f"{c.framework}: {flag} is Megatron-Core's (--recompute-method block or "
                         f"uniform, --recompute-modules); {c.framework} does not run it")
+    if c.contiguous_checkpoints and not fw.memory.host_checkpoints:  # fit
+        raise PlanError(f"{c.framework}: contiguous checkpoint buffers are DeepSpeed's "
+                        "(activation_checkpointing.contiguous_memory_optimization); use "
+                        "--framework deepspeed")
     problem = recompute_modules_problem(model, c)
     if problem:
         raise PlanError(problem)

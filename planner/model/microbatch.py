@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from ..formulas import flops as F
 from ..formulas import moe_mtp as MTP
 from ..formulas import timing as T
+from .activations import checkpoint_gather_mb_s
 from .collectives import pipeline_sends_s
 from .numbers import Choices, same
 
@@ -29,7 +30,9 @@ def microbatch_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleName
     compute_mb_s = note("compute_microbatch_s", layers * layer_s + head_s + mtp_s)
     return SimpleNamespace(
         pp_mb_s=pp_mb_s, compute_mb_s=compute_mb_s,
-        tp_mb_s=layers * k.tp_layer_exposed, cp_mb_s=layers * k.cp_layer_exposed,
+        # fit: the distributed checkpoints' all-gathers run on the TP group, exposed
+        tp_mb_s=layers * k.tp_layer_exposed + checkpoint_gather_mb_s(x, c, k, note),
+        cp_mb_s=layers * k.cp_layer_exposed,
         # the split-backward schedules' W (Qi et al. 2024 §2): the weight-gradient GEMMs, which
         # run the forward matmuls' FLOPs; F is the forward with its TP all-reduces, B the rest of
         # the stage

@@ -292,6 +292,7 @@ def config_numbers(config: PlanConfig) -> dict:
         recompute_group=config.recompute_group,  # fit: layers per checkpointed unit
         distribute=int(config.distribute_saved_activations
                        or FRAMEWORKS[config.framework].memory.partitions_checkpoints),
+        contiguous=int(config.contiguous_checkpoints),  # fit: DeepSpeed's buffers ahead
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
         ep=config.ep, etp=config.etp, **MOE.config_numbers(config),
         cp_a2a=config.cp_a2a or 1,  # cp-kind: the hierarchical kind's all-to-all group

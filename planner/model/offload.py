@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from ..formulas import _ops
 from ..formulas import memory as M
 from ..formulas import offload as OF
+from ..formulas import recompute as RC
 from .numbers import Choices, same
 
 
@@ -75,10 +77,18 @@ def offload_times(x, c: Choices, k: SimpleNamespace, states, psi_o, held_params,
         OF.link_time_s(step_h2d, x.host_bw, x.dram_bw), backward_window,
         int(c.framework.offload_pipelined), dram_s))
     # activations: N layers out in the forward and back in the backward, per micro-batch
-    act = OF.activation_offload_bytes(x.offload_activations, k.layer_act)
-    n = x.offload_activations
-    mb_s = note("offload_microbatch_s", mb_s + OF.activation_offload_exposed_s(
-        OF.link_time_s(act, x.host_bw, x.dram_bw), n * k.fwd_s, n * (k.bwd_s + k.recompute_s)))
+    n = _ops.minimum(x.offload_activations, k.layers)
+    act = OF.activation_offload_bytes(n, k.layer_act)
+    copy_s = OF.link_time_s(act, x.host_bw, x.dram_bw)
+    if c.framework.memory.host_checkpoints:
+        # fit: DeepSpeed cpu_checkpointing: out under the forward, back on demand (blocking
+        # both ways with partition_activations; formulas.recompute.cpu_checkpoint_exposed_s)
+        act_s = RC.cpu_checkpoint_exposed_s(copy_s, n * k.fwd_s,
+                                            0 if c.sequence_parallel else x.distribute)
+    else:
+        act_s = OF.activation_offload_exposed_s(copy_s, n * k.fwd_s,
+                                                n * (k.bwd_s + k.recompute_s))
+    mb_s = note("offload_microbatch_s", mb_s + act_s)
     return SimpleNamespace(
         step_s=step_s, mb_s=mb_s,
         d2h_bytes=note("offload_d2h_bytes", step_d2h + m * (mb_d2h + act)),

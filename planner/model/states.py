@@ -14,6 +14,8 @@ from ..formulas import moe as MO
 from ..formulas import offload as OF
 from ..formulas import pipeline as PL
 from ..formulas import quantization as Q
+from ..formulas import recompute as RC
+from ..formulas.choices import Recompute
 from .numbers import Choices, any_row, may_be_nonzero, same
 from .offload import offload_states
 from .runtime import runtime_holdings
@@ -115,17 +117,40 @@ def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_
     return w, g, o, act, slack + held, allocated, allocated + slack, host
 
 
+def checkpoint_holdings(x, c: Choices, k: SimpleNamespace):
+    """fit: what DeepSpeed's checkpoint options hold beside the stage's checkpoints, as (device,
+    host) bytes: under `cpu_checkpointing` (offload_activations on a framework that offloads its
+    checkpoints) the inputs its asynchronous engine keeps on the GPU; under
+    `contiguous_memory_optimization` the buffers allocated ahead for number_checkpoints =
+    ⌈L/g⌉ checkpoints (Megatron-DeepSpeed's), on the host with cpu_checkpointing
+    (formulas.recompute)."""
+    conv = c.framework.memory
+    if c.recompute is not Recompute.FULL or not conv.host_checkpoints:
+        return 0, 0
+    on_host = int(c.offload) * _ops.minimum(x.offload_activations, 1)
+    distributed = x.distribute if not c.sequence_parallel else 0
+    resident = on_host * RC.cpu_checkpoint_resident_bytes(k.checkpoint_bytes, distributed)
+    extra = 0
+    if may_be_nonzero(getattr(x, "contiguous", 0)):
+        extra = x.contiguous * distributed * RC.contiguous_checkpoint_extra_bytes(
+            _ops.ceil(x.n_layers / x.recompute_group), k.checkpoints, k.checkpoint_bytes)
+    return resident + (1 - on_host) * extra, on_host * extra
+
+
 def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     """The most loaded stage's memory (the first or the last), part by part."""
     first_ends = _ops.select(_ops.maximum(k.single_stage, PL.ends_on_first_gpu(c.schedule)),
                              2 - x.tied, 1)
     act_first, act_last, act_host_first, act_host_last = k.act_first, k.act_last, 0, 0
     if c.offload:  # offload: N layers' activations of each micro-batch in flight on the host
-        act_host_first = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
-                                                           k.inflight_first)
-        act_host_last = OF.activation_offload_saved_bytes(x.offload_activations, k.layer_act,
-                                                          k.inflight_last)
+        # (at most the stage's layers: DeepSpeed's cpu_checkpointing moves every checkpoint)
+        n_off = _ops.minimum(x.offload_activations, k.layers)
+        act_host_first = OF.activation_offload_saved_bytes(n_off, k.layer_act, k.inflight_first)
+        act_host_last = OF.activation_offload_saved_bytes(n_off, k.layer_act, k.inflight_last)
         act_first, act_last = act_first - act_host_first, act_last - act_host_last
+    ckpt_device, ckpt_host = checkpoint_holdings(x, c, k)  # fit: DeepSpeed's checkpoint options
+    act_first, act_last = act_first + ckpt_device, act_last + ckpt_device
+    act_host_first, act_host_last = act_host_first + ckpt_host, act_host_last + ckpt_host
     first = stage_bytes(x, c, k, k.params_first, act_first, first_ends, k.expert_first,
                         act_host_first)
     last = stage_bytes(x, c, k, k.params_last, act_last, first_ends, k.expert_last,

@@ -43,7 +43,8 @@ def offload_layout(req: PlanRequest, recomputes=None) -> dict:
     recomputes = recomputes or req.recompute or list(Recompute)
     return dict(off_opt=fixed["offload_optimizer"], off_params=int(fixed["offload_params"]),
                 off_act=fixed["offload_activations"],
-                recompute_none=int(Recompute.NONE in recomputes))
+                recompute_none=int(Recompute.NONE in recomputes),
+                recompute_full=int(Recompute.FULL in recomputes))  # fit
 
 
 def offload_columns(config, size: int) -> dict[str, np.ndarray]:
@@ -82,11 +83,15 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
             np.maximum(excess, 0), np.where(opt > 0, opt, 1), OFFLOAD_FRACTION_STEP), 6), 2.0)
         layers = OF.min_offload_layers(np.maximum(excess, 0),
                                        np.maximum(out["layer_activation_bytes"], 1.0), frag)
+    if framework.memory.host_checkpoints:  # fit: DeepSpeed cpu_checkpointing moves every layer's
+        layers = np.ceil(model.n_layers / np.asarray(cols["pp"], dtype=np.float64))
+        layers = np.broadcast_to(layers, excess.shape)
     kinds = (
         ("optimizer", np.minimum(fraction, 1.0), 0, 0, fraction <= 1),
         ("optimizer", 1.0, 0, 0, fraction <= 1),  # where the framework offloads all or nothing
         ("params", 1.0, 1, 0, np.ones(len(excess), dtype=bool)),
-        ("activations", 0.0, 0, layers, layers < model.n_layers),
+        ("activations", 0.0, 0, layers,
+         (layers < model.n_layers) | bool(framework.memory.host_checkpoints)),
     )
     unfit, optimizer_done = left, np.zeros(len(excess), dtype=bool)
     for kind, f, params, n_act, reachable in kinds:
@@ -98,6 +103,7 @@ def offload_variants(model: ModelSpec, hw: HardwareProfile, framework, base: dic
         layouts = SimpleNamespace(**cols, **layout_extra)
         layouts.off_opt, layouts.off_params, layouts.off_act = f_all, params, n_all
         layouts.recompute_none = int(choices.recompute is Recompute.NONE)
+        layouts.recompute_full = int(choices.recompute is Recompute.FULL)  # fit
         rows = left & reachable & np.asarray(framework.admissible(model, layouts), dtype=bool)
         if not rows.any():
             continue

@@ -70,6 +70,7 @@ class PlanRequest(BaseModel):
     recompute_layers: int = Field(0, ge=0, le=2**20)
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     distribute_saved_activations: bool = False
+    contiguous_checkpoints: bool = False  # fit: DeepSpeed contiguous_memory_optimization
     recompute_group: int = Field(1, ge=1, le=2**20)  # fit: Megatron's uniform method
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
@@ -176,6 +177,9 @@ def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | Non
                 recompute_group=req.recompute_group if recompute is Recompute.FULL else 1,
                 distribute_saved_activations=(req.distribute_saved_activations
                                               and recompute is Recompute.FULL and not sp),
+                contiguous_checkpoints=(req.contiguous_checkpoints
+                                        and req.distribute_saved_activations
+                                        and recompute is Recompute.FULL and not sp),
                 recompute_modules=(req.recompute_modules if recompute is Recompute.SELECTIVE
                                    else None))
 
@@ -221,6 +225,10 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
                         "over the tp ranks: it needs --recompute full and --no-sp (sequence "
                         "parallelism splits them already; transformer_config.py l.1934 @ "
                         "d98e8a6)")
+    if req.contiguous_checkpoints and not req.distribute_saved_activations:  # fit
+        raise PlanError("--contiguous-checkpoints copies partitioned checkpoints into buffers "
+                        "allocated ahead: it needs --distribute-saved-activations (DeepSpeed's "
+                        "contiguous_memory_optimization only with partition_activations)")
     configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,

@@ -126,7 +126,10 @@ def test_distributed_checkpoints_split_the_layer_input_over_tp():
     _, _, split = _costs(H100, **base, distribute_saved_activations=True)
     assert float(whole["layer_activation_bytes"]) == 2 * 8192 * 8192
     assert float(split["layer_activation_bytes"]) == 2 * 8192 * 8192 / 8
-    # DeepSpeed's config partitions them by itself (partition_activations with tp > 1, no SP)
-    _, _, ds = _costs(H100, **{**base, "framework": "deepspeed", "pp": 1, "dp": 64,
-                               "n_micro": 16})
-    assert float(ds["layer_activation_bytes"]) == 2 * 8192 * 8192 / 8
+    # DeepSpeed partitions them only when asked (partition_activations follows the flag; off by
+    # default, as DeepSpeed's own default)
+    ds = {**base, "framework": "deepspeed", "pp": 1, "dp": 64, "n_micro": 16}
+    _, _, ds_whole = _costs(H100, **ds)
+    _, _, ds_split = _costs(H100, **ds, distribute_saved_activations=True)
+    assert float(ds_whole["layer_activation_bytes"]) == 2 * 8192 * 8192
+    assert float(ds_split["layer_activation_bytes"]) == 2 * 8192 * 8192 / 8

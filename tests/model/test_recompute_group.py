@@ -75,3 +75,20 @@ def test_megatron_writes_the_uniform_method_and_others_refuse_it():
                                        recompute_group=4))
     with pytest.raises(ValueError):
         PlanConfig(**BASE, recompute_group=4, recompute_layers=2)
+
+
+def test_groups_are_counted_per_virtual_chunk():
+    # interleaved, vpp 2: each stage's 20 layers are two chunks of 10, and Megatron groups each
+    # chunk's layers apart (megatron/core/recompute.py: len(self.layers) of the chunk's block).
+    # Groups of 4: 2·⌈10/4⌉ = 6 inputs (not ⌈20/4⌉ = 5), 6·16 MiB over 20 layers = 4.8 MiB;
+    # groups of 3: 2·⌈10/3⌉ = 8 (not 7), 6.4 MiB
+    chunks = dict(schedule="interleaved", vpp=2)
+    assert float(noted(recompute_group=4, **chunks)["layer_activation_bytes"]) == pytest.approx(
+        6 * 16 * MiB / 20)
+    assert float(noted(recompute_group=3, **chunks)["layer_activation_bytes"]) == pytest.approx(
+        8 * 16 * MiB / 20)
+    # a group never spans chunks: groups of 16 rerun at most a chunk's 10 layers at once
+    kept = float(noted(recompute="none", **chunks)["layer_activation_bytes"])
+    big, ten = noted(recompute_group=16, **chunks), noted(recompute_group=10, **chunks)
+    assert float(big["activations_bytes"]) == pytest.approx(float(ten["activations_bytes"]))
+    assert float(ten["backward_gradient_bytes"]) > 0 and kept > 0

@@ -125,3 +125,46 @@ def test_fp8_layer_by_hand():
 def test_realistic_llama8b(modules, recipe):
     assert _live("llama31-8b", 1, modules, recipe, fake=True) == pytest.approx(
         _kept("llama31-8b", modules, recipe), rel=0.01)
+
+
+def _peak_in_backward(shape, n_layers, method=None, n=0):
+    """The largest live total of storages during the backward of a stack of L layers (after its
+    forward), with the parameters frozen so that no weight gradient is counted: what the stage
+    holds while its layers rerun and run their backward."""
+    h, a, k, f, s, b = SHAPES[shape]
+    with default_dtype(torch.bfloat16):
+        layers = [LevelLayer(h, a, k, f) for _ in range(n_layers)]
+        x = torch.randn(s, b, h, requires_grad=True)
+    stack = Stack(layers, method, n)
+    for p in stack.parameters():
+        p.requires_grad_(False)
+    freqs = torch.rand(s, h // a // 2, dtype=torch.float32).repeat(1, 2)
+    grad = torch.ones(s, b, h, dtype=torch.bfloat16)
+    with LiveStorages(exclude=[x, freqs, grad]) as tracker:
+        y = stack(x, freqs)
+        tracker.peak_bytes = 0
+        y.backward(grad)
+        del y
+    return tracker.peak_bytes
+
+
+@pytest.mark.parametrize("method, n", [("uniform", 1), ("uniform", 2), ("uniform", 4),
+                                       ("block", 1), ("block", 2), ("block", 4)])
+def test_rerun_peaks(method, n):
+    """fit: the backward's peak under each layer method, less the no-recompute backward's peak
+    (the gradients and the kernels' transients are the same in both, so they cancel), against
+    the formulas' saved set plus what is alive while a unit reruns: a whole group's full sets
+    under the uniform method (grouped_working_bytes), one layer's under full recompute, none
+    under the block method with r < L (its recomputed layers rerun after the others freed
+    theirs: partial_working_bytes). Tolerance: the fp32 norm statistics the formulas omit,
+    2 norms × 4 B per token per layer of the stack."""
+    L, kept, inp = 4, _kept("llama-small"), _input("llama-small")
+    h, a, k, f, s, b = SHAPES["llama-small"]
+    if method == "uniform":
+        want = (RC.grouped_saved_bytes(RC.grouped_checkpoints(L, n) * n, n, inp)
+                + RC.grouped_working_bytes(n, kept))
+    else:
+        want = RC.partial_saved_bytes(L, n, inp, kept) + RC.partial_working_bytes(L, n, kept)
+    measured = (_peak_in_backward("llama-small", L, method, n)
+                - _peak_in_backward("llama-small", L))
+    assert measured == pytest.approx(want - L * kept, abs=2 * 4 * s * b * L)

@@ -68,7 +68,14 @@ def test_a_tie_is_counted_not_argued_by_default():
     _, under = _under_the_table(r.stdout)
     text = " ".join(under)
     assert "more tie with it (1=: a step within ±5%)." in text
-    assert "slower" not in text and "dp256" not in text
+    # no other row's layout (the table's rows after row 1: the words before the step column)
+    others = [line.split()[1:] for line in r.stdout.splitlines()
+              if line.split()[:1] in (["1="], ["2"], ["3"], ["4"], ["5"])
+              and line.split()[1].startswith("dp")]
+    layouts = [" ".join(w for w in words[:next(i for i, w in enumerate(words)
+                                                 if w[0].isdigit())]) for words in others]
+    assert len(layouts) == 4 and all(layout.startswith("dp") for layout in layouts)
+    assert "slower" not in text and not any(layout in text for layout in layouts)
 
 
 def test_warnings_take_one_line_each_by_default():

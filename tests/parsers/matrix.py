@@ -83,6 +83,15 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      "--cp 4 --zero 2 --no-sp --seq-len 32768", ("deepspeed",)),
     ("ds-fp16-8b", "--model llama-3.1-8b --gpus 16 --framework deepspeed --tp 2 --pp 2 "
      "--zero 1 --precision fp16", ("deepspeed",)),
+    # fit: activation checkpointing's partition_activations and cpu_checkpointing
+    ("ds-ac-partition-cpu-8b", "--model llama-3.1-8b --gpus 16 --framework deepspeed --tp 2 "
+     "--pp 2 --zero 1 --no-sp --recompute full --distribute-saved-activations "
+     "--offload-activations 16", ("deepspeed",)),
+    ("ds-ac-cpu-8b", "--model llama-3.1-8b --gpus 16 --framework deepspeed --tp 2 --pp 1 "
+     "--zero 1 --no-sp --recompute full --offload-activations 32", ("deepspeed",)),
+    ("ds-ac-contiguous-8b", "--model llama-3.1-8b --gpus 16 --framework deepspeed --tp 2 "
+     "--pp 2 --zero 1 --no-sp --recompute full --distribute-saved-activations "
+     "--contiguous-checkpoints", ("deepspeed",)),
     # moe: AutoEP (the JSON's expert_parallel section over a Hugging Face model)
     ("ds-autoep-qwen3-z2", "--model qwen3-30b-a3b --gpus 64 --framework deepspeed --tp 1 "
      "--pp 1 --ep 8 --zero 2", ("deepspeed",)),

@@ -60,6 +60,12 @@ class MegatronDeepSpeedMpu:
     def get_data_parallel_rank(self):
         return 0
 
+    def get_tensor_model_parallel_rank(self):  # fit: deepspeed.checkpointing.configure
+        return 0
+
+    def get_tensor_model_parallel_group(self):  # read by the checkpoints' gathers only
+        return None
+
 
 @pytest.fixture(scope="module")
 def ds_comm():
@@ -149,6 +155,67 @@ def test_pipeline_engine_places_what_plan3d_costed(rid, args):
     layers = [sum(weights[bounds[i]:bounds[i + 1]]) for i in range(c["pp"])]
     assert sum(layers) == n_layers
     assert max(layers) <= plan["memory"]["stage_layers"], (layers, plan["memory"]["stage_layers"])
+
+
+def _checkpointing_after_configure(cfg_json: str, c: dict, ds_comm):
+    """DeepSpeed's activation-checkpointing module as configure() leaves it for this JSON (its
+    own checks: contiguous_memory_optimization only with partition_activations and a
+    number_checkpoints)."""
+    import deepspeed.runtime.activation_checkpointing.checkpointing as ckpt
+
+    ds_comm(c["dp"] * c["tp"] * c["pp"] * c["cp"])
+    ckpt.configure(MegatronDeepSpeedMpu(c["dp"], c["tp"], c["pp"], c["cp"]),
+                   deepspeed_config=json.loads(cfg_json))
+    return ckpt
+
+
+@pytest.mark.parametrize("rid,args", MEGATRON_DS_ROWS, ids=[r for r, _ in MEGATRON_DS_ROWS])
+def test_activation_checkpointing_matches_the_plan(rid, args, ds_comm):
+    """fit: the activation_checkpointing block, read by DeepSpeed's own config class and
+    configure(): partition_activations is --distribute-saved-activations, cpu_checkpointing is
+    --offload-activations (every checkpoint), both present only under full recompute."""
+    from deepspeed.runtime.activation_checkpointing.config import (
+        DeepSpeedActivationCheckpointingConfig,
+    )
+
+    c = plan_json(args)["config"]
+    raw = json.loads(emitted(args, "deepspeed"))
+    assert ("activation_checkpointing" in raw) == (c["recompute"] == "full")
+    ac = DeepSpeedActivationCheckpointingConfig(raw)
+    assert ac.partition_activations == bool(c["distribute_saved_activations"])
+    assert ac.cpu_checkpointing == (c["offload_activations"] > 0)
+    assert ac.contiguous_memory_optimization == c["contiguous_checkpoints"]
+    if c["recompute"] == "full":
+        ckpt = _checkpointing_after_configure(json.dumps(raw), c, ds_comm)
+        assert (ckpt.PARTITION_ACTIVATIONS, ckpt.CPU_CHECKPOINT, ckpt.CONTIGUOUS_CHECKPOINTING) == (
+            ac.partition_activations, ac.cpu_checkpointing, ac.contiguous_memory_optimization)
+        a = _megatron_deepspeed_args(args)  # Megatron-DeepSpeed's flags override the JSON's
+        assert ("--partition-activations" in a) == ac.partition_activations
+        assert ("--checkpoint-in-cpu" in a) == ac.cpu_checkpointing
+        assert ("--contigious-checkpointing" in a) == ac.contiguous_memory_optimization
+
+
+def test_contiguous_checkpoints_pass_configure(ds_comm):
+    """fit: contiguous_checkpoints writes contiguous_memory_optimization with
+    number_checkpoints = ⌈L/g⌉ = 32 for Llama 3.1 8B, which configure() accepts (it asserts
+    partitioned activations and a count), and plan3d refuses it where the first stage's
+    checkpoints in flight outnumber it (uneven stages: 4 stages of ⌈32/3⌉ = 11 > 32/3)."""
+    from planner.catalog import load_model
+    from planner.errors import PlanError
+    from planner.frameworks.deepspeed import FRAMEWORK
+    from planner.schema import PlanConfig
+
+    args = [a for r, a in DS_ROWS if r == "ds-ac-partition-cpu-8b"][0]
+    c = PlanConfig(**{**plan_json(args)["config"], "contiguous_checkpoints": True})
+    model = load_model("llama-3.1-8b")
+    raw = json.loads(FRAMEWORK.emitters["deepspeed"](c, model).text)
+    assert raw["activation_checkpointing"]["contiguous_memory_optimization"] is True
+    assert raw["activation_checkpointing"]["number_checkpoints"] == 32
+    ckpt = _checkpointing_after_configure(json.dumps(raw), c.model_dump(), ds_comm)
+    assert (ckpt.CONTIGUOUS_CHECKPOINTING, ckpt.num_layers) == (True, 32)
+    uneven = c.model_copy(update={"pp": 3, "dp": c.dp * 2 // 3 or 1})
+    with pytest.raises(PlanError, match="number_checkpoints"):
+        FRAMEWORK.emitters["deepspeed"](uneven, model)
 
 
 @pytest.mark.parametrize("rid,args", AUTOEP_ROWS, ids=[r for r, _ in AUTOEP_ROWS])
