@@ -513,14 +513,29 @@ def pipeline_messages(pp, vpp_hops):
     return 2 * (vpp_hops * pp - 1) / pp
 
 
-def all_to_all_latency_s(n_ranks, inside):
-    """An all-to-all's latency: n − 1 send/recv pairs in one group, ⌈(n − 1)/8⌉ rounds of a work
-    batch (P2P_PEERS_PER_BATCH), each a Simple step on the link, after one base latency."""
+def send_recv_base_s():
+    """A send/recv's base latency (Simple): the ring's, 8.4 µs (BASE_LATENCY_US)."""
+    return BASE_LATENCY_US[Algo.RING][Proto.SIMPLE.value] * US
+
+
+def send_recv_step_s(inside):
+    """One Simple step's hardware latency on the link: NVLink's 3.4 µs inside the domain
+    (inside = 1), the network's 14 µs otherwise (HW_LATENCY_US, ring)."""
     s = Proto.SIMPLE.value
-    step = _ops.select(inside, HW_LATENCY_US["nvlink"][Algo.RING][s],
-                       HW_LATENCY_US["net"][Algo.RING][s])
+    return _ops.select(inside, HW_LATENCY_US["nvlink"][Algo.RING][s],
+                       HW_LATENCY_US["net"][Algo.RING][s]) * US
+
+
+def all_to_all_latency_s(n_ranks, inside, base_s=None, step_s=None):
+    """An all-to-all's latency: NCCL runs it as n − 1 send/recv pairs in one group, whose work
+    goes out in ⌈(n − 1)/8⌉ rounds of a batch (P2P_PEERS_PER_BATCH, src/enqueue.cc @ v2.30.7-1
+    l.140–149), each a Simple step on the link, after one base latency:
+    base + ⌈(n − 1)/8⌉ · step. `base_s`, `step_s` where the caller holds them as named numbers
+    (send_recv_base_s, send_recv_step_s by default)."""
+    base = send_recv_base_s() if base_s is None else base_s
+    step = send_recv_step_s(inside) if step_s is None else step_s
     rounds = _ops.ceil((n_ranks - 1) / P2P_PEERS_PER_BATCH)
-    return (1 - _ops.le(n_ranks, 1)) * (BASE_LATENCY_US[Algo.RING][s] + rounds * step) * US
+    return (1 - _ops.le(n_ranks, 1)) * (base + rounds * step)
 
 
 def all_to_all_time_s(bytes_per_rank, n_ranks, bw, inside):

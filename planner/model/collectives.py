@@ -10,13 +10,14 @@ from types import SimpleNamespace
 from ..formulas import _ops
 from ..formulas import collectives as K
 from ..formulas import comm as C
+from ..formulas import context as CX
 from ..formulas import moe as MO
 from ..formulas import timing as T
-from ..formulas.choices import Schedule
+from ..formulas.choices import ContextKind, Schedule
 from . import moe as MOE
 from .context import context_links, context_part_traffic, context_time
 from .links import group_links
-from .nccl import Call, nccl_s, tuner_link
+from .nccl import Call, nccl_s, send_recv_latencies, tuner_link
 from .numbers import Choices, same
 
 
@@ -93,6 +94,7 @@ def tensor_and_context_times(x, c: Choices, k: SimpleNamespace, note=same) -> Si
     # and backward (context_time)
     cp_window = (1 + k.att_bwd) * k.att_s
     _, cp_layer_exposed = context_time(x, k.cp_parts, k.cp_links, k.cp_shares, cp_window, note)
+    note("collectives", context_calls(x, k))
     return SimpleNamespace(
         tp_layer_exposed=k.fwd_passes * tp_dir_s + tp_bwd_exposed,
         # one layer as a per-layer benchmark sees it (Korthikanti 2022 Table 4): forward, and
@@ -140,5 +142,23 @@ def pipeline_sends_s(x, k: SimpleNamespace, note=same):
     sends = K.pipeline_messages(p, k.v_hops)
     note("collectives", [Call(None, k.boundary, k.m * sends, p, link, "PP send/recv")])
     return sends * K.send_recv_time_s(k.boundary, link.bw, link.inside,
-                                      _ops.select(link.inside, x.sr_ll_nvl, x.sr_ll_net),
-                                      _ops.select(link.inside, x.sr_lat_nvl, x.sr_lat_net))
+                                      *send_recv_latencies(x, link.inside))
+
+
+def context_calls(x, k: SimpleNamespace) -> list:
+    """CP's calls per step for explain, as context_time prices them: the ring's send/recv of one
+    K/V chunk, 3·(c/c_a − 1) per layer and micro-batch, and the all-to-all's eight calls per
+    layer and micro-batch (Call.buffer_bytes: what one rank sends in one, a2a_layer / 8). The
+    parts a kind does not run carry no calls."""
+    parts, links, share, lm = k.cp_parts, k.cp_links, k.cp_shares, k.layers * k.m
+    out = []
+    if parts.kind is not ContextKind.RING:
+        out.append(Call(None, parts.a2a_layer / 8, 8 * lm, parts.c_a, SimpleNamespace(
+            bw=links.a2a.bw * share.a2a, inside=links.a2a.inside), "CP all-to-all",
+            p2p="all-to-all"))
+    if parts.kind is not ContextKind.ALL_TO_ALL:
+        out.append(Call(None, parts.chunk, CX.ring_messages(x.cp, parts.c_a) * lm,
+                        x.cp / parts.c_a, SimpleNamespace(bw=links.ring.bw * share.ring,
+                                                          inside=links.ring.inside),
+                        "CP ring send/recv"))
+    return out

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ..formulas import _ops
+from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import context as CX
 from ..formulas import timing as T
 from ..formulas.choices import ContextKind
 from ..placement import MEGATRON_RANK_ORDER, group_stride
 from .links import p2p_group
+from .nccl import all_to_all_latency, send_recv_latencies
 from .numbers import Choices, same
 
 
@@ -39,7 +40,10 @@ def context_parts(x, c: Choices, s, b, t, cp, note=same) -> SimpleNamespace:
             ring = note("cp_ring_layer_bytes", ring)
     layer = (a2a + ring if kind is ContextKind.HIERARCHICAL
              else a2a if kind is ContextKind.ALL_TO_ALL else ring)
-    return SimpleNamespace(kind=kind, c_a=c_a, a2a_layer=a2a, ring_layer=ring, layer=layer)
+    # the K/V chunk each ring step passes (the same size for the plain ring and hierarchical)
+    chunk = CX.kv_chunk_bytes(s, b, x.n_kv_heads, x.head_dim, t, cp, x.act_bytes)
+    return SimpleNamespace(kind=kind, c_a=c_a, a2a_layer=a2a, ring_layer=ring, layer=layer,
+                           chunk=chunk)
 
 
 def context_links(x, parts: SimpleNamespace, g: SimpleNamespace, t, cp, p,
@@ -78,18 +82,22 @@ def context_time(x, parts: SimpleNamespace, links: SimpleNamespace, share, windo
     8·(c_a − 1) exchanges. The ring part overlaps the attention blocks step by step, forward and
     backward (`window`), and its NCCL kernels slow the attention they hide under
     (C.overlap_slowdown_s). Each at its part's share of its own link (`share.a2a`,
-    `share.ring`: the same for the plain kinds)."""
+    `share.ring`: the same for the plain kinds). Each call pays NCCL's latency (issue 22): an
+    all-to-all its base and one step per round of 8 peers (K.all_to_all_latency_s), each ring
+    step's K/V chunk one send/recv (K.send_recv_time_s: LL up to 16 KiB, Simple above)."""
     shown = same if parts.kind is ContextKind.RING else note
     total, exposed = [], []
     if parts.kind is not ContextKind.RING:
-        a2a_s = shown("cp_a2a_layer_s", C.collective_time_s(
-            parts.a2a_layer, links.a2a.bw * share.a2a, CX.a2a_messages(parts.c_a),
-            _ops.select(links.a2a.inside, x.fast_lat, x.net_lat)))
+        # eight all-to-alls (Q, K, V and the output, forward and backward), each one call
+        a2a_s = shown("cp_a2a_layer_s", parts.a2a_layer / (links.a2a.bw * share.a2a)
+                      + 8 * all_to_all_latency(x, parts.c_a, links.a2a.inside))
         total.append(a2a_s)
         exposed.append(a2a_s)
     if parts.kind is not ContextKind.ALL_TO_ALL:
-        ring_s = C.ring_time_s(parts.ring_layer, links.ring.bw * share.ring, x.cp / parts.c_a,
-                               links.ring.k, 3, x.fast_lat, x.net_lat)
+        # 3·(c/c_a − 1) steps, each one send/recv of a K/V chunk on the ring's link
+        ring_s = CX.ring_messages(x.cp, parts.c_a) * K.send_recv_time_s(
+            parts.chunk, links.ring.bw * share.ring, links.ring.inside,
+            *send_recv_latencies(x, links.ring.inside))
         if parts.kind is ContextKind.HIERARCHICAL:
             ring_s = note("cp_ring_layer_s", ring_s)
         total.append(ring_s)

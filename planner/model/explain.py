@@ -44,7 +44,7 @@ SYMBOLS = {
     "ws_te": "M_ws,te", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
     "nvls_bw": "W_nvls", "overlap_slow": "σ", "max_vio": "v_max", "speed_cv": "κ_g",
-    "sr_lat_nvl": "α_sr,nvl", "sr_lat_net": "α_sr,net", "sr_ll_nvl": "α_LL,nvl",
+    "sr_base": "α_0", "sr_step_nvl": "α_s,nvl", "sr_step_net": "α_s,net", "sr_ll_nvl": "α_LL,nvl",
     "sr_ll_net": "α_LL,net",  # one NCCL send/recv (formulas/collectives.py)
     "cp_a2a": "c_a",  # cp-kind: the hierarchical kind's all-to-all group
     # offload: the offloaded optimizer fraction and activation layers, the host's link and DRAM
@@ -76,8 +76,9 @@ CONSTANT_MEANINGS = {
     "act_bytes": ("B", "bytes per activation element"), "w_bytes": ("B", "bytes per weight"),
     "g_bytes": ("B", "bytes per gradient element"),
     "nvls_bw": ("B/s", "NVLink SHARP (NVLS) all-reduce bus bandwidth"),
-    "sr_lat_nvl": ("s", "one NCCL send/recv on NVLink, Simple (base + one ring step)"),
-    "sr_lat_net": ("s", "one NCCL send/recv across the network, Simple"),
+    "sr_base": ("s", "NCCL's base latency of a send/recv or all-to-all, Simple"),
+    "sr_step_nvl": ("s", "one NCCL Simple step on NVLink"),
+    "sr_step_net": ("s", "one NCCL Simple step across the network"),
     "sr_ll_nvl": ("s", "one NCCL send/recv on NVLink, LL (up to 16 KiB)"),
     "sr_ll_net": ("s", "one NCCL send/recv across the network, LL (up to 16 KiB)"),
     "overlap_slow": ("", "compute slowdown beside overlapped NCCL kernels (Lee et al. 2025)"),

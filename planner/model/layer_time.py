@@ -25,7 +25,8 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, note=same):
     tokens), as grouped GEMMs of expert_tokens rows per local expert, the experts whose GEMMs
     run at once (the framework's `streams`: moe.concurrent_experts) sharing the waves."""
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
-    ne_weights = _ops.select(x.moe, x.attn_matmul + x.shared_matmul + h * x.router_experts,
+    # the shared experts apart (explain's T_sh), at the same wave quantisation and efficiency
+    ne_weights = _ops.select(x.moe, x.attn_matmul + h * x.router_experts,
                              x.attn_matmul + x.dense_matmul)
     # (shown as the layer's wave efficiency in place of the dense one, which is not used)
     ne_wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
@@ -45,8 +46,13 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, note=same):
     expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
         F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul)
         * padded / rows_per_expert, x.peak_flops, x.gemm_eff * expert_wave))
-    return (T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
-                             x.gemm_eff * ne_wave) + expert_s)
+    ne_s = T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
+                            x.gemm_eff * ne_wave)
+    if may_be_nonzero(x.shared_matmul):
+        ne_s = ne_s + note("shared_matmul_s", x.moe * T.compute_time_s(
+            F.layer_matmul_flops(s, b, x.shared_matmul) / (t * cp), x.peak_flops,
+            x.gemm_eff * ne_wave))
+    return ne_s + expert_s
 
 
 def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:

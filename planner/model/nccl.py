@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
+from ..formulas import _ops
 from ..formulas import collectives as K
 from ..schema import HardwareProfile
 
@@ -123,6 +124,7 @@ class Call:
     ranks: Any
     link: SimpleNamespace
     name: str = ""
+    p2p: str = "send/recv"  # for coll None: "send/recv" or "all-to-all" (bytes sent per rank)
 
     def named(self, name: str, calls_per_step) -> Call:
         return replace(self, name=name, calls=calls_per_step)
@@ -135,8 +137,26 @@ def priced(call: Call) -> Pick | None:
         return nccl_pick(call.coll, float(call.buffer_bytes), float(call.ranks), call.link)
     if float(call.ranks) <= 1 or float(call.calls) == 0:
         return None
+    if call.p2p == "all-to-all":  # the bytes each rank sends, over its per-rank bandwidth
+        return Pick(K.Algo.RING, K.Proto.SIMPLE,
+                    float(K.all_to_all_latency_s(float(call.ranks), float(call.link.inside))),
+                    float(call.buffer_bytes) / float(call.link.bw))
     latency, transfer = K.send_recv_parts_s(float(call.buffer_bytes), float(call.link.bw),
                                             float(call.link.inside))
     small = float(call.buffer_bytes) <= K.P2P_LL_THRESHOLD_BYTES
     return Pick(K.Algo.RING, K.Proto.LL if small else K.Proto.SIMPLE, float(latency),
                 float(transfer))
+
+
+def send_recv_latencies(x, inside) -> tuple:
+    """(LL, Simple) latency of one send/recv on a link, from the plan's named numbers
+    (numbers.nccl_numbers: K.send_recv_latency_s, base + step), any backend."""
+    return (_ops.select(inside, x.sr_ll_nvl, x.sr_ll_net),
+            x.sr_base + _ops.select(inside, x.sr_step_nvl, x.sr_step_net))
+
+
+def all_to_all_latency(x, n_ranks, inside):
+    """One NCCL all-to-all's latency over n ranks (K.all_to_all_latency_s) from the plan's named
+    numbers, any backend."""
+    return K.all_to_all_latency_s(n_ranks, inside, x.sr_base,
+                                  _ops.select(inside, x.sr_step_nvl, x.sr_step_net))

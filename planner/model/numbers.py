@@ -274,8 +274,8 @@ def nccl_numbers(hw: HardwareProfile) -> dict:
         nvls=int(cluster.nvls_bw is not None),
         # one send/recv's latency (K.send_recv_latency_s), Simple and LL, on NVLink and across
         # the network: named numbers, so that explain shows them as constants
-        sr_lat_nvl=K.send_recv_latency_s(K.Proto.SIMPLE, 1),
-        sr_lat_net=K.send_recv_latency_s(K.Proto.SIMPLE, 0),
+        sr_base=K.send_recv_base_s(), sr_step_nvl=K.send_recv_step_s(1),
+        sr_step_net=K.send_recv_step_s(0),
         sr_ll_nvl=K.send_recv_latency_s(K.Proto.LL, 1),
         sr_ll_net=K.send_recv_latency_s(K.Proto.LL, 0))
 

@@ -228,6 +228,10 @@ TERMS: dict[str, TermInfo] = {
     "expert_wave_efficiency": TermInfo("w_exp", "fraction", "time",
                                        "grouped expert GEMMs: tokens per expert padded to "
                                        "tiles, tiles in waves"),
+    "shared_matmul_s": TermInfo("T_sh", "s", "time",
+                                "one MoE layer's shared-expert GEMMs, forward, one micro-batch, "
+                                "per GPU: 2·b·s·n_s·n·h·f_s over t·c at the non-expert GEMMs' "
+                                "wave efficiency (part of T_mm)"),
     "expert_matmul_s": TermInfo("T_exp", "s", "time",
                                 "one MoE layer's expert GEMMs on the busiest GPU (× load)"),
     "all_to_all_s": TermInfo("T_a2a", "s", "time",

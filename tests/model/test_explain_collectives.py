@@ -121,3 +121,31 @@ def test_pipeline_sends_by_hand():
     # a message of 16 KiB or less goes as LL: 6.6 + 2.7 µs, at half the bandwidth
     latency, transfer = K.send_recv_parts_s(16_384, 46e9, 0)
     assert latency == pytest.approx(9.3 * US) and transfer == pytest.approx(16_384 / 23e9)
+
+
+def test_context_parallel_calls_by_hand():
+    # Llama 3.1 8B (L = 32, a = 32, k = 8, d_h = 128), s = 65,536, b = 1, t = 1, cp = 8 as
+    # a2a+p2p with c_a = 4, dp = 8, 16 sequences a step: m = 2. The whole cp group sits in one
+    # 8-GPU node (stride 1), nothing else on its NVLink: both parts at 370 GB/s.
+    config = PlanConfig(dp=8, tp=1, pp=1, cp=8, mbs=1, gbs=16, n_micro=2, seq_len=65536,
+                        zero_stage=1, sequence_parallel=False, cp_kind="a2a+p2p", cp_a2a=4)
+    plan = explain(load_model("8b"), H100, config)
+    calls = {c.name: c for c in plan.comm.collectives}
+    terms = {t.key: t.value for t in plan.terms}
+    ring, a2a = calls["CP ring send/recv"], calls["CP all-to-all"]
+    # the ring over cp/c_a = 2 groups: a K/V chunk 2·2·b·(s/c)·k·d_h = 4·8,192·8·128 =
+    # 33,554,432 B per step, 3·(2 − 1) = 3 steps per layer and micro-batch: 3·32·2 = 192 calls,
+    # each one NVLink send/recv, 8.4 + 3.4 = 11.8 µs + 33,554,432 / 370e9 = 90.687 µs
+    assert ring.message_bytes == 33_554_432 and ring.calls_per_step == 192
+    assert ring.latency_s == pytest.approx(11.8 * US)
+    assert ring.transfer_s == pytest.approx(33_554_432 / 370e9)
+    # the all-to-all over c_a = 4: Q, K, V and output, ε·b·(s/c)·d_h·(2a + 2k) = 2·8,192·128·80
+    # = 167,772,160 B a rank, of which 2·(3/4) go out per layer (both directions): 251,658,240 B
+    # in 8 calls of 31,457,280 B; each call 8.4 µs + ⌈3/8⌉ = 1 round of 3.4 µs = 11.8 µs
+    assert a2a.message_bytes == 31_457_280 and a2a.calls_per_step == 8 * 32 * 2
+    assert a2a.latency_s == pytest.approx(11.8 * US)
+    assert a2a.transfer_s == pytest.approx(31_457_280 / 370e9)
+    # the cost path's per-layer all-to-all term is the same eight calls: 680.157 + 94.4 µs
+    assert terms["cp_a2a_layer_s"] == pytest.approx(251_658_240 / 370e9 + 8 * 11.8 * US)
+    # with c_a = 16 an all-to-all would go out in ⌈15/8⌉ = 2 rounds: 8.4 + 2·3.4 = 15.2 µs
+    assert K.all_to_all_latency_s(16, 1) == pytest.approx(15.2 * US)
