@@ -244,8 +244,9 @@ def search(
         rich_help_panel="Layout", help="Admit tp larger than the NVLink domain (to see its "
         "cost).")] = False,
     offload: OffloadModeOpt = "fit",
-    top: Annotated[int, typer.Option(help="How many plans to show.", min=1,
-                                     rich_help_panel="Ranking")] = 10,
+    top: Annotated[int, typer.Option(
+        rich_help_panel="Ranking", min=1, help="How many ranked plans to show (after them, up "
+        "to 2 faster ones that fit only inside the memory margin, marked m).")] = 10,
     sort: Annotated[str, typer.Option(
         rich_help_panel="Ranking", help="Rank by: time, memory, mfu; or gpus: the fewest GPUs "
         "(whole NVLink domains, doubling up to --gpus) whose row 1 steps within "

@@ -82,11 +82,13 @@ def _signed(seconds: float) -> str:
     return f"{'+' if seconds >= 0 else '−'}{abs(seconds):.3f} s"
 
 
-def step_differences(plan: Time, other: Time) -> str:
+def step_differences(plan: Time, other: Time, most: int | None = None) -> str:
     """Where `other`'s step differs from `plan`'s, every part, largest first, and their sum — the
     step difference — so that the arithmetic can be checked: 'exposed DP/ZeRO −1.130 s, compute
     +0.476 s, optimizer −0.002 s = −0.656 s' ('' when no part differs). Parts under half a
-    millisecond are left out of the words (not of the sum)."""
+    millisecond are left out of the words (not of the sum). With `most`, only the `most` largest
+    parts are named and the others summed as one ('4 smaller −0.051 s'), so the words still add
+    up to the difference."""
     terms = difference_terms(plan, other)
     if not terms:
         return ""
@@ -94,6 +96,9 @@ def step_differences(plan: Time, other: Time) -> str:
     total = other.step_s - plan.step_s
     if len(shown) == 1 and len(terms) == 1:
         return shown[0]
+    if most is not None and len(shown) > most + 1:
+        rest = [d for _, d in terms[most:]]  # the parts under half a millisecond too
+        shown = shown[:most] + [f"{len(rest)} smaller {_signed(sum(rest))}"]
     return ", ".join(shown or ["parts under 1 ms"]) + f" = {_signed(total)}"
 
 

@@ -219,12 +219,13 @@ def rank(cols: dict, step: np.ndarray, total_bytes: np.ndarray, capacity_bytes: 
          fits: np.ndarray, band: float, headroom: float, top: int,
          defaults: dict | None = None) -> Ranking:
     """The table: the `top` first layouts in the rule's order (row 1 the recommendation), then up
-    to SHOWN_IN_MARGIN layouts faster than row 1 that fit only inside the margin, marked. Where no
-    plan fits with the margin, the rows are the plans that fit at all, each marked."""
+    to SHOWN_IN_MARGIN plans faster than row 1 that fit only inside the margin, marked (the
+    fastest of each layout: see faster_in_margin). Where no plan fits with the margin, the rows
+    are the plans that fit at all, each marked."""
     step = np.asarray(step, dtype=float)
     margin = in_margin(total_bytes, capacity_bytes, headroom)
-    firsts, counts = layout_firsts(cols, step, margin, np.asarray(fits, dtype=np.int64),
-                                   defaults)
+    fits = np.asarray(fits, dtype=np.int64)
+    firsts, counts = layout_firsts(cols, step, margin, fits, defaults)
     safe_rows = firsts[~margin[firsts]]
     if safe_rows.size == 0:
         rows = [int(i) for i in firsts[:top]]
@@ -233,12 +234,34 @@ def rank(cols: dict, step: np.ndarray, total_bytes: np.ndarray, capacity_bytes: 
                        ties=_ties_with_first(step, firsts, band))
     rows = [int(i) for i in safe_rows[:top]]
     labels = tie_labels(step, rows, band)
-    faster = [int(i) for i in firsts[margin[firsts]] if step[i] < step[rows[0]]]
-    faster = sorted(faster, key=lambda i: step[i])[:SHOWN_IN_MARGIN]
     folded_of = dict(zip((int(i) for i in firsts), (int(c) - 1 for c in counts)))
-    return Ranking(rows + faster, labels + [MARGIN_MARK] * len(faster),
-                   [folded_of[i] for i in rows + faster], any_safe=True,
+    faster, faster_counts = faster_in_margin(cols, step, margin, fits, step[rows[0]], defaults)
+    # a margin row whose layout has a row above folds nothing more (that row counts its variants)
+    shown = {_layout(cols, i) for i in rows}
+    folded = [folded_of[i] for i in rows] + [
+        0 if _layout(cols, i) in shown else folded_of.get(i, int(c) - 1)
+        for i, c in zip(faster, faster_counts)]
+    return Ranking(rows + faster, labels + [MARGIN_MARK] * len(faster), folded, any_safe=True,
                    ties=_ties_with_first(step, safe_rows, band))
+
+
+def faster_in_margin(cols: dict, step: np.ndarray, margin: np.ndarray, fits: np.ndarray,
+                     than_s: float, defaults: dict | None = None) -> tuple[list[int], list[int]]:
+    """The plans the table shows marked MARGIN_MARK: among the plans that fit only inside the
+    margin and step faster than row 1 (`than_s`), the fastest of each layout (dp, tp, pp, cp) —
+    a layout whose plan with the margin is ranked may be faster at another ZeRO stage, recompute
+    or micro-batch size inside it — fastest first, at most SHOWN_IN_MARGIN; and how many such
+    plans each layout has."""
+    inside = fits[margin[fits] & (step[fits] < than_s)]
+    if inside.size == 0:
+        return [], []
+    firsts, counts = layout_firsts(cols, step, margin, inside, defaults)
+    return ([int(i) for i in firsts[:SHOWN_IN_MARGIN]],
+            [int(c) for c in counts[:SHOWN_IN_MARGIN]])
+
+
+def _layout(cols: dict, i: int) -> tuple[int, ...]:
+    return tuple(int(np.asarray(cols[k])[i]) for k in LAYOUT_KEYS)
 
 
 def _ties_with_first(step: np.ndarray, rows: np.ndarray, band: float) -> int:

@@ -39,8 +39,18 @@ def composition(plan: Plan, least: float = 0.01) -> str:
     return ", ".join(shown)
 
 
-SHORT_PART = 0.03
-"""The parts of row 1's step the short output names (--why names every part of 1 % or more)."""
+SHORT_PART = 0.05
+"""The parts of row 1's step the short output names, 5 % or more (--why names every part of 1 %
+or more)."""
+SHORT_TERMS = 3
+"""The parts of a step difference the short output names, the rest summed as one (--why names
+every part)."""
+
+
+def margin_legend(headroom: float) -> str:
+    """The line that says what a row marked MARGIN_MARK is (one line at 80 columns)."""
+    return (f"{MARGIN_MARK}: faster than row 1, but fits only inside the {headroom:.0%} memory "
+            "margin (--headroom).")
 
 
 def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
@@ -56,11 +66,12 @@ def headline(plan: Plan, headroom: float, any_safe: bool) -> str:
 def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
             any_safe: bool, alternatives: list[Alternative], ties: int | None = None) -> list[str]:
     """The short lines (a few at 80 columns): row 1, its memory and where its step goes; its
-    margin — how many plans tie with it, or row 2 against it part by part; a faster plan that
-    fits only inside the memory margin; and each option weighed whose plan beats row 1 by more
-    than the tie band (it would change the answer). Plans are named by their row or as the table
-    spells them; the rest is behind --why. `ties`: how many layouts tie with row 1 in all,
-    shown or not (by default those the labels mark)."""
+    margin — how many plans tie with it, or row 2 against it part by part; the legend of the rows
+    that are faster but fit only inside the memory margin; and each option weighed whose plan
+    beats row 1 by more than the tie band (it would change the answer), its largest SHORT_TERMS
+    parts against row 1 named and the rest summed. Plans are named by their row or as the table
+    spells them; the rest is behind --why. `ties`: how many layouts tie with row 1 in all, shown
+    or not (by default those the labels mark)."""
     if not plans:
         return []
     best = plans[0]
@@ -77,18 +88,15 @@ def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
     elif ranked:
         i = ranked[0]
         lines.append(f"Row {labels[i]} is {_vs(best, plans[i])}.")
-    margin = [plans[i] for i, lab in enumerate(labels) if lab == MARGIN_MARK]
-    if margin:  # where its lead comes from, part by part (the parts sum to the step difference)
-        fast = margin[0]
-        lines.append(f"Faster but inside the {headroom:.0%} memory margin (m): {_name(fast)} at "
-                     f"{share_text(fast.memory.total_bytes, fast.memory.capacity_bytes)} of memory, "
-                     f"{_vs(best, fast)}.")
+    if MARGIN_MARK in labels:  # the mark's legend; --why weighs each such row against row 1
+        lines.append(margin_legend(headroom))
     for a in alternatives:  # an option whose plan beats row 1 beyond a tie: it changes the answer
         if (a.step_s is not None and a.step_s < best.time.step_s * (1 - band)
                 and a.plan != _name(best)):
             hint = CHANGE_HINTS.get(a.option, "--why says more")
             # against row 1 part by part (the parts sum to the step difference)
-            diff = step_differences(best.time, a._time) if a._time is not None else ""
+            diff = (step_differences(best.time, a._time, most=SHORT_TERMS)
+                    if a._time is not None else "")
             lines.append(f"{a.option[0].upper()}{a.option[1:]} would change the answer: "
                          f"{a.plan}, {1 - a.step_s / best.time.step_s:.1%} faster"
                          + (f": {diff}" if diff else "") + f" ({hint}).")

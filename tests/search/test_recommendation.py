@@ -13,6 +13,7 @@ from planner.errors import PlanError
 from planner.search.ranking import (
     DEFAULT_HEADROOM,
     MARGIN_MARK,
+    SHOWN_IN_MARGIN,
     TIE_MARK,
     check_headroom,
     rank,
@@ -109,9 +110,21 @@ def test_the_table_reads_in_order_and_marks_what_it_says(ps, b, h, top):
     # row 1 is the fastest plan that fits with the margin, when one does
     fits = [p for p in ps if safe(p, h)] or ps
     assert ps[r.rows[0]]["step"] == min(p["step"] for p in fits)
-    # one row per layout
-    layouts = [tuple(ps[i][k] for k in ("dp", "tp", "pp", "cp")) for i in r.rows]
-    assert len(layouts) == len(set(layouts))
+    # one ranked row per layout; one margin row per layout, the layout's fastest plan inside the
+    # margin, and the margin rows the fastest such layouts
+    def layout(i):
+        return tuple(ps[i][k] for k in ("dp", "tp", "pp", "cp"))
+
+    for marked in (False, True):
+        rows = [i for i, lab in zip(r.rows, r.labels) if (lab == MARGIN_MARK) == marked]
+        assert len({layout(i) for i in rows}) == len(rows)
+    margin = [i for i, lab in zip(r.rows, r.labels) if lab == MARGIN_MARK]
+    inside = [j for j, p in enumerate(ps) if not safe(p, h) and p["step"] < ps[r.rows[0]]["step"]]
+    fastest = {}
+    for j in inside:
+        fastest[layout(j)] = min(fastest.get(layout(j), ps[j]["step"]), ps[j]["step"])
+    assert [ps[i]["step"] for i in margin] == sorted(fastest.values())[:SHOWN_IN_MARGIN]
+    assert all(ps[i]["step"] == fastest[layout(i)] for i in margin)
 
 
 def issue_case():

@@ -50,7 +50,10 @@ def test_ranked_by_step_time_and_all_fit():
     steps = [p.time.step_s for p in r.plans]
     groups: dict[str, list[float]] = {}
     for rank, step in zip(r.ranks, steps):
-        groups.setdefault(rank, []).append(step)
+        if rank != "m":  # rows after the ranked ones, faster than row 1 but inside the margin
+            groups.setdefault(rank, []).append(step)
+    margin = [s for rank, s in zip(r.ranks, steps) if rank == "m"]
+    assert margin and all(s < steps[0] for s in margin)  # 7.657 and 7.724 s against 8.044 s
     leaders = [min(g) for g in groups.values()]
     assert leaders == sorted(leaders)
     assert all(max(g) <= min(g) * (1 + r.tie_band) for g in groups.values())
