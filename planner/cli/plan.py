@@ -293,15 +293,22 @@ def _searched(o) -> SimpleNamespace:
         for p in plans]})
     run.launch = None
     if o.emit:
+        from ..search.ranking import MARGIN_MARK
+
+        # the ranked plans only: a row shown for its speed inside the memory margin is not run
+        ranked = [p for p, lab in zip(plans, result.ranks or [""] * len(plans))
+                  if lab != MARGIN_MARK]
         try:
-            run.launch = _first_expressible(o.model, plans, o.emit)
+            run.launch = _first_expressible(o.model, ranked, o.emit)
         except PlanError as exc:
             if "none of the plans shown" not in str(exc):
                 raise
             # look further down the ranking for the best plan the framework can express
             longer = api.search_request(o.model, o.hw, req, top=EMIT_SEARCH_DEPTH, sort=sort,
                                         headroom=o.headroom, target_step_s=target_step_s)
-            run.launch = _first_expressible(o.model, longer.plans, o.emit)
+            run.launch = _first_expressible(o.model, [
+                p for p, lab in zip(longer.plans, longer.ranks or [""] * len(longer.plans))
+                if lab != MARGIN_MARK], o.emit)
     run.data = run.result.model_dump(mode="json")
     if run.launch is not None:
         run.data["launch"] = _launch_json(run.launch)

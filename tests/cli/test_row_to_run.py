@@ -102,3 +102,23 @@ def test_the_footer_at_80_columns_pastes_as_the_same_command(args):
                           capture_output=True, text=True, check=True).stdout.splitlines()
     want = json.loads(runner.invoke(app, ["search", *args, "--top", "1", "--json"]).stdout)
     assert argv == want["explain_args"][0]
+
+
+def test_search_emit_never_writes_a_row_that_fits_only_inside_the_margin(monkeypatch):
+    # 70B on 512 H100, --top 2: rows m (7.657 and 7.724 s, 97-99 % of memory) are faster than
+    # row 1 (8.044 s). A framework that could express only those rows gets no settings at all:
+    # --emit looks for the best *ranked* plan it can express, never a marked one
+    from planner import api
+
+    real = api.launch_settings
+
+    def only_the_fast(model, plan, framework):
+        if plan.time.step_s > 7.8:
+            raise api.PlanError("cannot express this one (test)")
+        return real(model, plan, framework)
+
+    monkeypatch.setattr(api, "launch_settings", only_the_fast)
+    r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink",
+                            "--top", "2", "--emit", "megatron"])
+    assert r.exit_code == 2 and r.stdout == "", r.output
+    assert "none of the plans shown can be expressed in megatron" in r.stderr
