@@ -155,13 +155,13 @@ class Goodput(_Out):
     job's interruptions, its checkpoint and the Young/Daly interval, each restart's cost."""
 
     failures_per_gpu_hour: float  # the cluster's interruption rate per GPU (profile or flag)
-    interruptions_per_day: float  # 24·N·λ
-    mtbf_s: float  # the job's mean time between interruptions, 3600/(N·λ)
+    interruptions_per_day: float  # 24·N·λ_fail
+    mtbf_s: float  # the job's mean time between interruptions, T_MTBF = 3600/(N·λ_fail)
     checkpoint_bytes: float  # weights + optimizer state, each parameter once
     checkpoint_write_s: float  # δ: every GPU writing its share at once
     checkpoint_interval_s: float  # τ: Young/Daly's optimum
-    restart_s: float  # R: relaunch + reading the checkpoint back
-    fraction: float  # the goodput: τ/(τ + δ)·(1 − (R + (τ + δ)/2)/M)
+    restart_s: float  # T_restart: relaunch + reading the checkpoint back
+    fraction: float  # the goodput G: τ/(τ + δ)·(1 − (T_restart + (τ + δ)/2)/T_MTBF)
 
 
 class Budget(_Out):

@@ -8,10 +8,11 @@ micro-batch boundary, the data-parallel gradient reduction once per step over al
 with per-rank compute times ~ normal(μ, σ) the step's compute is E[max of N] ≈ μ + σ·z(N).
 
 Failures. Interruptions arrive at a rate proportional to the GPUs (a job fails when any part of
-it does), so the job's mean time between failures is M = 1 / (N · λ). A checkpoint of δ seconds
-every τ seconds, and a restart of R seconds plus, on average, half an interval of lost work per
-failure, leave the goodput — the share of wall-clock time that trains — of
-(τ/(τ + δ)) · (1 − (R + (τ + δ)/2) / M), best at the Young/Daly interval.
+it does), so the job's mean time between failures is T_MTBF = 1 / (N · λ_fail). A checkpoint of
+δ seconds every τ seconds, and a restart of T_restart seconds plus, on average, half an interval
+of lost work per failure, leave the goodput — the share of wall-clock time that trains — of
+(τ/(τ + δ)) · (1 − (T_restart + (τ + δ)/2) / T_MTBF), best at the Young/Daly interval. (The
+symbols are explain's; M there is the memory a GPU needs.)
 
 Runs on floats, numpy arrays and sympy symbols (`_ops` for the choices)."""
 
@@ -96,12 +97,13 @@ above was found. Shown as such in `explain`; the goodput's sensitivity to it is 
 
 
 def interruptions_per_day(n_gpus, failures_per_gpu_hour):
-    """Expected interruptions a day at N GPUs: 24 · N · λ."""
+    """Expected interruptions a day at N GPUs: 24 · N · λ_fail."""
     return 24 * n_gpus * failures_per_gpu_hour
 
 
 def mtbf_s(n_gpus, failures_per_gpu_hour):
-    """The job's mean time between interruptions: M = 3600 / (N · λ) seconds."""
+    """The job's mean time between interruptions: T_MTBF = 3600 / (N · λ_fail) seconds, λ_fail
+    the interruptions per GPU-hour."""
     return HOUR_S / (n_gpus * failures_per_gpu_hour)
 
 
@@ -127,17 +129,18 @@ def checkpoint_load_s(total_bytes, n_gpus, read_bytes_per_s_per_gpu):
 def young_daly_interval_s(checkpoint_s, mtbf):
     """The checkpoint interval that maximises goodput (Young 1974, "A first order approximation
     to the optimum checkpoint interval"; Daly 2006, "A higher order estimate of the optimum
-    checkpoint interval for restart dumps", eq. 37 for δ < 2M):
-        τ = √(2δM) · (1 + √(δ/(2M))/3 + δ/(18M)) − δ."""
+    checkpoint interval for restart dumps", eq. 37 for δ < 2·T_MTBF):
+        τ = √(2δ·T_MTBF) · (1 + √(δ/(2·T_MTBF))/3 + δ/(18·T_MTBF)) − δ."""
     ratio = checkpoint_s / (2 * mtbf)
     return _ops.sqrt(2 * checkpoint_s * mtbf) * (1 + _ops.sqrt(ratio) / 3 + ratio / 9) \
         - checkpoint_s
 
 
 def goodput(interval_s, checkpoint_s, restart_s, mtbf):
-    """The share of wall-clock time that trains, to first order in 1/M (Young's model):
+    """The share of wall-clock time that trains, to first order in 1/T_MTBF (Young's model):
     τ/(τ + δ) of the time between failures is not spent writing checkpoints, and each failure,
-    one per M seconds, costs the restart R and on average half an interval (τ + δ)/2 of work
-    lost: goodput = τ/(τ + δ) · (1 − (R + (τ + δ)/2)/M), never below 0."""
+    one per T_MTBF seconds, costs the restart T_restart and on average half an interval
+    (τ + δ)/2 of work lost: G = τ/(τ + δ) · (1 − (T_restart + (τ + δ)/2)/T_MTBF), never below
+    0."""
     return _ops.maximum(0, interval_s / (interval_s + checkpoint_s)
                         * (1 - (restart_s + (interval_s + checkpoint_s) / 2) / mtbf))

@@ -19,7 +19,9 @@ from ..units import GB, GIB, share_text, token_text
 MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
                 "overhead_bytes")
 TIME_PARTS = ("compute_s", "tp_exposed_s", "cp_exposed_s", "pp_exposed_s", "dp_exposed_s",
-              "bubble_s", "optimizer_s")
+              "ep_exposed_s", "bubble_s", "optimizer_s", "offload_s", "straggler_s")
+"""The terms that are parts of the step (search.alternatives.step_parts: they add up to it), each
+shown with its share of T_step."""
 
 
 class _Console(Console):
@@ -173,6 +175,63 @@ SECTIONS = {
 WIDE_EXPLAIN = 110  # from this width the reason gets a column of its own
 
 
+FORMULA_BREAKS = " ·/+,"
+"""A formula line may end after these: a space, a product dot, a division, a plus, a comma."""
+
+
+def formula_lines(formula: str, width: int) -> str:
+    """The formula in lines of at most `width` cells, each broken after one of FORMULA_BREAKS,
+    never inside a name or a number (rich alone breaks only at spaces, and folds a longer run
+    mid-word: 'sqrt(c)·sqrt(t)/(sq' + 'rt(b)'); a run longer than `width` stays whole."""
+    if width <= 0 or len(formula) <= width:
+        return formula
+    pieces = [p for p in re.findall(rf"[^{FORMULA_BREAKS}]*[{FORMULA_BREAKS}]?", formula) if p]
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _terms_table(title: str, rows: list[tuple[str, ...]], wide: bool, out: Console) -> Table:
+    """A section of explain's terms: (symbol, formula, value, share, why) per row, the reason in
+    its own column when `wide`, else dim under the formula. The table is laid out once to learn
+    the formula column's width, then built with each formula broken to it (formula_lines)."""
+
+    def build(width: int | None) -> Table:
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False,
+                      pad_edge=False)
+        table.add_column("term", no_wrap=True)
+        # the second time, the formula column's width fixed at what rich gave it the first time
+        table.add_column("formula", overflow="fold", max_width=70 if wide else None, width=width)
+        table.add_column("value", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
+        if wide:
+            table.add_column("why", overflow="fold", max_width=44)
+        for symbol, formula, value, share, why in rows:
+            text = formula if width is None else formula_lines(formula, width)
+            # Text cells: rich parses no markup in them (a third of the rendering time)
+            if wide:
+                table.add_row(Text(symbol), Text(text), Text(value), Text(share), Text(why))
+            else:
+                cell = Text(text)
+                cell.append("\n" + why, style="dim")
+                table.add_row(Text(symbol), cell, Text(value), Text(share))
+        return table
+
+    table = build(None)
+    try:  # rich's own layout of the columns, as it prints the table (private methods: without
+        # them, rich's own breaks); less the formula column's padding, 1 a side
+        inner = out.options.update_width(out.width - table._extra_width)
+        width = table._calculate_column_widths(out, inner)[1] - 2
+    except (AttributeError, TypeError, IndexError):
+        return table
+    if all(len(formula) <= width for _, formula, *_ in rows):
+        return table
+    return build(width)
+
+
 def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
     """The answer, first: what runs where, whether it fits and with what margin, the step, the
     throughput and MFU (its convention said), where the step goes, and days and cost if asked."""
@@ -229,31 +288,11 @@ def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = Fal
         if group == "constants":
             _render_constants(constants or [], out, title)
             continue
-        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", expand=False,
-                      pad_edge=False)
-        table.add_column("term", no_wrap=True)
-        table.add_column("formula", overflow="fold", max_width=70 if wide else None)
-        table.add_column("value", justify="right", no_wrap=True)
-        table.add_column("share", justify="right", no_wrap=True)
-        if wide:
-            table.add_column("why", overflow="fold", max_width=44)
-        for t in plan.terms:
-            if t.group != group:
-                continue
-            share = ""
-            if t.key in MEMORY_PARTS:
-                share = f"{t.value / total_mem:.1%}"
-            elif t.key in TIME_PARTS:
-                share = f"{t.value / step:.1%}"
-            value = value_text(t.value, t.unit, t.group)
-            # Text cells: rich parses no markup in them (a third of the rendering time)
-            if wide:
-                table.add_row(Text(t.symbol), Text(t.formula), Text(value), Text(share),
-                              Text(t.why))
-            else:
-                cell = Text(t.formula)
-                cell.append("\n" + t.why, style="dim")
-                table.add_row(Text(t.symbol), cell, Text(value), Text(share))
+        rows = [(t.symbol, t.formula, value_text(t.value, t.unit, t.group),
+                 f"{t.value / total_mem:.1%}" if t.key in MEMORY_PARTS else
+                 f"{t.value / step:.1%}" if t.key in TIME_PARTS else "", t.why)
+                for t in plan.terms if t.group == group]
+        table = _terms_table(title, rows, wide, out)
         out.print(table)
         if group == "pipeline":
             values = {t.key: t.value for t in plan.terms}
