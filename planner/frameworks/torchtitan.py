@@ -90,6 +90,15 @@ def _dispatch_refusal(m, c) -> str:
         return ("torchtitan: its token dispatchers are the all-to-all, DeepEP, HybridEP and "
                 "MinimalAsyncEP, no all-gather; use --moe-dispatcher alltoall or --framework "
                 "megatron")
+    if getattr(c, "moe_capped", 0):
+        return ("torchtitan: its MoE routes dropless; a capacity factor exists only for "
+                "HybridEP's non-blocking dispatch (non_blocking_capacity_factor), set in a "
+                "config_registry function, not on the command line; leave --moe-capacity-factor "
+                "out or use --framework megatron")
+    if getattr(c, "moe_shared_overlap", 0):
+        return ("torchtitan: its MoE runs the shared experts after the routed ones (MoE.forward), "
+                "not beside the token exchange; leave --moe-shared-expert-overlap out or use "
+                "--framework megatron")
     return ("torchtitan: it has no overlapped expert-parallel communication (Megatron's "
             "--overlap-moe-expert-parallel-comm); leave --moe-a2a-overlap out or use "
             "--framework megatron")
@@ -126,11 +135,19 @@ RULES = (
     # qwen3_30b_a3b and deepseek_v3_671b, keep the "standard" all-to-all (AllToAllTokenDispatcher;
     # DeepEP only in the debug entry qwen3_moe_deepep): config_registry.py @ 0.3.0. The backends
     # are standard, deepep, hybridep, minimal_async_ep (models/common/config_utils.py l.360-425
-    # @ 0.3.0): no all-gather dispatcher; and no overlapped expert-parallel communication setting
-    Rule("the all-to-all token dispatcher, not overlapped (DeepEP is not a command-line setting "
-         "of torchtitan 0.3.0; it has no all-gather dispatcher nor Megatron's a2a overlap)",
+    # @ 0.3.0): no all-gather dispatcher; and no overlapped expert-parallel communication setting.
+    # Routing is dropless: a capacity factor is only HybridEP's non_blocking_capacity_factor,
+    # a field of the dispatcher's config (config_utils.py l.365-406, overrides/
+    # moe_token_dispatcher.py @ 0.3.0); MoE.forward runs the shared experts after the routed
+    # ones, in the same stream (models/common/moe.py l.403-460 @ 0.3.0). Forced balance it has:
+    # --debug.moe_force_load_balance (config/configs.py DebugConfig, models/common/decoder.py
+    # l.182 @ 0.3.0), written by _sections.
+    Rule("the all-to-all token dispatcher, dropless, not overlapped (DeepEP and a capacity "
+         "factor are not command-line settings of torchtitan 0.3.0; it has no all-gather "
+         "dispatcher, nor Megatron's a2a or shared-expert overlap)",
          lambda m, c: (getattr(c, "deepep", 0) + getattr(c, "moe_allgather", 0)
-                       + getattr(c, "a2a_overlap", 0)) == 0,
+                       + getattr(c, "a2a_overlap", 0) + getattr(c, "moe_capped", 0)
+                       + getattr(c, "moe_shared_overlap", 0)) == 0,
          lambda m, c: _dispatch_refusal(m, c)),
     Rule("ZeRO-2/3 as FSDP2, or ZeRO-0 (DDP) with no TP, PP or CP; no ZeRO-1",
          _zero_supported,
@@ -481,12 +498,21 @@ def _sections(c: PlanConfig, m: ModelSpec, version: str, notes: list[str]) -> di
     if c.pp > 1:
         parallelism.update(_pipeline(c, m, version, notes))
     training = _training(c, notes)
+    sections = {"training": training, "parallelism": parallelism}
+    if m.is_moe and c.moe_forced_balance:
+        # both releases: [debug] moe_force_load_balance, read by the MoE router (0.3.0
+        # models/common/decoder.py l.182; 0.2.2 models/qwen3/model/args.py l.58,
+        # deepseek_v3/model/args.py l.111)
+        sections["debug"] = {"moe_force_load_balance": True}
+        notes.append("Forced balance: debug.moe_force_load_balance routes tokens round-robin, "
+                     "every expert the same count (torchtitan: for debugging and benchmarks, "
+                     "not for training a model).")
     if (c.pp > 1 or (m.is_moe and c.ep > 1)) and version == "0.3":
         # CUDA graphs do not run under PP, nor with the all-to-all token dispatcher's CPU sync
         # (trainer.py _validate_cuda_graphs @ 0.3.0)
         training["disable_cuda_graphs"] = True
     _general_notes(c, notes)
-    return {"training": training, "parallelism": parallelism}
+    return sections
 
 
 def _titan_02(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:

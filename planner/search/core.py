@@ -17,7 +17,7 @@ from ..results import Plan
 from ..schema import HardwareProfile, ModelSpec
 from .alternatives import Alternative, alternatives
 from .costing import RANKED_COSTS
-from .diagnosis import diagnose, no_layout_message
+from .diagnosis import diagnose, moe_settings_refusal, no_layout_message
 from .evaluate import evaluate_space
 from .ranking import (
     DEFAULT_HEADROOM,
@@ -121,6 +121,9 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
                         "--ep and --etp out")
     if sort not in SORT_KEYS:
         raise PlanError(f"unknown sort '{sort}' (choose from {', '.join(SORT_KEYS)})")
+    refusal = moe_settings_refusal(model, hw, req)  # a MoE setting the framework never runs
+    if refusal:
+        raise PlanError(refusal)
     if sort == "gpus":
         if target_step_s is None:
             raise PlanError("--sort gpus needs --target-step-s (the step time to reach)")

@@ -3,6 +3,7 @@ nearest values of each degree and GPU count that work."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
@@ -166,6 +167,53 @@ def _gpu_counts_that_work(model, hw, req: PlanRequest) -> list[int]:
         if len(below) >= 2 and len(above) >= 2:
             break
     return sorted(below + above)
+
+
+def _moe_settings(req: PlanRequest) -> dict[str, int]:
+    """The MoE run settings a request gives, as the framework rules read them (rules.layout)."""
+    return dict(deepep=int(req.moe_dispatcher == "deepep"),
+                moe_allgather=int(req.moe_dispatcher == "allgather"),
+                a2a_overlap=int(bool(req.moe_a2a_overlap)),
+                moe_capped=int(bool(req.moe_capacity_factor)),
+                moe_forced=int(req.moe_forced_balance),
+                moe_shared_overlap=int(req.moe_shared_expert_overlap))
+
+
+def moe_settings_refusal(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> str | None:
+    """The framework's refusal of a MoE run setting the request gives (--moe-dispatcher,
+    --moe-a2a-overlap, --moe-capacity-factor, --moe-forced-balance, --moe-shared-expert-overlap)
+    whatever the layout: the message of a framework rule that some layout of the request's space
+    obeys without those settings and none obeys with them. Said first, alone: otherwise the
+    search removes every layout under that rule among others (torchtitan with DeepEP: "no layout
+    … vpp=2 needs --schedule interleaved …"), or shows only the layouts the setting does not
+    touch (expert parallelism 1). None when no such rule refuses them."""
+    asked = _moe_settings(req)
+    if not model.is_moe or not any(asked.values()):
+        return None
+    space = numeric_space(model, hw, req)
+    size = len(space["tp"])
+    if size == 0:
+        return None
+    framework = FRAMEWORKS[req.framework]
+    zeros = [z for z in (req.zero or list(ZeroStage)) if z in framework.zero_stages]
+    seq, gbs = req.seq(model), req.global_batch(model)
+    without: dict[int, SimpleNamespace] = {}  # rule → a layout it holds for without them
+    refused = {i: True for i in range(len(framework.all_rules()))}
+    for (_, sp, sched, _), zero in itertools.product(choice_groups(req), zeros):
+        base = {**space, "gbs": gbs, "seq_len": seq, "sp": sp, "schedule": sched,
+                "interleaved": sched is Schedule.INTERLEAVED, **offload_layout(req),
+                **constraints.choices(zero, sched, req.precision)}
+        neutral = SimpleNamespace(**{**base, **dict.fromkeys(asked, 0)})
+        given = SimpleNamespace(**{**base, **asked})
+        for i, rule in enumerate(framework.all_rules()):
+            held = np.broadcast_to(rule.holds(model, neutral), (size,))
+            if held.any():
+                without.setdefault(i, constraints.one_layout(given, int(np.argmax(held))))
+                refused[i] &= not np.broadcast_to(rule.holds(model, given), (size,)).any()
+    for i, rule in enumerate(framework.all_rules()):
+        if i in without and refused[i]:
+            return rule.message(model, without[i])
+    return None
 
 
 def no_layout_message(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> str:

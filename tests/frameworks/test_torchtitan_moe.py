@@ -85,6 +85,9 @@ def _with(c: PlanConfig, **changes) -> PlanConfig:
     ({"moe_dispatcher": "deepep"}, "config_registry"),
     ({"moe_dispatcher": "allgather"}, "no all-gather"),
     ({"moe_a2a_overlap": True}, "overlapped expert-parallel"),
+    # no command-line setting for either: refused rather than dropped from the settings
+    ({"moe_capacity_factor": 1.0}, "routes dropless"),
+    ({"moe_shared_expert_overlap": True}, "shared experts after the routed"),
 ])
 def test_a_dispatch_torchtitan_cannot_launch_is_refused(changes, reason):
     with pytest.raises(PlanError, match=reason):
@@ -123,3 +126,53 @@ def test_deepep_is_written_for_0_2_deepseek_v3_and_refused_elsewhere():
         emit("torchtitan@0.2", _with(QWEN_EP8, moe_dispatcher="deepep"), QWEN)
     with pytest.raises(PlanError, match="config_registry"):
         emit("torchtitan", DSV3_EP8, DSV3)
+
+
+def test_forced_balance_is_written_in_both_releases():
+    # torchtitan has it as debug.moe_force_load_balance (0.3.0 config/configs.py DebugConfig,
+    # read by models/common/decoder.py; 0.2.2 job_config.py Debug, read by qwen3's args)
+    forced = _with(QWEN_EP8, moe_forced_balance=True)
+    assert "--debug.moe_force_load_balance \\" in emit("torchtitan", forced, QWEN).text
+    assert "[debug]\nmoe_force_load_balance = true" in emit("torchtitan@0.2", forced, QWEN).text
+    for fmt in ("torchtitan", "torchtitan@0.2"):
+        assert "moe_force_load_balance" not in emit(fmt, QWEN_EP8, QWEN).text
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--moe-dispatcher", "deepep"], "torchtitan: DeepEP is chosen inside a config_registry "
+     "function"),
+    (["--moe-a2a-overlap"], "torchtitan: it has no overlapped expert-parallel communication"),
+    (["--moe-capacity-factor", "1.25"], "torchtitan: its MoE routes dropless"),
+    (["--moe-shared-expert-overlap"], "torchtitan: its MoE runs the shared experts after"),
+])
+def test_search_says_first_why_torchtitan_refuses_a_moe_setting(flags, reason):
+    # before: DeepEP gave "no layout … vpp=2 needs --schedule interleaved (removed 166,698); …"
+    # with the reason third; the a2a overlap ranked expert-parallel-1 plans without a word
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    for model, gpus in (("deepseek-v3", "2048"), ("qwen3-30b-a3b", "64")):
+        r = CliRunner().invoke(app, ["search", "--model", model, "--gpus", gpus, "--framework",
+                                     "torchtitan", *flags])
+        assert r.exit_code == 2 and r.stdout == ""
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"plan3d: error: {reason}"), lines
+
+
+def test_the_refusal_is_the_frameworks_not_the_settings():
+    from planner.search.diagnosis import moe_settings_refusal
+    from planner.search.request import PlanRequest
+
+    hw = load_hardware("h100-nvlink")
+    deepep = dict(gpus=64, moe_dispatcher="deepep")
+    assert "config_registry" in moe_settings_refusal(QWEN, hw, PlanRequest(
+        framework="torchtitan", **deepep))
+    # Megatron runs DeepEP, and torchtitan the all-to-all and forced balance: nothing refused
+    assert moe_settings_refusal(QWEN, hw, PlanRequest(framework="megatron", **deepep)) is None
+    assert moe_settings_refusal(QWEN, hw, PlanRequest(
+        gpus=64, framework="torchtitan", moe_dispatcher="alltoall",
+        moe_forced_balance=True)) is None
+    # a dense model has no MoE settings to refuse
+    assert moe_settings_refusal(load_model("8b"), hw, PlanRequest(
+        gpus=8, framework="torchtitan", moe_dispatcher="deepep")) is None

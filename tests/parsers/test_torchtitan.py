@@ -282,3 +282,26 @@ def _registry_config(module: str, config: str):
     from torchtitan.config.manager import ConfigManager
 
     return ConfigManager().parse_args(["--module", module, "--config", config])
+
+
+def test_forced_balance_reaches_the_router_and_the_rest_is_refused(tmp_path):
+    """moe: --moe-forced-balance is written as debug.moe_force_load_balance, which this release's
+    ConfigManager parses and its MoE router reads (0.3.0: Decoder.Config sets each layer's
+    router._debug_force_load_balance from it); a capacity factor and the shared-expert overlap,
+    which torchtitan cannot be told on its command line, are refused in one line, not dropped."""
+    row = ("--model qwen3-30b-a3b --gpus 32 --framework torchtitan --tp 2 --pp 2 --ep 8 "
+           "--zero 2")
+    cfg = load(row + " --moe-forced-balance", tmp_path)
+    assert cfg.debug.moe_force_load_balance is True
+    if SHORT == "0.3":  # what Trainer does with it: every MoE layer's router forced
+        model = cfg.model_spec.model
+        model.update_from_config(config=cfg)
+        routers = [layer.moe.router for layer in model.layers
+                   if getattr(layer, "moe", None) is not None]
+        assert len(routers) == 48 and all(r._debug_force_load_balance for r in routers)
+    assert load(row, tmp_path).debug.moe_force_load_balance is False
+    for flag, words in (("--moe-capacity-factor 1.0", "routes dropless"),
+                        ("--moe-shared-expert-overlap", "shared experts after the routed")):
+        out = cli("explain", *shlex.split(row), *shlex.split(flag), "--emit", FORMAT)
+        assert out.returncode == 2 and out.stdout == ""
+        assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr
