@@ -161,8 +161,9 @@ app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, rich_m
 
 
 class PanelledHelp(typer.core.TyperCommand):
-    """A command whose --help groups its options into rich panels (flags.HELP_PANELS): the
-    commands with many options. The root --help stays plain, and so fast (benchmarks/)."""
+    """A command whose --help groups its options into rich panels (each option names its panel
+    where it is declared: flags.PANELS): the commands with many options. The root --help stays
+    plain, and so fast (benchmarks/)."""
 
     def format_help(self, ctx, formatter) -> None:
         self.rich_markup_mode = "rich"

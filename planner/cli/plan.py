@@ -31,6 +31,8 @@ from .common import (
     _write_file,
 )
 from .flags import (
+    PANELS,
+    AllowTpOpt,
     DeadlineOpt,
     EmitOpt,
     GoodputOpt,
@@ -65,20 +67,22 @@ def explain(
     gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None, flags: PlanFlags = None,
     json_: JsonOpt = False, emit: EmitOpt = None,
     timeline: Annotated[bool, typer.Option(
-        "--timeline", help="Draw the pipeline schedule, to scale.")] = False,
+        "--timeline", help="Draw the pipeline schedule, to scale.",
+        rich_help_panel=PANELS.output)] = False,
     timeline_out: Annotated[str | None, typer.Option(
-        help="Write the schedule picture to an .svg file.")] = None,
+        help="Write the schedule picture to an .svg file.", rich_help_panel=PANELS.output)]
+    = None,
     brief: Annotated[bool, typer.Option(
-        "--brief", help="Print only the answer: fit, step, tokens/s, MFU (days and cost if "
-        "asked) and the warnings.")] = False,
+        "--brief", rich_help_panel=PANELS.output, help="Print only the answer: fit, step, "
+        "tokens/s, MFU (days and cost if asked) and the warnings.")] = False,
     section: Annotated[str | None, typer.Option(
-        help="The sections to print after the answer, comma list of model, memory, pipeline, "
-        "comm, time, constants (default: all).")] = None,
+        rich_help_panel=PANELS.output, help="The sections to print after the answer, comma "
+        "list of model, memory, pipeline, comm, time, constants (default: all).")] = None,
     mfu_convention: MfuOpt = "causal",
     force: Annotated[bool, typer.Option(
-        "--force", help="With --emit: write the settings even when the plan does not fit, a "
-        "warning at their top (without it nothing is written and the exit status is 1).")]
-    = False,
+        "--force", rich_help_panel=PANELS.output, help="With --emit: write the settings even "
+        "when the plan does not fit, a warning at their top (without it nothing is written and "
+        "the exit status is 1).")] = False,
 ) -> None:
     """One plan: the answer first, then every term, its formula, its value, and why."""
     o = options_of(locals())
@@ -240,19 +244,17 @@ def search(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink",
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
     gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None, flags: PlanFlags = None,
-    allow_tp_across_nodes: Annotated[bool, typer.Option(
-        rich_help_panel="Layout", help="Admit tp larger than the NVLink domain (to see its "
-        "cost).")] = False,
+    allow_tp_across_nodes: AllowTpOpt = False,
     offload: OffloadModeOpt = "fit",
     top: Annotated[int, typer.Option(
-        rich_help_panel="Ranking", min=1, help="How many ranked plans to show (after them, up "
-        "to 2 faster ones that fit only inside the memory margin, marked m).")] = 10,
+        rich_help_panel=PANELS.ranking, min=1, help="How many ranked plans to show (after "
+        "them, up to 2 faster ones that fit only inside the memory margin, marked m).")] = 10,
     sort: Annotated[str, typer.Option(
-        rich_help_panel="Ranking", help="Rank by: time, memory, mfu; or gpus: the fewest GPUs "
-        "(whole NVLink domains, doubling up to --gpus) whose row 1 steps within "
+        rich_help_panel=PANELS.ranking, help="Rank by: time, memory, mfu; or gpus: the fewest "
+        "GPUs (whole NVLink domains, doubling up to --gpus) whose row 1 steps within "
         "--target-step-s.")] = "time",
     target_step_s: Annotated[float | None, typer.Option(
-        rich_help_panel="Ranking", help="With --sort gpus: the step time to reach, in "
+        rich_help_panel=PANELS.ranking, help="With --sort gpus: the step time to reach, in "
         "seconds.")] = None,
     headroom: HeadroomOpt = None, why: WhyOpt = False,
     json_: JsonOpt = False, emit: EmitOpt = None, deadline_days: DeadlineOpt = None,
