@@ -242,9 +242,16 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
                   f"global batch {c.gbs:,} × {c.seq_len:,} tokens", style="bold")]
     spare = m.capacity_bytes - m.total_bytes
     if m.fits:
+        from ..search.ranking import DEFAULT_HEADROOM, in_margin
+
+        # a plan search would mark m: fits, but only inside the memory margin
+        inside = bool(in_margin(m.total_bytes, m.capacity_bytes, DEFAULT_HEADROOM))
         lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
                           f"({share_of_capacity(m)}), {gib(spare)} GiB to spare "
-                          f"on the most loaded ({m.stage}) pipeline stage.", style="green"))
+                          f"on the most loaded ({m.stage}) pipeline stage"
+                          + (f", inside the {DEFAULT_HEADROOM:.0%} memory margin (search "
+                             "marks it m, never row 1)." if inside else "."),
+                          style="yellow" if inside else "green"))
     else:
         lines.append(Text(f"DOES NOT FIT: {gib(m.total_bytes)} GiB per GPU needed of "
                           f"{gib(m.capacity_bytes)} GiB ({gib(-spare)} GiB over) on the {m.stage} "
@@ -262,9 +269,13 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
     lines.append(Text(f"Step {seconds(t.step_s)} · {t.tokens_per_s:,.0f} tokens/s · MFU "
                       f"{mfu_of(plan, mfu_convention):.1%} ({mfu_convention}; "
                       f"{mfu_of(plan, other):.1%} {other}) · HFU {t.hfu:.1%}"))
-    lines.append(Text(f"Of the step: compute {t.compute_s / t.step_s:.0%}, bubble "
-                      f"{bubble_share(plan):.0%}, exposed communication "
-                      f"{t.exposed_comm_s / t.step_s:.0%}, optimizer {t.optimizer_s / t.step_s:.0%}."))
+    parts = [("compute", t.compute_s), ("bubble", t.bubble_s),
+             ("exposed communication", t.exposed_comm_s), ("optimizer", t.optimizer_s),
+             ("offload", t.offload_s), ("stragglers", t.straggler_s)]
+    # every part of the step (they add up to it), offload and stragglers where there are any
+    lines.append(Text("Of the step: " + ", ".join(
+        f"{name} {v / t.step_s:.0%}" for name, v in parts
+        if v > 0 or name not in ("offload", "stragglers")) + "."))
     if plan.budget is not None:
         lines.append(Text(budget_line(plan)))
     return lines

@@ -94,3 +94,25 @@ def test_every_part_of_the_step_has_its_share_and_they_add_up(args):
         assert float(share.group(1)) == pytest.approx(100 * t["value"] / step, abs=0.05)
         shares.append(float(share.group(1)))
     assert sum(shares) == pytest.approx(100, abs=0.05 * len(shares))
+
+
+def test_the_answer_says_where_the_whole_step_goes_and_the_margin():
+    # 70B on 512 H100 without recompute (search's row m): 77.7 of 79.6 GiB, 97 %, above the
+    # 90 % search keeps; its step's parts, stragglers included, add up to 100 % (88 + 3 + 8 + 0
+    # + 2 = 101 by rounding each)
+    args = ["explain", "--model", "70b", "--gpus", "512", "--plan", "dp32 tp4 pp4 v7 z1",
+            "--brief"]
+    text = " ".join(runner.invoke(app, args, env={"COLUMNS": "80"}).stdout.split())
+    assert "(97%), 1.9 GiB to spare on the most loaded (first) pipeline stage, inside the 10% " \
+        "memory margin (search marks it m, never row 1)." in text
+    shares = re.search(r"Of the step: (.*?)\.", text).group(1)
+    named = {n.strip(): int(v) for n, v in re.findall(r"([a-z ]+) (\d+)%", shares)}
+    assert list(named) == ["compute", "bubble", "exposed communication", "optimizer",
+                           "stragglers"]
+    assert abs(sum(named.values()) - 100) <= 2  # each share rounded to 1 %
+    data = json.loads(runner.invoke(app, [*args[:-1], "--json"]).stdout)["time"]
+    assert named["stragglers"] == round(100 * data["straggler_s"] / data["step_s"])
+    # row 1's plan, at 88 %, is outside the margin: no such words
+    row1 = runner.invoke(app, [*args[:5], "--plan", "dp32 tp4 pp4 v8 z1 full3", "--brief"],
+                         env={"COLUMNS": "80"}).stdout
+    assert "margin" not in row1 and "(88%)" in row1
