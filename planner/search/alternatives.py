@@ -309,7 +309,7 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
                                  f"{label_b}: {step_differences(b, a) or 'same parts'}")
     else:
         verdict, why = "ties", (f"its fastest plan{tried}, {label_a}, is within the tie band "
-                                f"(±{band:.0%}) of {label_b} ({ratio:+.1%}): "
+                                f"(±{band:.0%}) of {label_b} ({'+' if ratio >= 0 else '−'}{abs(ratio):.1%}): "
                                 f"{step_differences(b, a) or 'same parts'}")
     alt = Alternative(option=option, verdict=verdict, plan=label_a, step_s=a.step_s,
                       versus=label_b, versus_step_s=b.step_s, why=why + ".")

@@ -59,7 +59,7 @@ DEFAULTS = {"zero": 1, "recompute": 1, "sp": True}  # recompute: index in Recomp
 # known.
 TIE_BAND = 0.05
 TIE_BAND_SOURCE = ("the accuracy plan3d states for its step times: plan3d validate's median "
-                   "|error| on published runs within 5 % on every GPU that has them")
+                   "|error| on published runs within 5% on every GPU that has them")
 
 # Step times equal to a nanosecond are one step time (the search computes them in float64 along
 # several paths, so they can differ in the last bits); a total order on the rounded value.
