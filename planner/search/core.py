@@ -8,7 +8,7 @@ scalar estimate — the same formulas, so search and explain agree."""
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import NoFeasiblePlan, PlanError
 from ..frameworks import FRAMEWORKS
@@ -47,7 +47,11 @@ class SearchResult(BaseModel):
     # the honest ranking (sort time or mfu): each plan's place, `1=` in a tie; the band within
     # which step times tie (ranking.TIE_BAND) and where it comes from; the variants of
     # each plan's layout (ZeRO, recompute, mbs, vpp) folded into it
-    ranks: list[str] = []
+    ranks: list[str] = Field(default=[], description=(
+        "Each plan's label, as the table's # column: its place ('1' the recommendation, row 1), "
+        "'N=' within the tie band of row N, 'm' after the ranked rows: faster than row 1 but "
+        "fits only inside the memory margin (`headroom`), never recommended; where no plan fits "
+        "with the margin (`any_safe` false) each label ends in 'm'."))
     tie_band: float = 0.0
     tie_band_source: str = ""
     variants: list[int] = []
@@ -55,15 +59,18 @@ class SearchResult(BaseModel):
     alternatives: list[Alternative] = []
     # the memory margin a recommended plan leaves free (planner.search.ranking), and whether any
     # plan does: rows marked `m` fit only inside it
-    headroom: float = DEFAULT_HEADROOM
-    any_safe: bool = True
+    headroom: float = Field(default=DEFAULT_HEADROOM, description=(
+        "The memory margin, a fraction of capacity, a recommended plan leaves free."))
+    any_safe: bool = Field(default=True, description=(
+        "Whether any plan fits with the memory margin (else row 1 is the fastest that fits)."))
     # the words: `answer` before the table (--sort gpus: the size), `summary` the few lines under
     # it, `reason` the whole reasoning (--why)
     answer: str = ""
     summary: list[str] = []
     # each row's `plan3d explain` arguments, which reproduce it exactly (filled by the CLI, which
     # knows the names the user gave the model and the profile)
-    explain_args: list[list[str]] = []
+    explain_args: list[list[str]] = Field(default=[], description=(
+        "Each plan's `plan3d explain` arguments, which reproduce it exactly."))
 
 
 def _order(costs: dict, cols: dict, idx: np.ndarray, sort: str) -> np.ndarray:

@@ -77,3 +77,13 @@ def test_why_weighs_a_margin_row_part_by_part():
     assert [name.strip() for name, _ in parts][0] == "compute"  # the largest first
     share = fast["memory"]["total_bytes"] / fast["memory"]["capacity_bytes"]
     assert 0.7 < share < 1 and math.floor(100 * share) >= 70
+
+
+def test_the_json_schema_says_what_the_marks_mean():
+    # `plan3d schema search`, the stable interface for scripts, documents the labels of `ranks`
+    r = runner.invoke(app, ["schema", "search"])
+    assert r.exit_code == 0, r.output
+    props = json.loads(r.stdout)["properties"]
+    ranks = props["ranks"]["description"]
+    assert "'m' after the ranked rows" in ranks and "never recommended" in ranks
+    assert "reproduce it exactly" in props["explain_args"]["description"]
