@@ -48,6 +48,10 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
         args += dispatcher_args(config) + [("--moe-grouped-gemm", None)]
         if config.moe_capacity_factor is not None:
             args.append(("--moe-expert-capacity-factor", config.moe_capacity_factor))
+        if config.moe_forced_balance:
+            # TransformerConfig.moe_router_force_load_balancing, a flag through Megatron-LM's
+            # ArgumentGroupFactory (arguments.py l.2373; router.py l.861 @ d98e8a64dd)
+            args.append(("--moe-router-force-load-balancing", None))
         if config.moe_a2a_overlap:
             args.append(("--overlap-moe-expert-parallel-comm", None))
         if config.moe_shared_expert_overlap:

@@ -113,3 +113,22 @@ def test_the_megatron_settings_follow_the_flags():
     assert "--mtp-num-layers" not in flagged and "--moe-shared-expert-overlap" in flagged
     assert flagged[flagged.index("--pipeline-model-parallel-layout") + 1].endswith('|t|tL"')
     assert flagged[flagged.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+
+
+@pytest.mark.parametrize("fmt, written", [
+    ("megatron", "--moe-router-force-load-balancing"),
+    ("nemo", "moe_router_force_load_balancing: true"),
+])
+def test_forced_balance_is_written_not_dropped(fmt, written):
+    # Megatron-LM makes every TransformerConfig field a flag (ArgumentGroupFactory, arguments.py
+    # @ d98e8a64dd): moe_router_force_load_balancing, which router.py reads, is
+    # --moe-router-force-load-balancing and Megatron-Bridge's model.moe_router_force_load_balancing
+    # (before, --emit dropped --moe-forced-balance without a word)
+    def settings(*extra):  # Qwen3-30B-A3B: a model nemo's GPTModelProvider expresses
+        r = runner.invoke(app, ["explain", "--model", "qwen3-30b-a3b", "--gpus", "32", "--tp",
+                                "2", "--pp", "2", "--ep", "8", "--emit", fmt, *extra])
+        assert r.exit_code == 0, r.output
+        return r.stdout
+
+    assert written in settings("--moe-forced-balance")
+    assert written not in settings()

@@ -176,3 +176,4 @@ def test_the_refusal_is_the_frameworks_not_the_settings():
     # a dense model has no MoE settings to refuse
     assert moe_settings_refusal(load_model("8b"), hw, PlanRequest(
         gpus=8, framework="torchtitan", moe_dispatcher="deepep")) is None
+

@@ -45,6 +45,8 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      MEGATRON),
     ("moe-qwen3-30b-deepep", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1 "
      "--moe-dispatcher deepep --moe-capacity-factor 1.0", MEGATRON),
+    ("moe-qwen3-30b-forced", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1 "
+     "--moe-forced-balance", MEGATRON),
     ("moe-mixtral-8x7b", "--model mixtral-8x7b --gpus 64 --tp 2 --pp 4 --ep 8 --etp 2",
      MEGATRON),
     # ---- torchtitan ------------------------------------------------------------------------

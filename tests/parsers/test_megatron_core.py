@@ -82,6 +82,7 @@ TO_CONFIG = {
     "--moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", STR),
     "--moe-shared-expert-overlap": ("moe_shared_expert_overlap", TRUE),
     "--moe-expert-capacity-factor": ("moe_expert_capacity_factor", FLOAT),
+    "--moe-router-force-load-balancing": ("moe_router_force_load_balancing", TRUE),
     "--mtp-num-layers": ("mtp_num_layers", INT),
     "--q-lora-rank": ("q_lora_rank", INT),
     "--kv-lora-rank": ("kv_lora_rank", INT),
