@@ -58,8 +58,9 @@ class CollectiveCall(_Out):
     algorithm and protocol it picks for one call of message_bytes over `ranks` ranks on `nodes`
     NVLink domains, that call's latency (NCCL's per-call constants, its steps and hops) and
     transfer (message / algorithm bandwidth) in seconds, the calls per step, and the step's
-    total, calls × (latency + transfer), before any overlap. A point-to-point send has
-    algorithm "p2p"."""
+    total, calls × (latency + transfer), before any overlap. A point-to-point send or an
+    all-to-all has algorithm "p2p"; DeepEP's dispatch and combine "deepep" (protocol "-", its
+    whole time as transfer)."""
 
     name: str
     algorithm: str

@@ -545,6 +545,51 @@ def all_to_all_time_s(bytes_per_rank, n_ranks, bw, inside):
             + (n_ranks - 1) / n_ranks * bytes_per_rank / bw)
 
 
+def all_to_all_split_parts_s(bytes_per_rank, n_ranks, ranks_in_domain, fast_bw, net_bw,
+                             base_s=None, step_nvl_s=None, step_net_s=None):
+    """One NCCL all-to-all over n ranks of which g share the sender's NVLink domain, as
+    (latency, transfer), B the bytes one rank sends to its n − 1 peers (B/(n − 1) each):
+
+        latency  = base_p + ⌈(n − 1)/8⌉ · step_p,l
+        transfer = f_p · max(B·(g − 1)/(n − 1) / W_nvl, B·(n − g)/(n − 1) / W_net)
+
+    NCCL runs the all-to-all as n − 1 send/recv pairs of one group (ncclGroupStart/End), their
+    work in rounds of NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8 peers (src/enqueue.cc @ v2.30.7-1
+    l.140–149); each peer's message picks its protocol as a send does (addP2pToPlan l.919–933:
+    LL where B/(n − 1) ≤ NCCL_P2P_LL_THRESHOLD = 16 KiB, for every message that small runs on
+    one channel, else Simple), p = LL: base 6.6 µs, step 0.6 µs NVLink / 2.7 µs network, f = 2
+    (half of each LL word is flags); p = Simple: 8.4 µs, 3.4 / 14 µs, f = 1 (the ring's
+    constants, as send_recv_parts_s reads them); the step is the network's once the group
+    leaves the domain (g < n). The NVLink and network peers are served at once, so the slower
+    part governs; W_net is the rank's own network bandwidth (its share of the node's NICs,
+    group_net_busbw / r). n = 1 costs nothing. `base_s`, `step_*_s`: Simple's latencies where
+    the caller holds them as named numbers."""
+    p_ll = Proto.LL.value
+    leaves = 1 - _ops.le(n_ranks, ranks_in_domain)
+    peers = _ops.maximum(n_ranks - 1, 1)
+    small = _ops.le(bytes_per_rank / peers, P2P_LL_THRESHOLD_BYTES)
+    ll = (BASE_LATENCY_US[Algo.RING][p_ll] + _ops.ceil(peers / P2P_PEERS_PER_BATCH) * _ops.select(
+        leaves, HW_LATENCY_US["net"][Algo.RING][p_ll], HW_LATENCY_US["nvlink"][Algo.RING][p_ll])) * US
+    base = send_recv_base_s() if base_s is None else base_s
+    nvl_step = send_recv_step_s(1) if step_nvl_s is None else step_nvl_s
+    net_step = send_recv_step_s(0) if step_net_s is None else step_net_s
+    simple = base + _ops.ceil(peers / P2P_PEERS_PER_BATCH) * _ops.select(leaves, net_step,
+                                                                          nvl_step)
+    one = 1 - _ops.le(n_ranks, 1)
+    wire = _ops.maximum(bytes_per_rank * (ranks_in_domain - 1) / peers / fast_bw,
+                        bytes_per_rank * (n_ranks - ranks_in_domain) / peers / net_bw)
+    return (one * _ops.select(small, ll, simple), _ops.select(small, 2 * wire, wire))
+
+
+def all_to_all_split_time_s(bytes_per_rank, n_ranks, ranks_in_domain, fast_bw, net_bw,
+                            base_s=None, step_nvl_s=None, step_net_s=None):
+    """One all-to-all split over NVLink and the network: latency + transfer
+    (all_to_all_split_parts_s)."""
+    latency, transfer = all_to_all_split_parts_s(bytes_per_rank, n_ranks, ranks_in_domain,
+                                                 fast_bw, net_bw, base_s, step_nvl_s, step_net_s)
+    return latency + transfer
+
+
 def many_collectives_s(n_calls, one_call_s):
     """A step's worth of the same collective issued n times (per-layer gathers, buckets,
     per-micro-batch sends): n × the time of one — every call pays its own latency."""

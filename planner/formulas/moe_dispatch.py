@@ -23,6 +23,8 @@ Sources:
 
 from __future__ import annotations
 
+from enum import Enum
+
 from . import _ops
 
 DEEPEP_RDMA_EFFICIENCY = 43 / 50
@@ -136,3 +138,83 @@ def sm_contention_s(overlapped_s, comm_sms, n_sms):
     overlapped time the compute runs on n − c of n SMs, so it stretches by
     overlapped · c/(n − c)."""
     return overlapped_s * comm_sms / (n_sms - comm_sms)
+
+
+# ---------------------------------------------------------------------------------------------
+# The collectives a dispatcher issues per MoE layer and micro-batch
+
+class Row(str, Enum):
+    """What one row of an expert-parallel call carries (exchange_row_bytes)."""
+
+    HIDDEN = "hidden"  # a token's hidden state, act bytes a value
+    HIDDEN_FP32 = "hidden_fp32"  # the same in fp32 (the all-gather dispatcher's combine)
+    PROBS = "probs"  # one routed copy's probability (fp32)
+    PROBS_ALL = "probs_all"  # a token's E probabilities (fp32)
+    MAP = "map"  # a token's boolean routing map over E experts
+    COUNTS = "counts"  # a rank's tokens per expert (E int64)
+
+
+class Group(str, Enum):
+    """The ranks an expert-parallel call runs over."""
+
+    EP = "ep"  # the expert-parallel group (an all-to-all)
+    TP_EP = "tp_ep"  # the etp·ep ranks of Megatron's tp_ep group
+    ETP = "etp"  # the expert tensor-parallel ranks
+
+
+EXCHANGE_CALLS = {
+    "alltoall": (
+        # (name, collective, group, row, forward calls, backward calls)
+        ("EP all-to-all", "all-to-all", Group.EP, Row.HIDDEN, 2, 2),
+        ("EP probs all-to-all", "all-to-all", Group.EP, Row.PROBS, 1, 1),
+        ("EP counts all-gather", "all-gather", Group.TP_EP, Row.COUNTS, 1, 0),
+        ("ETP all-gather", "all-gather", Group.ETP, Row.HIDDEN, 1, 1),
+        ("ETP reduce-scatter", "reduce-scatter", Group.ETP, Row.HIDDEN, 1, 1),
+        ("ETP probs all-gather", "all-gather", Group.ETP, Row.PROBS, 1, 0),
+        ("ETP probs reduce-scatter", "reduce-scatter", Group.ETP, Row.PROBS, 0, 1)),
+    "allgather": (
+        ("EP all-gather", "all-gather", Group.TP_EP, Row.HIDDEN, 1, 0),
+        ("EP reduce-scatter", "reduce-scatter", Group.TP_EP, Row.HIDDEN, 0, 1),
+        ("EP combine reduce-scatter", "reduce-scatter", Group.TP_EP, Row.HIDDEN_FP32, 1, 0),
+        ("EP combine all-gather", "all-gather", Group.TP_EP, Row.HIDDEN_FP32, 0, 1),
+        ("EP probs all-gather", "all-gather", Group.TP_EP, Row.PROBS_ALL, 1, 0),
+        ("EP probs reduce-scatter", "reduce-scatter", Group.TP_EP, Row.PROBS_ALL, 0, 1),
+        ("EP routing-map all-gather", "all-gather", Group.TP_EP, Row.MAP, 1, 0)),
+}
+"""The collectives Megatron-Core's token dispatchers issue in one MoE layer per micro-batch,
+read in megatron/core/transformer/moe/token_dispatcher.py @ d98e8a64dd (with
+tensor_parallel/mappings.py, whose all_to_all, gather_from_sequence_parallel_region and
+reduce_scatter_to_sequence_parallel_region run the transposed collective backward):
+- alltoall (MoEAlltoAllTokenDispatcher): preprocess all-gathers each rank's tokens per expert
+  over the tp·ep group (int64, forward only, no gradient); token_dispatch sends the permuted
+  tokens and then their probabilities by two all-to-alls over ep, token_combine sends the
+  expert outputs back by one; backward, each all-to-all runs again transposed (the tokens'
+  two, the probabilities' one). With expert tensor parallelism (etp > 1) dispatch_postprocess
+  all-gathers tokens and probabilities over etp and combine_preprocess reduce-scatters the
+  outputs; backward the transposes.
+- allgather (MoEAllGatherTokenDispatcher): token_dispatch all-gathers the routing map, the
+  probabilities and the tokens over tp·ep; token_combine reduce-scatters the outputs in the
+  probabilities' dtype (fp32); backward the probabilities' and tokens' gathers reduce-scatter
+  their gradients and the combine's reduce-scatter all-gathers its.
+A forward call runs again under full recomputation (the layer's forward reruns whole)."""
+
+
+def exchange_row_bytes(row: Row, hidden, n_experts, act_bytes=2, score_bytes=4):
+    """Bytes of one row (token) of each kind a dispatcher moves: the hidden state (h·act), in
+    fp32 for the all-gather dispatcher's combine (h·4), one routed copy's probability (4) after
+    permutation, a token's E probabilities (E·4) or its boolean routing map (E) before it, and a
+    rank's per-expert token counts (E int64: a whole rank's, one 'row')."""
+    return {Row.HIDDEN: hidden * act_bytes, Row.HIDDEN_FP32: hidden * score_bytes,
+            Row.PROBS: score_bytes, Row.PROBS_ALL: n_experts * score_bytes, Row.MAP: n_experts,
+            Row.COUNTS: 8 * n_experts}[row]
+
+
+def exchange_rows(row: Row, group: Group, tokens, top_k, ep, load=1):
+    """Rows behind one call, per rank: an all-to-all's rows sent to other ranks,
+    λ·T·k·(ep − 1)/ep (nccl_a2a_copies); the etp gathers' rows (the λ·T·k the rank received);
+    the tp·ep gathers' T (the rank's own tokens; 1 for the counts)."""
+    if group is Group.EP:
+        return nccl_a2a_copies(tokens, top_k, ep, load)
+    if group is Group.ETP:
+        return load * tokens * top_k
+    return 1 if row is Row.COUNTS else tokens

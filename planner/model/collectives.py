@@ -105,27 +105,32 @@ def tensor_and_context_times(x, c: Choices, k: SimpleNamespace, note=same) -> Si
 
 
 def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
-    """moe: expert parallelism's exchange, per MoE layer and micro-batch: dispatch and combine
-    forward, their transposes backward (4), by the plan's dispatcher (model/moe.py: NCCL
-    all-to-all, all-gather or DeepEP), plus with etp > 1 the all-gather of the tokens over the
-    etp ranks on NVLink. Exposed unless the plan overlaps it with another micro-batch's compute
-    (Megatron's 1F1B merge, DualPipe); 0 for a dense model."""
+    """moe: expert parallelism's exchange, per MoE layer and micro-batch: every collective the
+    plan's dispatcher issues (model/moe.py exchange_s: Megatron's all-to-alls of tokens and
+    probabilities and its token-count all-gather, the all-gather dispatcher's gathers and
+    reduce-scatters, or DeepEP's dispatch and combine), forward (rerun under full recompute)
+    and backward, each call at NCCL's latency and on the links its group crosses. Exposed unless
+    the plan overlaps it with another micro-batch's compute (Megatron's 1F1B merge, DualPipe);
+    0 for a dense model."""
     if not k.moe_model:
         return SimpleNamespace(ep_mb_s=0, ep_bytes=0, ep_inside=0)
     h, m, g, moe_tokens, lam = k.h, k.m, k.links, k.moe_tokens, k.lam
     a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, lam)
     etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * lam * h * x.act_bytes
     ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
-    # one dispatch (or combine) by the plan's dispatcher, the etp all-gather beside it
-    a2a_s = note("all_to_all_s", MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
-                                                k.t))
+    one, layer = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam, k.t,
+                                k.fwd_passes)
+    a2a_s = note("all_to_all_s", one)  # one token dispatch, as before
+    layer_s = note("ep_layer_s", layer)
+    note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, moe_tokens, lam, k.t,
+                                        k.fwd_passes, k.moe_last * m))
     ep_layer_exposed = x.moe * MOE.shared_overlap_exposed_s(x, k, MOE.exposed_exchange_s(
-        x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, a2a_s, k.fwd_s + k.bwd_s))
-    # the all-to-all keeps its link busy too (on NVLink when the ep·etp group fits a domain, else
+        x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, layer_s, k.fwd_s + k.bwd_s))
+    # the exchange keeps its link busy too (on NVLink when the ep·etp group fits a domain, else
     # counted on the network, whose NICs it leaves on)
-    ep_busy_mb = x.moe * k.moe_last * 4 * a2a_s
+    ep_busy_mb = x.moe * k.moe_last * layer_s
     return SimpleNamespace(
-        ep_mb_s=k.moe_last * ep_layer_exposed,
+        ep_mb_s=k.moe_last * ep_layer_exposed, all_to_all_s=a2a_s,
         ep_bytes=note("ep_bytes", x.moe * m * k.moe_last * 4 * (a2a_bytes + etp_bytes)),
         ep_inside=ep_span_inside,
         nvlink_busy_mb=k.nvlink_busy_mb + ep_span_inside * ep_busy_mb,

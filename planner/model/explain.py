@@ -380,8 +380,9 @@ def collective_calls(ledger: list) -> list[CollectiveCall]:
         if pick is None or float(call.calls) <= 0:
             continue
         out.append(CollectiveCall(
-            name=call.name, algorithm="p2p" if call.coll is None else pick.algo.value,
-            protocol=pick.proto.name.capitalize() if pick.proto.name == "SIMPLE"
+            name=call.name, algorithm=_algorithm(call, pick),
+            protocol="-" if call.p2p == "deepep" and call.coll is None
+            else pick.proto.name.capitalize() if pick.proto.name == "SIMPLE"
             else pick.proto.name,
             ranks=float(call.ranks),
             nodes=float(getattr(call.link, "n_nodes", 2 - float(getattr(call.link, "inside", 1)))),
@@ -389,6 +390,14 @@ def collective_calls(ledger: list) -> list[CollectiveCall]:
             latency_s=pick.latency_s, transfer_s=pick.transfer_s,
             step_s=float(call.calls) * pick.time_s))
     return out
+
+
+def _algorithm(call: Call, pick) -> str:
+    """The table's algorithm: the tuner's for a collective, p2p for NCCL's point-to-point
+    calls (send/recv, all-to-all), deepep for DeepEP's kernels."""
+    if call.coll is not None:
+        return pick.algo.value
+    return "deepep" if call.p2p == "deepep" else "p2p"
 
 
 def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list[tuple]:

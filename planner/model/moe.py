@@ -6,13 +6,20 @@ plan's numbers `x`; the maths lives in formulas/moe_layer.py, moe_dispatch.py an
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from ..formulas import _ops
+from ..formulas import collectives as K
+from ..formulas import comm as C
 from ..formulas import moe as MO
+from ..formulas import moe_dispatch as D
 from ..formulas import moe_step as S
 from ..formulas import timing as T
 from ..formulas.moe_layer import MAX_VIOLATION, ROUTER_PASSES, Balancing, Dispatcher
 from ..formulas.moe_step import A2AOverlap
 from ..schema import ModelSpec, PlanConfig
+from .links import collective_group
+from .nccl import Call, nccl_s, tuner_link
 
 DEFAULT_DISPATCHER = Dispatcher.ALL_TO_ALL
 """The dispatcher a plan uses unless it names one: Megatron-Core's --moe-token-dispatcher-type
@@ -118,18 +125,97 @@ def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp, streams=0):
     return _by_dispatcher(x, dispatcher, term)
 
 
-def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp):
-    """One dispatch (or combine) of the busiest rank, by dispatcher (moe_step.dispatch_time_s),
-    with the EP ranks that share an NVLink domain and the node limit of group-limited routing;
-    with etp > 1, the all-gather of the tokens over the etp ranks on NVLink beside it."""
+def ep_link(x, domain) -> SimpleNamespace:
+    """The EP group's links for an all-to-all (model/nccl.py Call link): its ranks per NVLink
+    domain g (etp apart: MO.ep_ranks_in_domain), whether it stays inside one, NVLink's bus
+    bandwidth, and each rank's own network bandwidth — its ranks' share of the node's NICs,
+    K.group_net_busbw over the g_n = min(g, GPUs per node) ranks a node holds, per rank and
+    over the oversubscription above a full-bisection pod: ν·W_nic/o on rail-aligned NICs."""
+    in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
+    per_node = _ops.minimum(in_domain, x.nics_per_node / x.nics_per_gpu)
+    oversub = C.oversubscription_factor(x.ep * x.etp, x.pod, x.oversub)
+    net = K.group_net_busbw(x.net_bw * x.nics_per_node, per_node, x.nics_per_gpu,
+                            x.nics_per_node) / (per_node * oversub)
+    return SimpleNamespace(in_domain=in_domain, inside=_ops.le(x.ep, in_domain),
+                           n_nodes=S.ep_nodes(x.ep, in_domain), fast_bw=x.fast_bw, net_bw=net,
+                           bw=x.fast_bw)
+
+
+def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes) -> list:
+    """The collectives the dispatcher issues in one MoE layer per micro-batch (moe_dispatch
+    .EXCHANGE_CALLS, Megatron-Core's dispatchers), each as (Call, time of one call): the
+    all-to-alls on the EP group's links (ep_link; K.all_to_all_split_time_s: NCCL's per-peer
+    rounds and protocol), the all-gathers and reduce-scatters over the tp·ep or etp ranks as
+    NCCL's tuner picks them (nccl_s on the group's tuner_link). Call.calls holds the calls per
+    layer and micro-batch: forward ones × fwd_passes (full recompute reruns them), backward
+    ones once."""
+    groups = {D.Group.TP_EP: x.ep * x.etp, D.Group.ETP: x.etp}
+    links = {name: tuner_link(x, collective_group(x, n, 1, domain), 1)
+             for name, n in groups.items()}
+    ep = ep_link(x, domain)
+    out = []
+    for name, coll, group, row, fwd, bwd in D.EXCHANGE_CALLS[dispatcher.value]:
+        sent = D.exchange_rows(row, group, tokens, x.top_k, x.ep, lam) * D.exchange_row_bytes(
+            row, x.hidden, x.n_experts, x.act_bytes, MO.ROUTER_SCORE_BYTES)
+        calls = fwd * fwd_passes + bwd
+        if coll == "all-to-all":
+            one = K.all_to_all_split_time_s(sent, x.ep, ep.in_domain, ep.fast_bw, ep.net_bw,
+                                            x.sr_base, x.sr_step_nvl, x.sr_step_net)
+            out.append((Call(None, sent, calls, x.ep, ep, name, p2p="all-to-all"), one))
+            continue
+        kind = K.Coll(coll)
+        buffer = groups[group] * sent  # an all-gather's output, a reduce-scatter's input
+        out.append((Call(kind, buffer, calls, groups[group], links[group], name),
+                    nccl_s(kind, buffer, groups[group], links[group])))
+    return out
+
+
+def deepep_exchange_s(x, domain, tokens, lam, tp):
+    """One DeepEP dispatch (or combine) of the busiest rank (moe_step.dispatch_time_s), with the
+    EP ranks that share an NVLink domain and the node limit of group-limited routing; with
+    etp > 1, the all-gather of the tokens over the etp ranks on NVLink beside it."""
     in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
     max_nodes = S.node_limit(S.ep_nodes(x.ep, in_domain), x.expert_groups, x.topk_groups)
-    one = _by_dispatcher(x, dispatcher, lambda kind: S.dispatch_time_s(
-        kind, tokens, x.top_k, x.hidden, x.ep, in_domain, tp, max_nodes, x.fast_bw, x.net_bw,
-        x.fast_lat, x.net_lat, lam, x.act_bytes, x.fast_link_bw, x.net_link_bw))
+    one = S.dispatch_time_s(
+        Dispatcher.DEEPEP, tokens, x.top_k, x.hidden, x.ep, in_domain, tp, max_nodes, x.fast_bw,
+        x.net_bw, x.fast_lat, x.net_lat, lam, x.act_bytes, x.fast_link_bw, x.net_link_bw)
     etp = ((x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes / x.fast_bw
            + (1 - _ops.le(x.etp, 1)) * x.fast_lat)
     return one + etp
+
+
+def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp, fwd_passes=1):
+    """(one token dispatch, the layer's whole exchange per micro-batch) by dispatcher: NCCL's
+    calls (exchange_calls) for the all-to-all and all-gather dispatchers, summed over a layer's
+    calls; DeepEP's dispatch
+    (deepep_exchange_s), 2·fwd_passes + 2 of them a layer (dispatch and combine, forward
+    and backward) — or DeepEP's where the candidate's `deepep` column says so."""
+    def deepep():
+        one = deepep_exchange_s(x, domain, tokens, lam, tp)
+        return one, (2 * fwd_passes + 2) * one
+
+    if dispatcher is Dispatcher.DEEPEP:
+        return deepep()
+    calls = exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes)
+    first = calls[0][1]  # the tokens' all-to-all or all-gather
+    layer = sum(call.calls * one for call, one in calls)
+    one_d, layer_d = deepep()
+    return _ops.select(x.deepep, one_d, first), _ops.select(x.deepep, layer_d, layer)
+
+
+def noted_calls(x, dispatcher: Dispatcher, domain, tokens, lam, tp, fwd_passes, per_step):
+    """The step's expert-parallel calls for explain's table (model/nccl.py Call, calls per
+    step = per layer and micro-batch × per_step): NCCL's for the all-to-all and all-gather
+    dispatchers, DeepEP's dispatch and combine as one row."""
+    if dispatcher is Dispatcher.DEEPEP:
+        one = deepep_exchange_s(x, domain, tokens, lam, tp)
+        sent = tokens * x.top_k * lam * x.hidden * x.act_bytes
+        return [Call(None, sent, (2 * fwd_passes + 2) * per_step, x.ep,
+                     SimpleNamespace(time_s=one, n_nodes=S.ep_nodes(
+                         x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))),
+                     "EP DeepEP dispatch/combine", p2p="deepep")]
+    return [call.named(call.name, call.calls * per_step)
+            for call, _ in exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes)]
 
 
 def shared_overlap_exposed_s(x, k, exposed):
@@ -142,14 +228,14 @@ def shared_overlap_exposed_s(x, k, exposed):
     return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap)
 
 
-def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, exchange, window_s):
-    """The four exchanges of a layer per micro-batch (dispatch and combine, forward and
-    backward) as the plan's overlap leaves them (moe_step.exposed_exchange_s): none, Megatron's
+def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, layer_exchange, window_s):
+    """A layer's exchange per micro-batch (exchange_s: every call, forward and backward) as
+    the plan's overlap leaves them (moe_step.exposed_exchange_s): none, Megatron's
     1F1B merge (--overlap-moe-expert-parallel-comm), or DualPipe's with a V schedule; DeepEP
     holds its SMs while it hides."""
     kind = A2AOverlap.DUALPIPE if dualpipe else A2AOverlap.MERGED_1F1B
     deepep = 1 if dispatcher is Dispatcher.DEEPEP else x.deepep
     sms = DEEPEP_COMM_SMS * deepep
-    hidden = S.exposed_exchange_s(4 * exchange, window_s, kind, x.n_micro, sms,
+    hidden = S.exposed_exchange_s(layer_exchange, window_s, kind, x.n_micro, sms,
                                   _ops.maximum(x.n_sm, sms + 1))
-    return _ops.select(x.a2a_overlap, hidden, 4 * exchange)
+    return _ops.select(x.a2a_overlap, hidden, layer_exchange)

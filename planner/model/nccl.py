@@ -124,7 +124,9 @@ class Call:
     ranks: Any
     link: SimpleNamespace
     name: str = ""
-    p2p: str = "send/recv"  # for coll None: "send/recv" or "all-to-all" (bytes sent per rank)
+    # for coll None: "send/recv", "all-to-all" (bytes sent per rank; split over NVLink and the
+    # network where the link has in_domain) or "deepep" (the link holds one call's time_s)
+    p2p: str = "send/recv"
 
     def named(self, name: str, calls_per_step) -> Call:
         return replace(self, name=name, calls=calls_per_step)
@@ -137,6 +139,16 @@ def priced(call: Call) -> Pick | None:
         return nccl_pick(call.coll, float(call.buffer_bytes), float(call.ranks), call.link)
     if float(call.ranks) <= 1 or float(call.calls) == 0:
         return None
+    if call.p2p == "deepep":  # DeepEP's kernels: one time, no NCCL protocol
+        return Pick(K.Algo.RING, K.Proto.SIMPLE, 0.0, float(call.link.time_s))
+    if call.p2p == "all-to-all" and hasattr(call.link, "in_domain"):  # split NVLink/network
+        parts = K.all_to_all_split_parts_s(
+            float(call.buffer_bytes), float(call.ranks), float(call.link.in_domain),
+            float(call.link.fast_bw), float(call.link.net_bw))
+        small = float(call.buffer_bytes) / max(float(call.ranks) - 1, 1) \
+            <= K.P2P_LL_THRESHOLD_BYTES
+        return Pick(K.Algo.RING, K.Proto.LL if small else K.Proto.SIMPLE, float(parts[0]),
+                    float(parts[1]))
     if call.p2p == "all-to-all":  # the bytes each rank sends, over its per-rank bandwidth
         return Pick(K.Algo.RING, K.Proto.SIMPLE,
                     float(K.all_to_all_latency_s(float(call.ranks), float(call.link.inside))),

@@ -236,6 +236,9 @@ TERMS: dict[str, TermInfo] = {
                                 "one MoE layer's expert GEMMs on the busiest GPU (× load)"),
     "all_to_all_s": TermInfo("T_a2a", "s", "time",
                              "one token dispatch (or combine) over the ep group's links"),
+    "ep_layer_s": TermInfo("T_ep,layer", "s", "time",
+                           "every expert-parallel call of a MoE layer per micro-batch, forward "
+                           "and backward, before overlap"),
     "ep_bytes": TermInfo("V_ep", "bytes", "comm",
                          "all-to-all traffic per GPU per step: 4 per MoE layer and micro-batch"),
     "ep_exposed_s": TermInfo("T_ep,exp", "s", "time",

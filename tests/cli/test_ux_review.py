@@ -27,14 +27,14 @@ def test_memory_share_rounds_down_everywhere():
 
 
 def test_a_tie_is_weighed_against_the_row_it_ties_with():
-    # DeepSeek-V3 on 2,048 H100: rows 8= tie with row 8, not row 1 (6.7 % slower than row 1 is
+    # DeepSeek-V3 on 2,048 H100: rows 7= tie with row 7, not row 1 (5.9 % slower than row 1 is
     # outside the band); each tie statement names its reference and lies within the band
     r = runner.invoke(app, ["search", "--model", "deepseek-v3", "--gpus", "2048", "--why"],
                       env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     text = " ".join(r.stdout.split())
     found = re.findall(r"Row (\d+)=, [^,]+, is ([\d.]+)% slower than row (\d+)", text)
-    assert {g for g, _, _ in found} >= {"1", "8"}
+    assert {g for g, _, _ in found} >= {"1", "7"}
     for group, pct, ref in found:
         assert group == ref and float(pct) <= 5.0
 
@@ -161,16 +161,20 @@ def _terms_total(text: str) -> tuple[float, float]:
 def test_every_weighed_option_names_the_parts_that_sum_to_its_difference():
     import json
 
+    verdicts = set()
     for args in (["--model", "deepseek-v3", "--gpus", "2048"],
                  ["--model", "70b", "--gpus", "512", "--hw", "h100-nvlink"]):
         data = json.loads(runner.invoke(app, ["search", *args, "--json"]).stdout)
         weighed = [a for a in data["alternatives"] if a["verdict"] in ("wins", "ties", "loses")
                    and a["versus"] is not None]
-        assert any(a["verdict"] == "ties" for a in weighed)
+        verdicts |= {a["verdict"] for a in weighed}
         for a in weighed:
             parts, total = _terms_total(a["why"].split(": ", 1)[1].rstrip("."))
             assert abs(total - (a["step_s"] - a["versus_step_s"])) <= 5e-4, a
             assert abs(parts - total) <= 5e-4 * (parts != total) * 12 + 5e-4, a
+    # every verdict is exercised (70B/512 has ties; DeepSeek-V3's offload loses by 11 % since
+    # its all-to-alls pay NCCL's per-call latency)
+    assert verdicts == {"wins", "ties", "loses"}
 
 
 def test_the_short_line_of_an_option_that_changes_the_answer_names_its_parts():

@@ -152,3 +152,25 @@ def test_the_cost_path_and_explain_price_a_group_on_one_link():
         pick = nccl_pick(coll, 25e6, 64, link)
         assert pick.time_s == pytest.approx(nccl_s(coll, 25e6, 64, link), rel=1e-12)
         assert pick.latency_s > 0 and pick.transfer_s > 0
+
+
+def test_all_to_all_split_by_hand():
+    """The expert-parallel all-to-all: NCCL's per-peer rounds, LL at ≤ 16 KiB per peer, the
+    NVLink and network peers served at once (tests/cases/collectives.toml, arithmetic there)."""
+    for case in CASES["all_to_all_split"]:
+        lat, wire = K.all_to_all_split_parts_s(case["bytes"], case["n"], case["g"], 360 * GB,
+                                               46 * GB)
+        assert (lat + wire) / US == pytest.approx(case["expected_us"], rel=1e-6)
+        assert lat / US == pytest.approx(case["latency_us"], rel=1e-9)  # the case's protocol
+
+
+def test_all_to_all_split_reduces_to_the_whole_group_forms():
+    """Inside one domain (g = n) the split form is all_to_all_time_s at W_nvl for Simple; one
+    rank sends nothing; arrays and symbols agree with floats."""
+    b, n = 50e6, 8
+    assert K.all_to_all_split_time_s(b, n, n, 360 * GB, 46 * GB) == pytest.approx(
+        K.all_to_all_time_s(b * n / (n - 1), n, 360 * GB, 1))
+    assert K.all_to_all_split_time_s(0, 1, 1, 360 * GB, 46 * GB) == 0
+    arr = K.all_to_all_split_time_s(np.array([70e6, 63e6]), np.array([8.0, 64.0]),
+                                    np.array([8.0, 8.0]), 360 * GB, 46 * GB)
+    assert arr / US == pytest.approx([206.2444, 1337.7913], rel=1e-6)

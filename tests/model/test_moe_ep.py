@@ -19,6 +19,7 @@ from planner.frameworks.emit import emit
 from planner.model.constraints import MOE_RULES, admissible, broken
 from planner.model.cost import Choices, layout_costs, numbers, plan_costs
 from planner.model.estimate import estimate
+from planner.model.explain import explain
 from planner.schema import PlanConfig
 from planner.search.evaluate import evaluate_space
 from planner.search.request import PlanRequest
@@ -62,10 +63,31 @@ def test_deepseek_all_to_all_by_hand():
     # the last stage's 4 MoE layers, 16 micro-batches
     per_a2a = 1.25 * 2048 * 8 * 7168 * 2 * 63 / 64
     assert r["ep_bytes"] == pytest.approx(16 * 4 * 4 * per_a2a, rel=1e-12)
-    # ep 64 with etp 1 spans 8 nodes of 8 GPUs: 7/63 of each a2a on NVLink, 56/63 on the NIC,
-    # the NIC governs; no overlap: all of it exposed
-    t_a2a = (per_a2a * 56 / 63 / H100.network.busbw_bytes_per_s + H100.network.latency_s)
-    assert r["ep_exposed_s"] == pytest.approx(16 * 4 * 4 * t_a2a, rel=1e-9)
+    # ep 64 with etp 1 spans 8 nodes of 8 GPUs. Per MoE layer and micro-batch Megatron's
+    # all-to-all dispatcher issues (formulas/moe_dispatch.EXCHANGE_CALLS): the tokens'
+    # all-to-all 4 times (dispatch and combine, forward and backward), the probabilities' twice,
+    # the per-expert token counts' all-gather over tp·ep = 64 ranks once.
+    # Tokens: 4.5 MB per peer, Simple: 8.4 + ⌈63/8⌉ = 8 rounds · 14 µs = 120.4 µs; 7/63 of the
+    # bytes on NVLink, 56/63 on the rank's own NIC (46 GB/s: 8 NICs per node, 8 ranks), the NIC
+    # governs.
+    t_tok = 120.4e-6 + per_a2a * 56 / 63 / 46e9
+    # Probabilities: 1.25·2048·8 copies·4 B·63/64 = 80,640 B, 1,280 B per peer, LL: 6.6 + 8 ·
+    # 2.7 = 28.2 µs; LL's wire ×2: 2 · 80,640·56/63 / 46e9
+    probs = 1.25 * 2048 * 8 * 4 * 63 / 64
+    t_probs = 28.2e-6 + 2 * probs * 56 / 63 / 46e9
+    assert probs == 80_640
+    # the counts' all-gather (64·256·8 B = 128 KiB) as NCCL's tuner picks it: explain's row
+    plan = explain(load_model("deepseek-v3"), H100, PlanConfig(**DSV3, moe_imbalance=1.25))
+    rows = {c.name: c for c in plan.comm.collectives}
+    counts = rows["EP counts all-gather"]
+    assert counts.message_bytes == 64 * 256 * 8 and counts.ranks == 64
+    assert rows["EP all-to-all"].latency_s == pytest.approx(120.4e-6, rel=1e-9)
+    assert rows["EP probs all-to-all"].protocol == "LL"
+    # the last stage's 4 MoE layers, 16 micro-batches; no overlap: all of it exposed
+    layer = 4 * t_tok + 2 * t_probs + counts.step_s / counts.calls_per_step
+    assert r["ep_exposed_s"] == pytest.approx(16 * 4 * layer, rel=1e-9)
+    assert [rows[n].calls_per_step for n in ("EP all-to-all", "EP probs all-to-all",
+                                              "EP counts all-gather")] == [256, 128, 64]
     assert r["ep_inside"] == 0
     # overlapped (DualPipe-style), only what a layer's compute cannot cover shows
     ov = costs("deepseek-v3", **DSV3, moe_imbalance=1.25, moe_a2a_overlap=True)
@@ -77,8 +99,68 @@ def test_ep_inside_one_node_rides_nvlink():
     r = costs("deepseek-v3", **dict(DSV3, ep=8), moe_imbalance=1.25)
     assert r["ep_inside"] == 1
     per_a2a = 1.25 * 2048 * 8 * 7168 * 2 * 7 / 8
-    t_a2a = per_a2a / H100.fast.busbw_bytes_per_s + H100.fast.latency_s
-    assert r["ep_exposed_s"] == pytest.approx(16 * 4 * 4 * t_a2a, rel=1e-9)
+    # inside one node: the tokens' all-to-all at NVLink's 370 GB/s, Simple, 8.4 + 1 · 3.4 µs
+    t_a2a = per_a2a / H100.fast.busbw_bytes_per_s + 11.8e-6
+    plan = explain(load_model("deepseek-v3"), H100,
+                   PlanConfig(**dict(DSV3, ep=8), moe_imbalance=1.25))
+    row = next(c for c in plan.comm.collectives if c.name == "EP all-to-all")
+    assert row.latency_s + row.transfer_s == pytest.approx(t_a2a, rel=1e-9)
+    assert row.algorithm == "p2p" and row.protocol == "Simple" and row.nodes == 1
+
+
+def _ep_rows(hw, **cfg):
+    plan = explain(load_model("qwen3-30b-a3b"), hw, PlanConfig(**cfg))
+    return plan, {c.name: c for c in plan.comm.collectives if c.name.startswith(("EP", "ETP"))}
+
+
+QWEN_EP16 = dict(dp=16, ep=16, mbs=1, n_micro=2, gbs=32, seq_len=4096, zero_stage=1,
+                 sequence_parallel=False,
+                 moe_imbalance=1.0)
+
+
+def test_all_to_all_leaves_on_each_ranks_own_nics():
+    """An EP group across nodes sends from each rank's own NICs (K.group_net_busbw over its
+    ranks on the node, per rank): one 46 GB/s NDR NIC per GPU on h100-nvlink, four 11.5 GB/s EFA
+    cards per GPU on aws-p5-efa — the same 46 GB/s, so the same transfer (both 370 GB/s NVLink)."""
+    _, h100 = _ep_rows(H100, **QWEN_EP16)
+    _, efa = _ep_rows(load_hardware("aws-p5-efa"), **QWEN_EP16)
+    a, b = h100["EP all-to-all"], efa["EP all-to-all"]
+    # T = 4096 tokens, k = 8, h = 2048, bf16: 4096·8·2048·2·15/16 B sent, 8/15 of it to the
+    # other node at 46 GB/s
+    sent = 4096 * 8 * 2048 * 2 * 15 / 16
+    assert a.message_bytes == pytest.approx(sent, rel=1e-12)
+    assert a.transfer_s == pytest.approx(sent * 8 / 15 / 46e9, rel=1e-9)
+    assert b.transfer_s == pytest.approx(a.transfer_s, rel=1e-9)
+    # 8.4 + ⌈15/8⌉ = 2 rounds · 14 µs across the network
+    assert a.latency_s == pytest.approx(36.4e-6, rel=1e-9)
+
+
+def test_every_expert_call_is_priced_and_full_recompute_reruns_the_forward_ones():
+    """explain's EP rows add up to the layer's exchange (T_ep,layer × MoE layers × m), and full
+    recomputation reruns the forward's calls: the tokens' all-to-all 2·2 + 2 = 6 a layer, the
+    probabilities' 2 + 1, the counts' all-gather 2."""
+    plan, rows = _ep_rows(H100, **QWEN_EP16)
+    terms = {t.key: t.value for t in plan.terms}
+    layers_m = 48 * 2  # all 48 layers MoE, on one stage; 2 micro-batches
+    assert sum(r.step_s for r in rows.values()) == pytest.approx(
+        terms["ep_layer_s"] * layers_m, rel=1e-9)
+    assert [rows[n].calls_per_step for n in ("EP all-to-all", "EP probs all-to-all",
+                                              "EP counts all-gather")] == [4 * 96, 2 * 96, 96]
+    _, full = _ep_rows(H100, **QWEN_EP16, recompute="full")
+    assert [full[n].calls_per_step for n in ("EP all-to-all", "EP probs all-to-all",
+                                              "EP counts all-gather")] == [6 * 96, 3 * 96, 2 * 96]
+
+
+def test_allgather_dispatcher_calls_as_megatron_issues_them():
+    """The all-gather dispatcher: tokens gathered over tp·ep forward, their gradient
+    reduce-scattered backward, the combine's reduce-scatter in fp32 (h·4 per token), the
+    probabilities and routing map gathered forward; each an NCCL collective over 16 ranks."""
+    _, rows = _ep_rows(H100, **QWEN_EP16, moe_dispatcher="allgather")
+    assert rows["EP all-gather"].message_bytes == 16 * 4096 * 2048 * 2
+    assert rows["EP combine reduce-scatter"].message_bytes == 16 * 4096 * 2048 * 4
+    assert rows["EP routing-map all-gather"].message_bytes == 16 * 4096 * 128
+    assert {r.algorithm for r in rows.values()} <= {"ring", "tree", "nvls", "nvls-tree", "pat"}
+    assert all(r.ranks == 16 for r in rows.values())
 
 
 def test_expert_parallelism_trades_memory_for_all_to_all():
