@@ -130,7 +130,10 @@ def ep_link(x, domain) -> SimpleNamespace:
     domain g (etp apart: MO.ep_ranks_in_domain), whether it stays inside one, NVLink's bus
     bandwidth, and each rank's own network bandwidth — its ranks' share of the node's NICs,
     K.group_net_busbw over the g_n = min(g, GPUs per node) ranks a node holds, per rank and
-    over the oversubscription above a full-bisection pod: ν·W_nic/o on rail-aligned NICs."""
+    over the oversubscription above a full-bisection pod: ν·W_nic/o on rail-aligned NICs. NCCL's
+    maintainers: an all-to-all "cannot aggregate the bandwidth of multiple NICs", its busbw is a
+    single NIC's per GPU beyond a few nodes, N/(N − 1)× it on N nodes as the NVLink peers take
+    their share (NVIDIA/nccl-tests#267, #130) — the max of the two parts here."""
     in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
     per_node = _ops.minimum(in_domain, x.nics_per_node / x.nics_per_gpu)
     oversub = C.oversubscription_factor(x.ep * x.etp, x.pod, x.oversub)
