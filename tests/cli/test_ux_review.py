@@ -27,14 +27,14 @@ def test_memory_share_rounds_down_everywhere():
 
 
 def test_a_tie_is_weighed_against_the_row_it_ties_with():
-    # DeepSeek-V3 on 2,048 H100: rows 7= tie with row 7, not row 1 (5.9 % slower than row 1 is
-    # outside the band); each tie statement names its reference and lies within the band
+    # DeepSeek-V3 on 2,048 H100: rows 3= tie with row 3, not row 1 (row 3, 5.4 % slower than
+    # row 1, is outside the band); each tie statement names its reference and lies within the band
     r = runner.invoke(app, ["search", "--model", "deepseek-v3", "--gpus", "2048", "--why"],
                       env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     text = " ".join(r.stdout.split())
     found = re.findall(r"Row (\d+)=, [^,]+, is ([\d.]+)% slower than row (\d+)", text)
-    assert {g for g, _, _ in found} >= {"1", "7"}
+    assert {g for g, _, _ in found} >= {"1", "3"}
     for group, pct, ref in found:
         assert group == ref and float(pct) <= 5.0
 
@@ -172,8 +172,8 @@ def test_every_weighed_option_names_the_parts_that_sum_to_its_difference():
             parts, total = _terms_total(a["why"].split(": ", 1)[1].rstrip("."))
             assert abs(total - (a["step_s"] - a["versus_step_s"])) <= 5e-4, a
             assert abs(parts - total) <= 5e-4 * (parts != total) * 12 + 5e-4, a
-    # every verdict is exercised (70B/512 has ties; DeepSeek-V3's offload loses by 11 % since
-    # its all-to-alls pay NCCL's per-call latency)
+    # every verdict is exercised across the two searches (which of them ties moves with the
+    # model's numbers; asserting it per search only restated them)
     assert verdicts == {"wins", "ties", "loses"}
 
 
