@@ -222,3 +222,23 @@ def test_explain_writes_powers_as_powers_and_one_symbol_per_quantity():
     assert len(symbols) == len(set(symbols)), sorted(s for s in symbols if symbols.count(s) > 1)
     assert next(t for t in terms if t["key"] == "mtbf_s")["symbol"] == "T_MTBF"
 
+
+def test_explain_shows_the_straggler_term_by_name():
+    # T_strag as reliability.straggler_s states it, κ_g·max(0, z(N) − z(8)) with N = c·d·p·t,
+    # not z's Gumbel form expanded in sympy floats; the value is the step's own
+    import json
+
+    from planner.formulas import reliability as R
+
+    args = ["explain", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink", "--plan",
+            "dp32 tp4 pp4 v8 z1 full3", "--json"]
+    data = json.loads(runner.invoke(app, args).stdout)
+    terms = {t["symbol"]: t for t in data["terms"]}
+    strag = terms["T_strag"]
+    assert strag["formula"] == "T_mb·κ_g·(m + (p - 1)/v)·max(0, z(c·d·p·t) - z(8))"
+    assert "log" not in strag["formula"]
+    # the value did not move with the words: 0.1654936 s before the formula was shown by name
+    # (κ_g = 1.48 %, z(512) − z(8) = 3.0782 − 1.5223 = 1.5559: the slots' compute 7.18 s)
+    assert strag["value"] == pytest.approx(0.1654936, rel=1e-6)
+    spread = R.expected_max_normal(512.0) - R.expected_max_normal(8.0)
+    assert spread == pytest.approx(1.5559, abs=1e-4)
