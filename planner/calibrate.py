@@ -889,8 +889,8 @@ def check_writable(result: CalibrationResult) -> None:
     """Refuse (PlanError) to write a profile the runs do not support: a fit that did not converge,
     one in which no factor moved, an exactly determined one (no more runs than fitted factors:
     zero residual degrees of freedom, so the fitted values reproduce the runs exactly whatever
-    the model's own error and nothing in the data checks them — one run 8 % slower than
-    predicted, fitted with --fit hbm, takes the HBM efficiency from 0.89 to 0.42), a fitted value
+    the model's own error and nothing in the data checks them — one run 15 % slower than
+    predicted, fitted with --fit hbm, takes the HBM efficiency from 0.89 to 0.30), a fitted value
     on its bound (non-physical: no value inside the bounds explains the runs), or a fitted value
     whose 1σ uncertainty exceeds the value itself (σ of log value > 1); then check_not_worse.
     --force writes it anyway."""
