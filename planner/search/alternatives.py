@@ -164,7 +164,38 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
     out.append(_partial_recompute(req, cols, plan_at, fastest, band))  # fit
+    if FRAMEWORKS[req.framework].memory.searches_partitioned_checkpoints:  # fit
+        out += _partitioned_checkpoints(req, cols, plan_at, fastest, band)
     return out
+
+
+def _partitioned_checkpoints(req, cols, plan_at, fastest, band) -> list[Alternative]:
+    """fit: DeepSpeed's checkpoint options beside full recompute. partition_activations: the
+    search adds, for each full-recompute plan without sequence parallelism that does not fit,
+    the same plan with its checkpoints split over the tp ranks (search/recompute.py); what the
+    fastest of them gains over the fastest plan without it. contiguous_memory_optimization is
+    not weighed: it only adds buffers in plan3d's memory (what it saves is fragmentation, which
+    the allocator's measured slack does not split by option)."""
+    option = "partitioned checkpoints (partition_activations, full+dist)"
+    contiguous = Alternative(
+        option="contiguous checkpoint buffers (contiguous_memory_optimization)",
+        verdict="not searched", why=(
+            "it copies partitioned checkpoints into number_checkpoints buffers allocated ahead, "
+            "which plan3d counts as more memory, never less (the fragmentation it avoids is "
+            "inside the allocator's slack); --distribute-saved-activations "
+            "--contiguous-checkpoints costs it."))
+    if req.distribute_saved_activations:
+        return [Alternative(option=option, verdict="not searched", why=(
+            "--distribute-saved-activations fixes it.")), contiguous]
+    uses = cols.get("rc_dist", np.zeros(len(cols["tp"]), dtype=np.int64)) > 0
+    if not uses.any():
+        return [Alternative(option=option, verdict="none fits", why=(
+            "no full-recompute plan with tp > 1 and no sequence parallelism that does not fit "
+            "fits with its checkpoints split over the tp ranks (a plan that fits without it is "
+            "not split: the split only adds an all-gather before each rerun).")), contiguous]
+    return [_compare(option, fastest(uses), fastest(~uses), plan_at, band,
+                     none_fit="no plan with its checkpoints split over the tp ranks fits"),
+            contiguous]
 
 
 def _partial_recompute(req, cols, plan_at, fastest, band) -> Alternative:
@@ -175,6 +206,10 @@ def _partial_recompute(req, cols, plan_at, fastest, band) -> Alternative:
     from ..formulas.choices import Recompute
 
     option = "partial recompute (the fewest layers of each stage that fit)"
+    if FRAMEWORKS[req.framework].partial_recompute != "searched":
+        return Alternative(option=option, verdict="not searched", why=(
+            f"{req.framework} does not run Megatron's --recompute-method block; "
+            "--framework megatron weighs it."))
     if req.recompute_layers:
         return Alternative(option=option, verdict="not searched", why=(
             f"--recompute-layers {req.recompute_layers} fixes it."))
