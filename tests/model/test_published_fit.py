@@ -67,6 +67,27 @@ def test_every_run_that_ran_fits(row):
         f"{memory.total_bytes / GIB:.1f} GiB of {hw.capacity_bytes / GIB:.1f}"
 
 
+KNOWN_PEAK_MISSES = {
+    # plan3d 69.7 / 67.8 GiB against 47.96 / 46.97 GiB measured (Trainy's June 2025 H200 runs,
+    # torch.compile + float8 with FSDP float8 all-gather). The same eager layout on H100 in
+    # torchtitan's Dec 2024 Table 3 (8B, FSDP 128, local batch 2, per-op AC) measured 67.0 GiB,
+    # which plan3d matches (67.3), and compile + Float8 saved only 5.6 GiB there (Table 1): what
+    # the 2025 stack drops beyond that is not found yet. A known miss, not a tolerance widened.
+    "trainy25-l3-8b-32h200-fsdp32-b2-float8", "trainy25-l3-8b-64h200-fsdp64-b2-float8"}
+
+
+@pytest.mark.parametrize("row", [
+    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason="known miss: KNOWN_PEAK_MISSES"))
+    if r["id"] in KNOWN_PEAK_MISSES else r
+    for r in ROWS if "measured_gib" in r], ids=lambda r: r["id"])
+def test_a_reported_peak_is_matched_within_the_tolerance(row):
+    # where the source reports the peak it measured (torchtitan's Dec 2024 H100 tables, the
+    # maximum over GPUs), plan3d's peak is within ±10 % of it (the band of
+    # tests/test_measured_memory.py); eager PyTorch counted for the torch.compile rows
+    memory = estimate(load_model(row["model"]), row_hardware(row), fit_config(row)).memory
+    assert memory.total_bytes / GIB == pytest.approx(row["measured_gib"], rel=TOLERANCE)
+
+
 @pytest.mark.parametrize("row", [r for r in ROWS if r["outcome"] == "oom"], ids=lambda r: r["id"])
 def test_every_run_that_ran_out_of_memory_does_not_fit(row):
     memory = estimate(load_model(row["model"]), row_hardware(row), fit_config(row)).memory
