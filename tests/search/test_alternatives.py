@@ -207,3 +207,16 @@ def test_deepspeed_weighs_partitioned_checkpoints_where_a_plan_needs_them():
     options, _ = _verdicts("70b", 32, framework="deepspeed", seq_len=8192, sp=[False],
                            recompute=["full"], distribute_saved_activations=True)
     assert options["partitioned checkpoints"].verdict == "not searched"
+
+
+def test_fp8_searches_weigh_the_other_recipes_on_row_one():
+    # fit: on 64 H100 at fp8, Megatron's delayed scaling is the default; current scaling and
+    # blockwise run on Hopper too (mxfp8 needs Blackwell and is not tried), each with and
+    # without --fp8-param-gather: the fastest that fits on row 1's layout is compared with it
+    options, result = _verdicts("70b", 64, precision="fp8")
+    recipes = options["other fp8 recipes and --fp8-param-gather"]
+    assert recipes.verdict in ("wins", "ties", "loses")
+    assert recipes.versus == result.plans[0].config.short_label()
+    assert recipes.plan.split()[:-1] == recipes.versus.split()  # row 1's layout, recipe added
+    assert "mxfp8" not in recipes.plan  # Blackwell's recipe is refused on H100
+    assert "other fp8 recipes and --fp8-param-gather" not in _verdicts("70b", 64)[0]  # bf16
