@@ -55,6 +55,24 @@ def _decided(a, b, test):
     return 1 if test(num(a), num(b)) else 0
 
 
+_NUMERIC = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
+
+
+def _arrays(*xs) -> bool:
+    """True when some argument is a numpy array and every other one a plain number: the search's
+    case, tested first and by exact type (an argument of any other type falls through to the
+    general tests), because the search makes hundreds of thousands of these calls and on a small
+    chunk each test costs about what its arithmetic does."""
+    seen = False
+    for x in xs:
+        t = type(x)
+        if t is np.ndarray:
+            seen = True
+        elif t not in _NUMERIC:
+            return False
+    return seen
+
+
 def _is_array(*xs) -> bool:
     for x in xs:
         if isinstance(x, np.ndarray):
@@ -79,6 +97,8 @@ def _unary(name: str, doc: str, on_symbol, on_array, on_number):
     imported only then), on_array(x) for a numpy array, on_number(x) for a plain number."""
 
     def op(x):
+        if type(x) is np.ndarray:  # the search's case first
+            return on_array(x)
         if _is_symbolic(x):
             import sympy
 
@@ -104,6 +124,8 @@ sqrt = _unary("sqrt", "Square root on any backend (a symbol's prints as sqrt(x),
 
 def minimum(a, b):
     """min(a, b) on any backend."""
+    if _arrays(a, b):
+        return np.minimum(a, b)
     if _is_symbolic(a, b):
         return _sympy_extremum("Min", type(a), a, type(b), b)
     if _is_array(a, b):
@@ -113,6 +135,8 @@ def minimum(a, b):
 
 def maximum(a, b):
     """max(a, b) on any backend."""
+    if _arrays(a, b):
+        return np.maximum(a, b)
     if _is_symbolic(a, b):
         return _sympy_extremum("Max", type(a), a, type(b), b)
     if _is_array(a, b):
@@ -122,6 +146,8 @@ def maximum(a, b):
 
 def le(a, b):
     """The indicator 1[a ≤ b] as a number (1.0 or 0.0) on any backend."""
+    if _arrays(a, b):
+        return (np.asarray(a) <= np.asarray(b)).astype(np.float64)
     if _is_symbolic(a, b):
         decided = _decided(a, b, lambda x, y: x <= y)
         if decided is not None:
@@ -152,7 +178,8 @@ def divides(a, b):
 def select(indicator, if_one, if_zero):
     """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1 (on arrays, the
     same by np.where, which is one pass instead of three)."""
-    if _is_array(indicator, if_one, if_zero) and not _is_symbolic(indicator, if_one, if_zero):
+    if _arrays(indicator, if_one, if_zero) or (
+            _is_array(indicator, if_one, if_zero) and not _is_symbolic(indicator, if_one, if_zero)):
         return np.where(np.asarray(indicator) > 0.5, if_one, if_zero)
     return indicator * if_one + (1 - indicator) * if_zero
 
@@ -162,6 +189,8 @@ def smallest(values):
     sympy compare every pair as it builds them), numpy's reduce for arrays."""
     values = list(values) if isinstance(values, (list, tuple)) or hasattr(values, "__next__") \
         else [values]
+    if _arrays(*values):
+        return np.minimum.reduce(np.broadcast_arrays(*values))
     if _is_symbolic(*values):
         import sympy
 

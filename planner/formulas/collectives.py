@@ -35,6 +35,7 @@ what is a property of the cluster (NVLS present, SHARP enabled) picks which cand
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 
 from . import _ops
@@ -448,9 +449,11 @@ def candidate_time_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks
     return latency + transfer
 
 
-def _candidates(coll: Coll, nvls: bool = False, sharp: bool = False, ll128: bool = True) -> list:
-    """The (algorithm, protocol) pairs the tuner weighs for coll on this cluster (`_available`)."""
-    return [(a, p) for a in Algo for p in Proto if _available(coll, a, p, nvls, sharp, ll128)]
+@functools.lru_cache(maxsize=64)
+def _candidates(coll: Coll, nvls: bool = False, sharp: bool = False, ll128: bool = True) -> tuple:
+    """The (algorithm, protocol) pairs the tuner weighs for coll on this cluster (`_available`);
+    kept per argument set (the search asks for them thousands of times)."""
+    return tuple((a, p) for a in Algo for p in Proto if _available(coll, a, p, nvls, sharp, ll128))
 
 
 def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_busbw, nvls_bw,

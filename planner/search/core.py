@@ -23,6 +23,7 @@ from .ranking import (
     DEFAULT_HEADROOM,
     TIE_BAND,
     TIE_BAND_SOURCE,
+    Ranking,
     check_headroom,
     in_margin,
     offloaded,
@@ -96,15 +97,22 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
     best_seen = None
     sizes = gpu_counts(req.gpus, hw.gpus_per_domain)
     req = req.model_copy(update={"gbs": req.global_batch(model)})  # the same batch at every size
+    headroom = DEFAULT_HEADROOM if headroom is None else headroom
+    check_headroom(headroom)
     for n in sizes:
+        sized = req.model_copy(update={"gpus": n})
+        _check_request(model, hw, sized, "time")
         try:
-            result = search(model, hw, req.model_copy(update={"gpus": n}), top=top, sort="time",
-                            headroom=headroom)
+            cols, costs, fits = _space_that_fits(model, hw, sized, headroom)
         except NoFeasiblePlan:
             continue
-        step = result.plans[0].time.step_s  # row 1: the recommendation at this size
+        # row 1, the recommendation at this size, estimated alone: the table, its other rows and
+        # the options weighed only for the size that answers
+        step = estimate(model, hw, config_at(model, sized, cols, _table(
+            hw, sized, cols, costs, fits, 1, headroom).rows[0])).time.step_s
         best_seen = (n, step)
         if step <= target_step_s:
+            result = _ranked(model, hw, sized, cols, costs, fits, top, len(cols["tp"]), headroom)
             return result.model_copy(update={"answer": (
                 f"{n:,} GPUs: the smallest size tried ({', '.join(f'{k:,}' for k in sizes)}) "
                 f"whose row 1 steps in ≤ {target_step_s:,.4g} s ({step:,.3f} s).")})
@@ -121,6 +129,29 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
     headroom: the memory margin a recommended plan leaves free (None: DEFAULT_HEADROOM).
     sort = "gpus" finds the fewest GPUs whose row 1 meets target_step_s."""
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
+    _check_request(model, hw, req, sort)
+    if sort == "gpus":
+        if target_step_s is None:
+            raise PlanError("--sort gpus needs --target-step-s (the step time to reach)")
+        return fewest_gpus(model, hw, req, target_step_s, top, headroom)
+    check_headroom(headroom)
+    cols, costs, fits = _space_that_fits(model, hw, req, headroom)
+    considered = len(cols["tp"])
+    if sort in ("time", "mfu"):
+        return _ranked(model, hw, req, cols, costs, fits, top, considered, headroom)
+    order, folded = _distinct(costs, _order(costs, cols, fits, sort), top)
+    plans = [estimate(model, hw, config_at(model, req, cols, int(i))) for i in order]
+    reason = why(plans, [str(k) for k in range(1, len(plans) + 1)], 0.0, "", 0)
+    if folded:
+        reason += (f" {folded} other layouts with exactly the step time and memory of a plan shown "
+                   "(e.g. context parallelism traded for micro-batch size) are folded into it.")
+    return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
+                        constraints=_constraints(req), reason=reason, folded=folded,
+                        summary=memory_summary(plans))
+
+
+def _check_request(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, sort: str) -> None:
+    """What search refuses before it evaluates anything, one clear reason each."""
     asked = [d for d in (req.ep or []) + (req.etp or []) if d != 1]
     if model.n_experts <= 1 and asked:  # the real cause first, not a count of removed layouts
         raise PlanError(f"{model.name} has no routed experts, so there is nothing to split over "
@@ -131,11 +162,13 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
     refusal = moe_settings_refusal(model, hw, req)  # a MoE setting the framework never runs
     if refusal:
         raise PlanError(refusal)
-    if sort == "gpus":
-        if target_step_s is None:
-            raise PlanError("--sort gpus needs --target-step-s (the step time to reach)")
-        return fewest_gpus(model, hw, req, target_step_s, top, headroom)
-    check_headroom(headroom)
+
+
+def _space_that_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
+                     headroom: float) -> tuple[dict, dict, np.ndarray]:
+    """Every candidate's columns and ranked costs, and the indices of those the ranking weighs
+    (they fit; with --offload fit, without offload where any plan does). Raises NoFeasiblePlan,
+    with a diagnosis, when none fits."""
     capacity = hw.capacity_bytes
     safe_budget = capacity * (1 - headroom)  # what a recommended plan may use
     # offload: --offload fit (the default) evaluates the least offload that makes each plan fit
@@ -150,23 +183,12 @@ def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 1
         plain = fits[offloaded(cols, fits) == 0]
         plain_safe = plain[~in_margin(costs["total_bytes"][plain], capacity, headroom)]
         fits = plain if plain_safe.size or fits.size == plain.size else fits
-    considered = len(cols["tp"])
     if fits.size == 0:
         i = int(np.argmin(costs["total_bytes"]))
         need = costs["total_bytes"][i]
         cfg = config_at(model, req, cols, i)
         raise NoFeasiblePlan(diagnose(model, hw, req, cfg, need, capacity))
-    if sort in ("time", "mfu"):
-        return _ranked(model, hw, req, cols, costs, fits, top, considered, headroom)
-    order, folded = _distinct(costs, _order(costs, cols, fits, sort), top)
-    plans = [estimate(model, hw, config_at(model, req, cols, int(i))) for i in order]
-    reason = why(plans, [str(k) for k in range(1, len(plans) + 1)], 0.0, "", 0)
-    if folded:
-        reason += (f" {folded} other layouts with exactly the step time and memory of a plan shown "
-                   "(e.g. context parallelism traded for micro-batch size) are folded into it.")
-    return SearchResult(plans=plans, considered=considered, feasible=int(fits.size),
-                        constraints=_constraints(req), reason=reason, folded=folded,
-                        summary=memory_summary(plans))
+    return cols, costs, fits
 
 
 def _constraints(req: PlanRequest) -> list[str]:
@@ -180,10 +202,7 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered, headroom) -> Sea
     that fits with the memory margin first, ties within the tie band (TIE_BAND) marked."""
     band, source = TIE_BAND, TIE_BAND_SOURCE
     capacity = hw.capacity_bytes
-    defaults = {**FRAMEWORKS[req.framework].defaults,  # cp-kind: its default kind too
-                "cp_kind": FRAMEWORKS[req.framework].cp_kinds[0]}
-    r = rank(cols, costs["step_s"], costs["total_bytes"], capacity, fits, band, headroom, top,
-             defaults)
+    r = _table(hw, req, cols, costs, fits, top, headroom)
     plans = [estimate(model, hw, config_at(model, req, cols, i)) for i in r.rows]
     folded = sum(r.folded)
     # the alternatives are weighed among the plans a recommendation may come from
@@ -197,6 +216,14 @@ def _ranked(model, hw, req, cols, costs, fits, top, considered, headroom) -> Sea
                         ranks=r.labels, tie_band=band, tie_band_source=source,
                         variants=r.folded, headroom=headroom, any_safe=r.any_safe,
                         alternatives=weighed)
+
+
+def _table(hw, req, cols, costs, fits, top, headroom) -> Ranking:
+    """The recommendation rule's table (planner.search.ranking.rank): its rows, row 1 first."""
+    defaults = {**FRAMEWORKS[req.framework].defaults,  # cp-kind: its default kind too
+                "cp_kind": FRAMEWORKS[req.framework].cp_kinds[0]}
+    return rank(cols, costs["step_s"], costs["total_bytes"], hw.capacity_bytes, fits, TIE_BAND,
+                headroom, top, defaults)
 
 
 def _distinct(costs: dict, order: np.ndarray, top: int) -> tuple[list[int], int]:

@@ -159,10 +159,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         f = {k: v.astype(np.float64) for k, v in sub.items()}
         group_choices = _group_choices(req, framework, base, (r, sp, sched, zeros),
                                        offload_fixed)
-        partial = (r is Recompute.FULL and not (req.recompute_layers or req.recompute_group > 1)
-                   and not offload_fixed and framework.partial_recompute == "searched")
-        split = (r is Recompute.FULL and not sp and not req.distribute_saved_activations
-                 and not offload_fixed and framework.memory.searches_partitioned_checkpoints)
+        partial, split = _recompute_variants(req, framework, r, sp, offload_fixed)  # fit
         outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
                               kept + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))
@@ -174,14 +171,13 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             layout = {k: sub[k][rows] for k in layout_keys}
             _append_rows(cols, costs, layout, (z, r, sp, sched),
                          offload_columns(fixed, int(keep.sum())), out, req.recompute_layers)
-            if partial:  # fit: the fewest layers recomputed that still fit, as rows of their own
-                _add_partial_recompute(base, {k: v[rows] for k, v in f.items()}, out,
-                                       replace(group_choices, zero_stage=z), budget, layout,
-                                       (z, r, sp, sched), fixed, cols, costs)
-            if split:  # fit: DeepSpeed partition_activations where nothing else makes it fit
-                _add_partitioned(base, {k: v[rows] for k, v in f.items()}, out,
-                                 replace(group_choices, zero_stage=z), budget, layout,
-                                 (z, r, sp, sched), fixed, cols, costs)
+            # fit: the fewest layers recomputed that still fit (Megatron), the checkpoints split
+            # over tp where nothing else makes it fit (DeepSpeed), as rows of their own
+            for add in [a for a, on in ((_add_partial_recompute, partial),
+                                        (_add_partitioned, split)) if on]:
+                add(base, {k: v[rows] for k, v in f.items()}, out,
+                    replace(group_choices, zero_stage=z), budget, layout, (z, r, sp, sched),
+                    fixed, cols, costs)
             if auto:  # offload: the least offload that fits what does not fit without it
                 fits = out["total_bytes"] <= budget
                 if fits.any():
@@ -197,6 +193,19 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
             {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def _recompute_variants(req: PlanRequest, framework, r: Recompute, sp: bool,
+                        offload_fixed: bool) -> tuple[bool, bool]:
+    """fit: whether a choice group's full-recompute candidates are also tried with fewer layers
+    recomputed (Megatron's block method) and with their checkpoints split over tp (DeepSpeed's
+    partition_activations): only where the request fixes neither and no offload."""
+    full = r is Recompute.FULL and not offload_fixed
+    partial = (full and not (req.recompute_layers or req.recompute_group > 1)
+               and framework.partial_recompute == "searched")
+    split = (full and not sp and not req.distribute_saved_activations
+             and bool(framework.memory.searches_partitioned_checkpoints))
+    return partial, split
 
 
 def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
