@@ -158,10 +158,16 @@ def generic_microbatch_phases(w):
     return (DPPhase(w.fwd_calls, w.fwd_s), DPPhase(w.bwd_calls, w.bwd_s))
 
 
-def megatron_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules):
+def megatron_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules,
+                      chunks=1):
     """Megatron-Core: every data-parallel collective runs bucket by bucket,
-    ⌈Ψ / max(4·10⁷, 10⁶·d)⌉ buckets with overlap, one without (K.megatron_buckets)."""
-    return K.megatron_buckets(params, dp_ranks, overlap)
+    ⌈Ψ / max(4·10⁷, 10⁶·d)⌉ buckets with overlap, one without (K.megatron_buckets). With v > 1
+    model chunks (an interleaved pipeline) each chunk is its own DDP module with its own buffer,
+    and only the first chunk is cut into buckets (disable_bucketing for chunk_idx > 0,
+    megatron/training/training.py @ d98e8a64dd): ⌈(Ψ/v) / bucket⌉ + (v − 1) calls on the
+    first pipeline stage, the one modelled (later stages keep one bucket per chunk: v); v without
+    overlap. v = 1 gives the buckets above. Equal chunks assumed."""
+    return K.megatron_buckets(params / chunks, dp_ranks, overlap) + chunks - 1
 
 
 @dataclass(frozen=True)
@@ -208,8 +214,8 @@ class Framework:
     dp_calls: Callable = field(default=megatron_dp_calls, hash=False, compare=False)
     """How many collectives the framework issues for one data-parallel reduction or gather —
     (1 for ZeRO-3's per-micro-batch collectives, "grad"/"weight", stage layers, parameters, d
-    ranks, overlap, linear modules per layer) → calls — so that each pays its own latency at its
-    own message size (issue 22)."""
+    ranks, overlap, linear modules per layer, model chunks v) → calls — so that each pays its
+    own latency at its own message size (issue 22)."""
     trains_mtp: bool = False
     """moe: whether it trains a model's multi-token-prediction modules (Megatron-Core's
     --mtp-num-layers; formulas/moe_mtp.py)."""

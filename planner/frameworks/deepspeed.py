@@ -350,12 +350,14 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
     return EmitResult("deepspeed", "json", json.dumps(cfg, indent=2) + "\n", RELEASE, notes)
 
 
-def deepspeed_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules):
+def deepspeed_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules,
+                       chunks=1):
     """DeepSpeed: ZeRO-3 gathers each submodule's parameters as its forward (and backward) hook
     fires — one all-gather per linear module of every layer (norms, under
     stage3_param_persistence_threshold = 1e5 elements, stay resident); gradients are reduced,
     and ZeRO-1/2 weights gathered, in buckets of reduce_bucket_size / allgather_bucket_size =
-    5e8 elements (DeepSpeed config docs, zero_optimization defaults)."""
+    5e8 elements (DeepSpeed config docs, zero_optimization defaults). `chunks` (v) is always 1:
+    its pipeline engine has no interleaved schedule."""
     per_module = layers * linear_modules
     bucketed = K.bucketed_calls(params, K.DEEPSPEED_REDUCE_BUCKET_PARAMS)
     return _ops.select(per_layer * (buf == "weight"), per_module, bucketed)

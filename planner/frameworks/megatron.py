@@ -647,27 +647,56 @@ def megatron_step_phases(w):
     """Megatron-Core's gradient reduction and --overlap-param-gather, with --overlap-grad-reduce
     (megatron/core/distributed @ d98e8a64dd; the emitter sets both together).
 
-    The first pipeline stage cuts its buffer into buckets (w.reduce_calls: K.megatron_buckets),
-    each reduced once its parameters' gradients are all in, in the last micro-batch's backward
-    (param_and_grad_buffer.py register_grad_ready); the last bucket — the first layers and the
-    embedding — waits for the end of that backward. Later stages keep one bucket (bucket_size
-    None for pp_rank > 0, training.py) and reduce it after their cooldown, which ends a
-    micro-batch's backward or more before the first stage's: max(T, T − b) never exceeds the
-    first stage's, so the first stage is the one modelled. The gather of the next step runs
-    bucket by bucket, each dispatched as the previous is waited on in a forward pre-hook
-    (finish_param_sync): the first bucket exposed. Without a virtual pipeline, later stages
-    gather their one bucket whole before their first forward (align_param_gather is off:
-    arguments.py; formulas.overlap.inline_gathers_s). With one (align_param_gather on by
-    default) the stages' gathers start together at the step's start and none runs in line;
-    the per-chunk release of an interleaved schedule is not modelled yet (each chunk's
-    reduction after its last backward, p chunk-backwards apart): the buckets as above.
-    Without --overlap-grad-reduce one bucket after the backward and a gather in the optimizer
-    step before the forward: nothing overlaps."""
+    Without a virtual pipeline the first pipeline stage cuts its buffer into buckets
+    (w.reduce_calls: K.megatron_buckets), each reduced once its parameters' gradients are all in,
+    in the last micro-batch's backward (param_and_grad_buffer.py register_grad_ready); the last
+    bucket — the first layers and the embedding — waits for the end of that backward. Later
+    stages keep one bucket (bucket_size None for pp_rank > 0, training.py) and reduce it after
+    their cooldown, which ends a micro-batch's backward or more before the first stage's:
+    max(T, T − b) never exceeds the first stage's, so the first stage is the one modelled. The
+    gather of the next step runs bucket by bucket, each dispatched as the previous is waited on
+    in a forward pre-hook (finish_param_sync): the first bucket exposed. Later stages gather
+    their one bucket whole before their first forward (align_param_gather is off without a
+    virtual pipeline: arguments.py; formulas.overlap.inline_gathers_s).
+
+    With v > 1 model chunks (interleaved) the pieces are the chunks (megatron_interleaved_phases).
+    Without --overlap-grad-reduce one bucket per chunk after the backward and a gather in the
+    optimizer step before the forward: nothing overlaps."""
     chunked = 1 - _ops.le(w.v, 1)
-    reduce = DPPhase(w.reduce_calls, w.overlap * w.bwd_s)
-    gather = DPPhase(w.gather_calls, w.overlap * w.fwd_s,
-                     inline_stages=1 + w.overlap * (1 - chunked) * (w.p - 1))
-    return reduce, gather
+    flat = DPPhase(w.reduce_calls, w.overlap * w.bwd_s), DPPhase(
+        w.gather_calls, w.overlap * w.fwd_s, inline_stages=1 + w.overlap * (1 - chunked) * (w.p - 1))
+    chunks = megatron_interleaved_phases(w)
+    return tuple(DPPhase(*(_ops.select(chunked, a, b) for a, b in zip(ch, fl)))
+                 for ch, fl in zip(chunks, flat))
+
+
+def megatron_interleaved_phases(w):
+    """Megatron-Core's data-parallel collectives under the interleaved schedule (v > 1 chunks per
+    stage), chunk by chunk (megatron/core/pipeline_parallel/schedules.py @ d98e8a64dd,
+    forward_backward_pipelining_with_interleaving).
+
+    Reduction: with align_grad_reduce (on by default: training/config/common_config.py) the
+    schedule holds every chunk's gradient sync off (no_sync) and calls chunk c's start_grad_sync
+    once the backward of its last micro-batch is done (backward_step_helper_postprocess, shifted
+    by the stage's rank so all stages launch together). The cooldown runs the backwards in
+    groups of p micro-batches per chunk, chunks in descending order (get_model_chunk_id), so the
+    chunks' releases are p chunk-backwards apart, p·T_bwd/v: v pieces beside W = p·T_bwd
+    (T_bwd the stage's backward of one micro-batch), the last — chunk 0, all its buckets
+    launched together after the last backward — exposed.
+    Gather (--overlap-param-gather; align_param_gather on with a virtual pipeline): the
+    schedule starts chunks 0 and 1's gathers at its start (param_sync_func[0], [1]) and chunk
+    k + 1's as chunk k's first micro-batch starts its forward (forward_step_helper_preprocess);
+    the first forward of a chunk waits for its gather (the forward pre-hook, finish_param_sync).
+    Chunk 0 is gathered whole before anything runs (its buckets are dispatched last layers
+    first, so its first layer's is the last), each later chunk beside the p forwards of the
+    chunk before: v pieces beside W = p·T_fwd, the first exposed. No stage gathers in line.
+    NeMo's distributed Adam (the DGX Cloud recipes: NeMo's megatron_gpt_model.py @ v2.0.0, one
+    bucket list per virtual stage) is driven by the same schedule hooks per chunk.
+    Assumes m ≥ p (the schedule's micro-batch groups of p; fewer: groups of m), equal chunks,
+    and the first stage, as above."""
+    groups = _ops.minimum(w.p, w.m)
+    return (DPPhase(w.v, w.overlap * groups * w.bwd_s),
+            DPPhase(w.v, w.overlap * groups * w.fwd_s))
 
 
 FRAMEWORK = Framework(

@@ -590,10 +590,12 @@ def _torchtitan(c: PlanConfig, m: ModelSpec, version: str | None = None) -> Emit
     return EmitResult("torchtitan", "args", _titan_03(c, m, notes), RELEASE, notes)
 
 
-def fsdp_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules):
+def fsdp_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules,
+                  chunks=1):
     """FSDP2 shards each transformer block as one unit (torchtitan's apply_fsdp:
     fully_shard per block): one all-gather per block in the forward, again in the backward
-    (reshard_after_forward), one reduce-scatter per block — `layers` calls each."""
+    (reshard_after_forward), one reduce-scatter per block — `layers` calls each, however many
+    pipeline chunks (`chunks`) the blocks are spread over."""
     return layers
 
 

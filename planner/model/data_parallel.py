@@ -92,7 +92,7 @@ def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, gr
         if w is when:
             # linear modules per layer: attention's q, k, v, o and the MLP's matrices
             calls = c.framework.dp_calls(per_layer, buf, k.layers, params, ranks, x.overlap,
-                                         4 + x.n_mlp)
+                                         4 + x.n_mlp, k.v)
             t, call = nccl_collectives_s(x, coll, per_param[buf] * params, calls, ranks, group,
                                          share)
             total = total + t
@@ -165,7 +165,7 @@ def overlap_windows(x, c: Choices, k: SimpleNamespace, t: SimpleNamespace) -> Si
     calls of each phase (dp_collective_times) — for Framework.dp_step_phases and
     dp_microbatch_phases."""
     return SimpleNamespace(fwd_s=k.layers * k.fwd_s, bwd_s=k.layers * (k.bwd_s + k.recompute_s),
-                           p=k.p, v=k.v, overlap=x.overlap, reduce_calls=t.reduce_calls,
+                           p=k.p, v=k.v, m=k.m, overlap=x.overlap, reduce_calls=t.reduce_calls,
                            gather_calls=t.gather_calls, fwd_calls=t.fwd_calls,
                            bwd_calls=t.bwd_calls)
 

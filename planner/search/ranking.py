@@ -51,7 +51,8 @@ DEFAULTS = {"zero": 1, "recompute": 1, "sp": True}  # recompute: index in Recomp
 # The tie band: plans whose step times differ by less than this fraction of the faster one tie
 # (`1=`). It is the accuracy plan3d states for its step times, not the error it measures at this
 # version: `plan3d validate`'s median |error| on the published runs must stay within 5 % on every
-# GPU that has them (A100 4.1 %, H100 4.2 % now; tests/outputs/test_ux.py asserts it, so a model
+# GPU that has them (A100 4.1 %, H100 4.95 % now — inside it by 0.05 points since Megatron's
+# per-chunk overlap under the interleaved schedule; tests/outputs/test_ux.py asserts it, so a model
 # change that breaks the statement fails there and the statement is revisited, not silently
 # widened). When the band was the measured median itself it moved 4.9 → 5.3 → 4.6 → 4.2 % in one
 # session as the model was refined, relabelling ties each time; a stated bound keeps a tie a tie

@@ -69,16 +69,53 @@ def test_megatron_pipeline_buckets_and_later_stages_gathering_whole():
         n_off["dp_reduce_s"] + n_off["dp_gather_s"], rel=1e-12)
 
 
-def test_megatron_interleaved_gathers_start_together():
-    # pp = 2, v = 2: align_param_gather (on with a virtual pipeline) starts every stage's
-    # gathers at the step's start, so no later stage gathers in line; the first stage's buckets
-    # as without interleaving (the per-chunk release is not modelled yet)
-    r, n = run(dp=8, pp=2, vpp=2, n_micro=4, zero_stage=1)
+def test_megatron_interleaved_chunks_are_the_pieces():
+    # pp = 2, v = 2, m = 4, dp = 8, ZeRO-1 (issue 22): each chunk is its own DDP module and only
+    # the first is cut into buckets, so the first stage issues ⌈(Ψ_stage/2)/4·10⁷⌉ + 1 calls
+    # each way; the schedule releases chunk 1's reduction after its last backward and chunk 0's
+    # after the stage's last, min(p, m) = 2 chunk-backwards = 2·T_bwd/2 apart: 2 pieces beside
+    # W = 2·T_bwd, max(T_rs/2, T_rs − 2·T_bwd·(2 − 1)/2) = max(T_rs/2, T_rs − T_bwd). The
+    # gather: chunk 0 whole before the first forward, chunk 1 beside chunk 0's 2 forwards:
+    # max(T_ag/2, T_ag − T_fwd). align_param_gather starts every stage's at once: no stage
+    # gathers in line
+    r, n = run(dp=8, pp=2, vpp=2, schedule="interleaved", n_micro=4, zero_stage=1)
     fwd, bwd = windows(n)
-    buckets = math.ceil(n["stage_params"] / 40_000_000)
+    calls = math.ceil(n["stage_params"] / 2 / 40_000_000) + 1
+    assert 25 < calls < 60  # the 16 layers and the embedding or head of 8B: ~4·10⁹ over 2 chunks
+    ledger = {c.name: c.calls for c in n["collectives"]}
+    assert ledger["DP reduce-scatter"] == ledger["DP all-gather"] == calls
+    assert n["dp_reduce_pieces"] == n["dp_gather_pieces"] == 2
     rs, ag = n["dp_reduce_s"], n["dp_gather_s"]
-    want = with_sigma(rs, shown(rs, bwd, buckets)) + with_sigma(ag, shown(ag, fwd, buckets))
+    assert n["dp_reduce_exposed_s"] == pytest.approx(max(rs / 2, rs - bwd), rel=1e-12)
+    assert n["dp_gather_exposed_s"] == pytest.approx(max(ag / 2, ag - fwd), rel=1e-12)
+    want = (with_sigma(rs, max(rs / 2, rs - bwd)) + with_sigma(ag, max(ag / 2, ag - fwd)))
     assert n["dp_tail_exposed_s"] == pytest.approx(want, rel=1e-12)
+    # without --overlap-grad-reduce: one bucket per chunk (2 calls), nothing hidden
+    _, n_off = run(dp=8, pp=2, vpp=2, schedule="interleaved", n_micro=4, zero_stage=1,
+                   overlap_grad_reduce=False)
+    assert {c.name: c.calls for c in n_off["collectives"]}["DP reduce-scatter"] == 2
+    assert n_off["dp_tail_exposed_s"] == pytest.approx(
+        n_off["dp_reduce_s"] + n_off["dp_gather_s"], rel=1e-12)
+
+
+def test_megatron_interleaved_window_is_p_chunk_backwards():
+    # the same plan at pp = 4, v = 2, m = 8: the chunks' releases min(4, 8) = 4 chunk-backwards
+    # = 4·T_bwd/2 apart, W = 4·T_bwd: max(T_rs/2, T_rs − 2·T_bwd)
+    _, n = run(dp=8, pp=4, vpp=2, schedule="interleaved", n_micro=8, zero_stage=1)
+    fwd, bwd = windows(n)
+    rs, ag = n["dp_reduce_s"], n["dp_gather_s"]
+    assert n["dp_reduce_exposed_s"] == pytest.approx(max(rs / 2, rs - 2 * bwd), rel=1e-12)
+    assert n["dp_gather_exposed_s"] == pytest.approx(max(ag / 2, ag - 2 * fwd), rel=1e-12)
+    assert n["dp_reduce_exposed_s"] == pytest.approx(rs / 2, rel=1e-12)  # compute-bound here
+    # communication-bound: tp = 8 puts each DP rank on its own node (one NIC) and s = 512 makes
+    # the compute short, pp = 2: T_rs ≈ 39 ms against T_bwd ≈ 3 ms, so T_rs − T_bwd is shown
+    _, n = run(dp=8, tp=8, pp=2, vpp=2, schedule="interleaved", n_micro=4, zero_stage=1,
+               seq_len=512)
+    fwd, bwd = windows(n)
+    rs, ag = n["dp_reduce_s"], n["dp_gather_s"]
+    assert rs - bwd > rs / 2 and ag - fwd > ag / 2
+    assert n["dp_reduce_exposed_s"] == pytest.approx(rs - bwd, rel=1e-12)
+    assert n["dp_gather_exposed_s"] == pytest.approx(ag - fwd, rel=1e-12)
 
 
 def test_deepspeed_gathers_in_its_step_and_reduces_after_its_pipeline():
@@ -140,3 +177,56 @@ def test_explain_shows_the_exposed_parts_with_their_pieces():
     assert "T_ag·(p - 1)" in terms["dp_tail_exposed_s"].formula
     for key in ("dp_reduce_exposed_s", "dp_gather_exposed_s", "dp_tail_exposed_s"):
         assert terms[key].value == pytest.approx(n[key], rel=1e-9)
+
+
+def test_explain_shows_the_chunks_of_an_interleaved_pipeline():
+    # pp = 2, v = 2: explain's pieces are the chunks (n_rs = n_ag = v), the window p backwards
+    # (forwards) of the stage, and the calls ⌈Ψ_gpu/(v·bucket)⌉ + v − 1 inside T_rs and T_ag
+    from planner.model.explain import explain
+
+    config = PlanConfig(dp=8, pp=2, vpp=2, schedule="interleaved", n_micro=4, gbs=32,
+                        seq_len=8192, zero_stage=1, sequence_parallel=False)
+    plan = explain(MODEL, FLAT, config)
+    terms = {t.key: t for t in plan.terms}
+    _, n = run(dp=8, pp=2, vpp=2, schedule="interleaved", n_micro=4, zero_stage=1)
+    assert terms["dp_reduce_pieces"].formula == terms["dp_gather_pieces"].formula == "v"
+    assert terms["dp_reduce_pieces"].value == 2
+    assert "L_s·p·(T_bwd + T_rec)" in terms["dp_reduce_exposed_s"].formula
+    assert "L_s·T_fwd·p" in terms["dp_gather_exposed_s"].formula
+    assert "v + ceil(Ψ_gpu/(v·" in terms["dp_reduce_s"].formula
+    for key in ("dp_reduce_s", "dp_reduce_exposed_s", "dp_gather_exposed_s",
+                "dp_tail_exposed_s"):
+        assert terms[key].value == pytest.approx(n[key], rel=1e-9)
+
+
+def test_megatron_step_phases_by_hand():
+    # frameworks.megatron.megatron_step_phases on plain numbers: T_fwd = 0.05 s, T_bwd = 0.1 s of
+    # the stage per micro-batch, 40 buckets each way
+    from types import SimpleNamespace
+
+    from planner.formulas.overlap import pipelined_exposed_s
+    from planner.frameworks.megatron import megatron_step_phases
+
+    def w(p, v, m, overlap=1):
+        return SimpleNamespace(fwd_s=0.05, bwd_s=0.1, p=p, v=v, m=m, overlap=overlap,
+                               reduce_calls=40, gather_calls=40)
+
+    # v = 1, p = 4: the buckets beside one micro-batch's backward; 3 later stages in line
+    rs, ag = megatron_step_phases(w(4, 1, 8))
+    assert (rs.pieces, rs.window_s, ag.pieces, ag.window_s, ag.inline_stages) == (
+        40, 0.1, 40, 0.05, 4)
+    # v = 3, p = 4, m = 8: 3 chunks, releases 4 chunk-backwards apart, W = 4·0.1 = 0.4 s, forward
+    # 4·0.05 = 0.2 s, none in line. A 0.3 s reduction: max(0.1, 0.3 − 0.4·2/3 = 0.0333) = 0.1;
+    # a 0.9 s one: max(0.3, 0.9 − 0.2667) = 0.6333
+    rs, ag = megatron_step_phases(w(4, 3, 8))
+    assert (rs.pieces, ag.pieces, ag.inline_stages) == (3, 3, 1)
+    assert (rs.window_s, ag.window_s) == pytest.approx((0.4, 0.2), rel=1e-12)
+    assert pipelined_exposed_s(0.3, rs.window_s, rs.pieces) == pytest.approx(0.1, rel=1e-12)
+    assert pipelined_exposed_s(0.9, rs.window_s, rs.pieces) == pytest.approx(0.9 - 0.8 / 3,
+                                                                             rel=1e-12)
+    # m = 2 < p = 4: the schedule's groups hold m micro-batches, W = 2·0.1
+    rs, _ = megatron_step_phases(w(4, 3, 2))
+    assert rs.window_s == pytest.approx(0.2, rel=1e-12)
+    # without --overlap-grad-reduce nothing is hidden
+    rs, ag = megatron_step_phases(w(4, 3, 8, overlap=0))
+    assert (rs.window_s, ag.window_s) == (0, 0)

@@ -11,7 +11,9 @@ links, overlap slowdown) BF16 −10.6 … +2.0 % (median 2.0 %), FP8 +2.7 … +1
 recipes' own settings in place of NeMo's defaults (no recompute instead of selective, 16-bit
 gradients instead of 32-bit) BF16 −8.6 … +5.8 % (median 4.6 %), FP8 +4.9 … +18.2 %; with the
 data-parallel collectives priced per NCCL call (issue 22) BF16 −10.6 … +4.5 % (median 4.5 %), FP8
-+1.3 … +12.7 % (`plan3d validate`'s median over all 24 runs: 4.2 %). The bounds
++1.3 … +12.7 % (`plan3d validate`'s median over all 24 runs: 4.2 %); with Megatron's overlap per
+model chunk under the interleaved schedule BF16 −10.5 … +4.4 % (median 4.4 %), FP8 +1.7 … +14.5 %
+(the validate median 5.0 %). The bounds
 below (BF16 median |error| ≤ 8 %, every run within 15 %) leave room for refinements of the
 model while catching a change that moves H100 throughput by more than the A100 validation's own
 spread (median 3.6 %, max 18 %)."""
