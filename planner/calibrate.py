@@ -478,6 +478,9 @@ class CalibrationResult(BaseModel):
     iterations: int
     converged: bool
     warnings: list[str] = []
+    # runs − fitted factors (those on a bound not counted: the data did not set them): how many
+    # runs are left to check the fit (0: exactly determined)
+    degrees_of_freedom: int = 0
 
     @property
     def fitted(self) -> list[FactorFit]:
@@ -815,6 +818,12 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
         rel_std = _uncertainty(_Problem(runs, best.factors), best.theta,
                                [f.key not in bound_of for f in best.factors], sigma)
         warnings = _fit_warnings(best, bound_of)
+        n, k = len(measurements), len(best.factors) - len(bound_of)
+        if k and n <= k:
+            warnings.append(f"exactly determined ({n} run{'s' if n != 1 else ''}, {k} "
+                            f"factor{'s' if k != 1 else ''}): the fit reproduces the runs "
+                            "whatever the model's own error, so its 1σ is the model's alone; "
+                            "-o writes it only with --force")
     fitted = best.factors if best else []
     n = len(measurements)
     description = (f"{hw.description} — calibrated to {n} measured run"
@@ -842,7 +851,8 @@ def _result(hw: HardwareProfile, profile: HardwareProfile, factors: list[FactorF
         rms_log_error_before=rms_log(r.error_before for r in rows),
         rms_log_error_after=rms_log(r.error_after for r in rows),
         iterations=best.iterations if best else 0,
-        converged=best.converged if best else True, warnings=warnings)
+        converged=best.converged if best else True, warnings=warnings,
+        degrees_of_freedom=len(rows) - sum(f.status == "fitted" for f in factors))
 
 
 WORSE_TOLERANCE = 1e-4
@@ -865,16 +875,32 @@ def check_not_worse(result: CalibrationResult) -> None:
             "give --force to write it anyway")
 
 
+def exactly_determined(result: CalibrationResult) -> str:
+    """What an exactly determined fit (degrees_of_freedom ≤ 0) is, in one clause."""
+    free = [f for f in result.fitted if f.status == "fitted"]
+    n, k = len(result.runs), len(free)
+    moved = ", ".join(f"{f.path} {f.before:g} → {f.after:g}" for f in free)
+    return (f"exactly determined: {n} run{'s' if n != 1 else ''} for {k} fitted "
+            f"factor{'s' if k != 1 else ''} ({moved}) leave{'s' if n == 1 else ''} no run to "
+            "check it, so the model's own error goes into the fit unseen")
+
+
 def check_writable(result: CalibrationResult) -> None:
     """Refuse (PlanError) to write a profile the runs do not support: a fit that did not converge,
-    one in which no factor moved, a fitted value on its bound (non-physical: no value inside the
-    bounds explains the runs), or a fitted value whose 1σ uncertainty exceeds the value itself
-    (σ of log value > 1); then check_not_worse. --force writes it anyway."""
+    one in which no factor moved, an exactly determined one (no more runs than fitted factors:
+    zero residual degrees of freedom, so the fitted values reproduce the runs exactly whatever
+    the model's own error and nothing in the data checks them — one run 15 % slower than
+    predicted, fitted with --fit hbm, takes the HBM efficiency from 0.89 to 0.30), a fitted value
+    on its bound (non-physical: no value inside the bounds explains the runs), or a fitted value
+    whose 1σ uncertainty exceeds the value itself (σ of log value > 1); then check_not_worse.
+    --force writes it anyway."""
     problems = []
     if not result.converged:
         problems.append(f"the fit did not converge in {result.iterations} iterations")
     if not result.fitted:
         problems.append("the runs moved no factor (each one's reason is in the table)")
+    elif result.degrees_of_freedom <= 0 and any(f.status == "fitted" for f in result.fitted):
+        problems.append(exactly_determined(result))
     for f in result.fitted:
         if f.status == "at-bound":  # no physical value explains the runs: nothing to write
             problems.append(f"{f.path} ran into its bound ({f.after:g}): no physical value "

@@ -18,7 +18,8 @@ _PLAIN = (float, int, np.ndarray, np.floating)
 
 def _is_symbolic(*xs) -> bool:
     for x in xs:  # plain numbers and arrays first: the search calls this millions of times
-        if not isinstance(x, _PLAIN) and type(x).__module__.startswith("sympy"):
+        if not isinstance(x, _PLAIN) and (type(x).__module__.startswith("sympy")
+                                          or getattr(x, "_shown", False)):
             return True
     return False
 
@@ -198,3 +199,31 @@ def smallest(values):
     if _is_array(*values):
         return np.minimum.reduce(np.broadcast_arrays(*values))
     return min(values)
+
+
+def shown(text: str, fn, *args):
+    """fn(*args) on floats and arrays; on symbols, an unevaluated sympy function of the same
+    value that a formula prints as `text` with its arguments in place ({0}, {1}, …), so that
+    explain shows a named quantity (z(N) − z(8)) rather than its expansion in sympy floats. Its
+    value is fn's own (evalf calls fn on the arguments' values): the formula stays the one
+    function fn."""
+    if not _is_symbolic(*args):
+        return fn(*args)
+    return _shown_function(text, fn)(*args)
+
+
+@functools.lru_cache(maxsize=64)
+def _shown_function(text: str, fn):
+    """The sympy function class behind `shown`, one per (text, fn), so that two formulas built
+    from the same quantity hold the same function (sympy compares functions by class)."""
+    import sympy
+
+    def _sympystr(self, printer):
+        return text.format(*(printer._print(a) for a in self.args))
+
+    def _eval_evalf(self, prec):
+        return sympy.Float(fn(*(float(a.evalf(prec)) for a in self.args)), prec)
+
+    return type(f"shown_{fn.__name__}", (sympy.Function,),
+                {"_sympystr": _sympystr, "_eval_evalf": _eval_evalf, "_shown": True})
+

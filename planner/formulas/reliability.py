@@ -67,8 +67,14 @@ def straggler_s(compute_s, n_ranks, cv, reference_ranks=REFERENCE_RANKS):
     GPU clocks, set it); the ranks that synchronise are all N of the job, since the
     data-parallel reduction (or, without it, the pipeline's flush) joins every rank once a
     step."""
-    return compute_s * cv * _ops.maximum(
-        0, expected_max_normal(n_ranks) - expected_max_normal(reference_ranks))
+    spread = _ops.shown("z({0}) - z({1})", _spread_beyond, n_ranks, reference_ranks)
+    return compute_s * cv * _ops.maximum(0, spread)
+
+
+def _spread_beyond(n_ranks, reference_ranks):
+    """z(n) − z(n_ref): how much further the slowest of n ranks lies than the slowest of n_ref,
+    in standard deviations (explain shows it so, by name: _ops.shown)."""
+    return expected_max_normal(n_ranks) - expected_max_normal(reference_ranks)
 
 
 # ---- failures --------------------------------------------------------------------------------

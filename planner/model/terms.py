@@ -171,8 +171,9 @@ TERMS: dict[str, TermInfo] = {
                              "DP/ZeRO traffic not hidden under the backward pass"),
     "bubble_s": TermInfo("T_bubble", "s", "time", "(p−1)/v slots of the stage time"),
     "straggler_s": TermInfo("T_strag", "s", "time",
-                            "the wait for the slowest of N GPUs: κ_g·z(N)·T_mb·(m + (p−1)/v), "
-                            "z(N) the expected maximum of N normal speeds (Gumbel limit)"),
+                            "the wait for the slowest of N = c·d·p·t GPUs beyond the slowest of "
+                            "8 (the efficiencies' own): z(N) the expected maximum of N normal "
+                            "speeds (Gumbel limit)"),
     "step_s": TermInfo("T_step", "s", "time",
                        "the step: T_stage·(m + (p−1)/v) + DP tail + optimizer + stragglers"),
     "tokens_per_s": TermInfo("τ", "tokens/s", "time", "B·s / T_step"),

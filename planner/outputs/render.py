@@ -871,6 +871,11 @@ def render_compare(result, out: Console) -> None:
             row.append("—" if b.cost is None else _short_number(b.cost))
         row.append("—" if b.energy_mwh is None else _short_number(b.energy_mwh))
         table.add_row(*row)
+    # two spaces between columns where the table then fits 80 columns, else one (the box's
+    # own): the README's widest row, a priced 16,384-GPU cell with a context-parallel
+    # interleaved layout, is then 77 columns, not 85
+    if out.measure(table, options=out.options.update_width(10 * COMPARE_WIDTH)).maximum > width:
+        table.padding = 0
     out.print(table, width=out.width)  # the layout folds between words only where it must
     for c in missing:
         say(f"{c.hardware} × {c.gpus:,}: {_first_clause(c.reason)}")

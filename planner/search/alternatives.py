@@ -78,27 +78,30 @@ def difference_terms(plan: Time, other: Time) -> list[tuple[str, float]]:
     return sorted(terms, key=lambda t: -abs(t[1]))
 
 
-def _signed(seconds: float) -> str:
-    return f"{'+' if seconds >= 0 else '−'}{abs(seconds):.3f} s"
+def _signed(seconds: float, unit: str = " s") -> str:
+    return f"{'+' if seconds >= 0 else '−'}{abs(seconds):.3f}{unit}"
 
 
-def step_differences(plan: Time, other: Time, most: int | None = None) -> str:
+def step_differences(plan: Time, other: Time, most: int | None = None,
+                     unit_once: bool = False) -> str:
     """Where `other`'s step differs from `plan`'s, every part, largest first, and their sum — the
     step difference — so that the arithmetic can be checked: 'exposed DP/ZeRO −1.130 s, compute
     +0.476 s, optimizer −0.002 s = −0.656 s' ('' when no part differs). Parts under half a
     millisecond are left out of the words (not of the sum). With `most`, only the `most` largest
     parts are named and the others summed as one ('4 smaller −0.051 s'), so the words still add
-    up to the difference."""
+    up to the difference. With `unit_once`, the seconds are named once, after the sum
+    ('compute −6.739, exposed TP −2.863 = −9.602 s'), for a line that must stay short."""
     terms = difference_terms(plan, other)
     if not terms:
         return ""
-    shown = [f"{name} {_signed(d)}" for name, d in terms if abs(d) >= 5e-4]
+    unit = "" if unit_once else " s"
+    shown = [f"{name} {_signed(d, unit)}" for name, d in terms if abs(d) >= 5e-4]
     total = other.step_s - plan.step_s
     if len(shown) == 1 and len(terms) == 1:
-        return shown[0]
+        return f"{terms[0][0]} {_signed(terms[0][1])}"
     if most is not None and len(shown) > most + 1:
         rest = [d for _, d in terms[most:]]  # the parts under half a millisecond too
-        shown = shown[:most] + [f"{len(rest)} smaller {_signed(sum(rest))}"]
+        shown = shown[:most] + [f"{len(rest)} smaller {_signed(sum(rest), unit)}"]
     return ", ".join(shown or ["parts under 1 ms"]) + f" = {_signed(total)}"
 
 

@@ -94,3 +94,24 @@ def test_symbols_give_youngs_first_order_interval():
     assert float(sp.limit(tau / sp.sqrt(2 * d * m), d, 0)) == pytest.approx(1)
     assert sp.simplify(R.mtbf_s(sp.Symbol("N"), sp.Symbol("lam")) - 3600.0 / (
         sp.Symbol("N") * sp.Symbol("lam"))) == 0
+
+
+def test_the_straggler_formula_on_symbols_reads_z_n_minus_z_8_with_the_same_value():
+    # explain shows T_strag by name, κ_g·max(0, z(N) − z(8)), not z's Gumbel form expanded in
+    # sympy floats; its value is the float formula's (the case above: 10 s on 16,384 GPUs,
+    # 0.36578 s)
+    from planner.model.explain import formula_text
+
+    t, k, n = sp.symbols("T κ_g N", positive=True)
+    expr = R.straggler_s(t, n, k)
+    assert formula_text(expr) == "T·κ_g·max(0, z(N) - z(8))"
+    c = CASES["straggler"]
+    value = float(expr.xreplace({t: c["compute_s"], k: R.GPU_SPEED_CV, n: c["n"]}))
+    assert value == pytest.approx(c["expected_s"], rel=1e-4)
+    assert value == pytest.approx(R.straggler_s(c["compute_s"], float(c["n"]), R.GPU_SPEED_CV),
+                                  rel=1e-12)
+    # below the reference the max keeps it at 0, as on floats
+    assert float(expr.xreplace({t: 1.0, k: R.GPU_SPEED_CV, n: 4})) == 0
+    # arrays and floats never see sympy: the same function, no wrapper
+    arr = R.straggler_s(np.array([10.0, 10.0]), np.array([8.0, 16384.0]), R.GPU_SPEED_CV)
+    assert arr == pytest.approx([0.0, c["expected_s"]], rel=1e-4)

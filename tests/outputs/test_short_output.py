@@ -55,6 +55,26 @@ def test_the_text_under_the_table_fits_in_a_few_lines(args):
     assert len(_under_the_table(why.stdout)[1]) > len(under)
 
 
+def test_an_option_that_changes_the_answer_takes_two_lines_at_80_columns():
+    # 70B on 64 H100 under torchtitan: offloading would win (by 8.7 %), the one option line
+    # beside row 1, its tie count, the margin legend and the command to run row 1. Its words
+    # take two lines (three before, when it said 'would change the answer … (not ranked by
+    # default: --offload auto ranks it)' and the unit after every term): 8 lines in all
+    r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "64", "--framework",
+                            "torchtitan"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    _, under = _under_the_table(r.stdout)
+    assert len(under) <= MOST_LINES and max(len(line) for line in under) <= 80, "\n".join(under)
+    start = next(i for i, line in enumerate(under) if line.startswith("With --offload auto, "))
+    assert under[start + 1].rstrip().endswith(" s.") and under[start + 2].startswith("Run row 1")
+    # the words still add up: every named part and the rest summed, to the step difference
+    text = " ".join(" ".join(under[start:start + 2]).split())
+    head, _, total = text.split("faster: ", 1)[1].rpartition(" = ")
+    parts = [float(v.replace("−", "-")) for v in re.findall(r"([−+]\d+\.\d{3})", head)]
+    assert len(parts) == 4  # compute, exposed DP/ZeRO, exposed TP, the 6 smaller summed
+    assert sum(parts) == pytest.approx(float(total.split()[0].replace("−", "-")), abs=2e-3)
+
+
 def test_sort_gpus_answers_first():
     r = runner.invoke(app, ["search", *E70, "--sort", "gpus", "--target-step-s", "20"],
                       env={"COLUMNS": "80"})

@@ -509,3 +509,31 @@ def test_measurements_carry_the_context_parallel_kind_and_hybrid_sharding(tmp_pa
     bad.write_text("model,dp,tp,pp,cp,mbs,gbs,step_s,cp_kind\n70b,16,2,1,4,1,64,10.0,spiral\n")
     with pytest.raises(PlanError, match="cp_kind"):
         load_measurements(bad)
+
+
+def test_an_exactly_determined_fit_is_reported_not_written(h100):
+    from planner.calibrate import check_writable
+
+    # one run (8b dp8, measured as a profile with HBM efficiency 0.3 predicts: 15 % slower than
+    # h100-nvlink's 0.89 says) and --fit hbm: one factor, one run, zero residual degrees of
+    # freedom — HBM efficiency moves until the run is reproduced exactly (0.89 → 0.3, a
+    # memory-bound kernel at a third of what the profile's STREAM source measured), whatever
+    # part of the difference is the model's own error; nothing in the data checks it
+    one = synthetic([("8b", 8, 1, 1, 1, 64)], with_factors(h100, {"hbm": 0.3}))
+    result = calibrate(one, h100, fit=("hbm",))
+    hbm = factor(result, "hbm")
+    assert hbm.status == "fitted" and hbm.before == 0.89
+    assert hbm.after == pytest.approx(0.3, rel=1e-4)
+    assert result.runs[0].error_before < -0.1  # h100-nvlink predicted it > 10 % short
+    assert result.runs[0].error_after == pytest.approx(0.0, abs=1e-4)
+    assert result.degrees_of_freedom == 0
+    assert any(w.startswith("exactly determined (1 run, 1 factor)") for w in result.warnings)
+    with pytest.raises(PlanError, match=r"not written: exactly determined: 1 run for 1 fitted "
+                                        r"factor \(efficiency.hbm 0.89 → 0.3\d*\) leaves no "
+                                        r"run to check it.* --force"):
+        check_writable(result)
+    # four runs, one factor fitted: three runs check it, and no such refusal
+    four = calibrate(synthetic(LAYOUTS[:4], with_factors(h100, {"gemm.bf16": 0.5})), h100,
+                     fit=("gemm",))
+    assert four.degrees_of_freedom == 4 - 1 and not any("exactly" in w for w in four.warnings)
+    check_writable(four)

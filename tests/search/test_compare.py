@@ -159,6 +159,44 @@ def test_render_fits_80_columns_and_puts_the_answer_first(result):
         assert any(line.startswith(c.hardware) and f"{c.gpus:,}" in line for line in lines)
 
 
+def test_the_longest_readme_row_fits_80_columns_on_one_line(result):
+    # the README's 405b comparison: priced, each cell's own goodput (G%), 16,384 GPUs, a layout of
+    # 25 characters (dp64 tp2 pp16 cp8h4 v7 z1). Widths: hardware 11 + GPUs 6 + layout 25 + step
+    # 5 + G% 2 + days 5 + GPU-h 5 + cost 5 + MWh 5 = 69, and 8 one-space gaps: 77 ≤ 80 (with
+    # two-space gaps, 85: the layout folded onto a second line, as it did before)
+    from planner.formulas.choices import ContextKind, ZeroStage
+
+    cell = result.cells[0]
+    long = cell.plan.config.model_copy(update=dict(
+        dp=64, tp=2, pp=16, cp=8, cp_kind=ContextKind.HIERARCHICAL, cp_a2a=4, vpp=7, mbs=1,
+        zero_stage=ZeroStage(1), sequence_parallel=True))
+    assert long.short_label() == "dp64 tp2 pp16 cp8h4 v7 z1"
+    plan = cell.plan.model_copy(update={"config": long})
+    big = result.model_copy(update={"goodput": None, "cells": [
+        cell.model_copy(update={"plan": plan, "gpus": 16_384}), *result.cells[1:]]})
+    console = Console(width=80, record=True, color_system=None)
+    render_compare(big, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    row = next(line for line in lines if line.startswith("h100-nvlink 16,384 "))
+    assert "dp64 tp2 pp16 cp8h4 v7 z1 " in row and row.rstrip().endswith(
+        _short(plan.budget.energy_mwh))
+    header = next(line for line in lines if line.startswith("hardware"))
+    assert header.split() == ["hardware", "GPUs", "layout", "step", "G%", "days", "GPU-h",
+                              "cost", "MWh"]
+    assert "hardware      GPUs layout" in header  # one space between columns here
+    # a table that fits with two spaces between columns keeps them
+    console = Console(width=80, record=True, color_system=None)
+    render_compare(result, console)
+    assert "  GPUs  layout  " in console.export_text()
+
+
+def _short(x):
+    from planner.outputs.render import _short_number
+
+    return _short_number(x)
+
+
 CLI = ["compare", "--model", MODEL, "--hw", ",".join(PROFILES), "--gpus", "16,32", "--gbs",
        str(GBS), "--train-tokens", "1T", "--price", "h100-nvlink=2,b200-nvlink=4"]
 
@@ -236,8 +274,9 @@ def test_matplotlib_is_not_imported_without_chart():
 
 
 def test_the_readme_shows_two_compare_examples():
-    # their output is checked with every other README example by tests/test_ux.py
+    # their output is checked with every other README example by tests/test_ux.py, at 80 columns
+    # (each row on one line: test_the_longest_readme_row_fits_80_columns_on_one_line)
     from pathlib import Path
 
     text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    assert text.count("<!-- plan3d-output columns=160: plan3d compare ") == 2
+    assert text.count("<!-- plan3d-output columns=80: plan3d compare ") == 2
