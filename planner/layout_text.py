@@ -35,7 +35,8 @@ _FLAG = {"dp": "--dp", "dp_shard": "--dp-shard", "tp": "--tp", "pp": "--pp", "cp
          "moe_dispatcher": "--moe-dispatcher", "moe_a2a_overlap": "--moe-a2a-overlap",
          "recompute_layers": "--recompute-layers", "recompute_group": "--recompute-group",
          "recompute_modules": "--recompute-modules", "fp8_recipe": "--fp8-recipe",
-         "fp8_param_gather": "--fp8-param-gather"}
+         "fp8_param_gather": "--fp8-param-gather",
+         "distribute_saved_activations": "--distribute-saved-activations"}
 
 
 def _token(tok: str, out: dict[str, Any], text: str) -> None:
@@ -53,6 +54,9 @@ def _token(tok: str, out: dict[str, Any], text: str) -> None:
         out[_INT_TOKENS[number[1]]] = int(number[2])
     elif low in _RECOMPUTE:
         out["recompute"] = _RECOMPUTE[low]
+    elif re.fullmatch(r"full(\d+|/\d+)?\+dist", low):  # checkpoints split over tp (fit)
+        _token(tok[:-len("+dist")], out, text)
+        out["distribute_saved_activations"] = True
     elif re.fullmatch(r"full(\d+)", low):  # full4: 4 layers of each stage recomputed
         out["recompute"], out["recompute_layers"] = "full", int(low[4:])
     elif re.fullmatch(r"full/(\d+)", low):  # full/4: groups of 4 layers checkpointed (fit)
@@ -182,4 +186,6 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
             args.append("--moe-shared-expert-overlap")
     if not getattr(c, "mtp", True):
         args.append("--no-mtp")
+    if getattr(c, "contiguous_checkpoints", False):  # fit: full+dist's DeepSpeed buffers ahead
+        args.append("--contiguous-checkpoints")
     return args

@@ -704,7 +704,13 @@ class PlanConfig(_Strict):
 
     @property
     def recompute_label(self) -> str:
-        """full, full4 (4 layers a stage recomputed), selective, selective[core_attn+mlp], none."""
+        """full, full4 (4 layers a stage recomputed), selective, selective[core_attn+mlp], none;
+        full+dist where the checkpoints are split over the tp ranks (fit)."""
+        if self.distribute_saved_activations:
+            return self._recompute_level() + "+dist"
+        return self._recompute_level()
+
+    def _recompute_level(self) -> str:
         if self.recompute_layers:
             return f"full{self.recompute_layers}"
         if self.recompute_group > 1:
@@ -822,6 +828,8 @@ class PlanConfig(_Strict):
         if self.recompute_modules is not None:  # fit: sel+mlp = core_attn and mlp checkpointed
             short = "sel" + "".join(f"+{m.value}" for m in self.recompute_modules
                                     if m is not RecomputeModule.CORE_ATTN)
+        if short and self.distribute_saved_activations:  # fit: full+dist, split over tp
+            short += "+dist"
         if short:
             parts.append(short)
         if self.fp8_recipe is not None or self.fp8_param_gather:  # fit

@@ -144,7 +144,8 @@ LAYOUT_OPTIONS = ("dp", "dp_shard", "tp", "pp", "cp", "cp_kind", "cp_a2a", "vpp"
                   "schedule", "mbs", "gbs", "seq_len", "zero", "recompute", "sp", "precision",
                   "offload_optimizer", "offload_params", "offload_activations",
                   "moe_dispatcher", "moe_a2a_overlap", "recompute_layers", "recompute_modules",
-                  "fp8_recipe", "fp8_param_gather", "recompute_group")
+                  "fp8_recipe", "fp8_param_gather", "recompute_group",
+                  "distribute_saved_activations")
 """explain's options a layout string (--plan) can set."""
 
 

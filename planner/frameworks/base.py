@@ -104,10 +104,11 @@ class MemoryConventions:
     quantized_weight_cache: int = 0
     fp8_saves_linear_inputs: int = 0
     default_fp8_recipe: QuantRecipe = QuantRecipe.CURRENT
-    partitions_checkpoints: int = 0
-    """fit: 1 when the framework splits full recompute's checkpointed inputs over the tp ranks
-    by itself, without --distribute-saved-activations (no framework does now: DeepSpeed's
-    partition_activations is off by default and follows that flag)."""
+    searches_partitioned_checkpoints: int = 0
+    """fit: 1 when the search weighs splitting full recompute's checkpointed inputs over the tp
+    ranks (DeepSpeed activation_checkpointing.partition_activations) by itself, for the
+    candidates without sequence parallelism that do not fit without it (search/recompute.py
+    partitioned_checkpoint_variants); 0: only when asked (--distribute-saved-activations)."""
     host_checkpoints: int = 0
     """fit: 1 when the framework's activation offload is moving full recompute's checkpointed
     inputs to host memory (DeepSpeed activation_checkpointing.cpu_checkpointing): offload_activations

@@ -407,8 +407,9 @@ FRAMEWORK = Framework(
         # (deepspeed/utils/groups.py _clone_world_group, deepspeed 0.19.8): the default
         # communicators
         # fit: partition_activations follows --distribute-saved-activations (off by default, as
-        # DeepSpeed's own default); cpu_checkpointing is --offload-activations, every checkpoint
-        host_checkpoints=1,
+        # DeepSpeed's own default), and the search weighs it where a plan needs it to fit;
+        # cpu_checkpointing is --offload-activations, every checkpoint
+        searches_partitioned_checkpoints=1, host_checkpoints=1,
         # offload: ZeRO-Offload accumulates each gradient partition on the host as its bucket is
         # reduced (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, accumulated_grads_in_cpu
         # @ edaa72212); ZeRO-3's offload_optimizer keeps its fp32 gradient partition there too

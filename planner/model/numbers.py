@@ -290,8 +290,7 @@ def config_numbers(config: PlanConfig) -> dict:
         overlap=int(config.overlap_grad_reduce),
         recompute_layers=config.recompute_layers,  # fit: 0 is every layer at the plan's level
         recompute_group=config.recompute_group,  # fit: layers per checkpointed unit
-        distribute=int(config.distribute_saved_activations
-                       or FRAMEWORKS[config.framework].memory.partitions_checkpoints),
+        distribute=int(config.distribute_saved_activations),
         contiguous=int(config.contiguous_checkpoints),  # fit: DeepSpeed's buffers ahead
         # moe: expert parallelism (1, 1 and no a2a for a dense model)
         ep=config.ep, etp=config.etp, **MOE.config_numbers(config),

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from ..errors import PlanError
-from ..formulas.choices import ContextKind, Schedule
+from ..formulas.choices import ContextKind, Precision, Schedule
 from ..frameworks import FRAMEWORKS
 from ..results import Plan, Time
 
@@ -167,7 +167,77 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
     out.append(_partial_recompute(req, cols, plan_at, fastest, band))  # fit
+    if FRAMEWORKS[req.framework].memory.searches_partitioned_checkpoints:  # fit
+        out += _partitioned_checkpoints(req, cols, plan_at, fastest, band)
+    if req.precision is Precision.FP8 and len(fits):  # fit
+        out.append(_fp8_recipes(model, hw, req, cols, fits, step, plan_at, band))
     return out
+
+
+def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band) -> Alternative:
+    """fit: the other fp8 recipes, and the quantised weights as the parameters
+    (--fp8-param-gather), on row 1's layout: each the framework and the GPU run, costed by
+    explain's model; the fastest that fits against row 1. The search does not switch recipes by
+    itself (each is a numerics choice), so they are tried on the fastest plan only."""
+    from ..formulas.choices import QuantRecipe
+    from ..model.estimate import check_config, estimate
+    from .space import config_at
+
+    option = "other fp8 recipes and --fp8-param-gather (on row 1's layout)"
+    first = int(fits[np.argmin(step[fits])])
+    config = config_at(model, req, cols, first)
+    own = (config.fp8_recipe or FRAMEWORKS[req.framework].memory.default_fp8_recipe,
+           config.fp8_param_gather)
+    tried = []
+    for recipe in QuantRecipe:
+        for gather in (False, True):
+            if (recipe, gather) == own:
+                continue
+            candidate = config.model_copy(update={"fp8_recipe": recipe,
+                                                  "fp8_param_gather": gather})
+            try:
+                check_config(model, hw, candidate)
+            except PlanError:
+                continue  # the framework or the GPU does not run it
+            plan = estimate(model, hw, candidate)
+            if plan.memory.fits:
+                tried.append(plan)
+    if not tried:
+        return Alternative(option=option, verdict="none fits", why=(
+            "no other recipe the framework and the GPU run fits on row 1's layout."))
+    with_plan = min(tried, key=lambda p: p.time.step_s)
+    return _verdict(option, with_plan, plan_at(first), band,
+                    tried=f" (of {len(tried)} that fit on row 1's layout; a numerics choice, "
+                          "never made by the search)")
+
+
+def _partitioned_checkpoints(req, cols, plan_at, fastest, band) -> list[Alternative]:
+    """fit: DeepSpeed's checkpoint options beside full recompute. partition_activations: the
+    search adds, for each full-recompute plan without sequence parallelism that does not fit,
+    the same plan with its checkpoints split over the tp ranks (search/recompute.py); what the
+    fastest of them gains over the fastest plan without it. contiguous_memory_optimization is
+    not weighed: it only adds buffers in plan3d's memory (what it saves is fragmentation, which
+    the allocator's measured slack does not split by option)."""
+    option = "partitioned checkpoints (partition_activations, full+dist)"
+    contiguous = Alternative(
+        option="contiguous checkpoint buffers (contiguous_memory_optimization)",
+        verdict="not searched", why=(
+            "it copies partitioned checkpoints into number_checkpoints buffers allocated ahead, "
+            "which plan3d counts as more memory, never less (the fragmentation it avoids is "
+            "inside the allocator's slack); --distribute-saved-activations "
+            "--contiguous-checkpoints costs it."))
+    if req.distribute_saved_activations:
+        return [Alternative(option=option, verdict="not searched", why=(
+            "--distribute-saved-activations fixes it.")), contiguous]
+    uses = cols.get("rc_dist", np.zeros(len(cols["tp"]), dtype=np.int64)) > 0
+    if not uses.any():
+        return [Alternative(option=option, verdict="none fits", why=(
+            "no full-recompute plan with tp > 1 and no sequence parallelism that does not fit "
+            "fits with its checkpoints split over the tp ranks (a plan that fits without it is "
+            "not split: the split only adds an all-gather before each rerun).")), contiguous]
+    return [_compare(option, fastest(uses), fastest(~uses), plan_at, band,
+                     none_fit="no plan with its checkpoints split over the tp ranks fits"),
+            contiguous]
 
 
 def _partial_recompute(req, cols, plan_at, fastest, band) -> Alternative:
@@ -178,6 +248,10 @@ def _partial_recompute(req, cols, plan_at, fastest, band) -> Alternative:
     from ..formulas.choices import Recompute
 
     option = "partial recompute (the fewest layers of each stage that fit)"
+    if FRAMEWORKS[req.framework].partial_recompute != "searched":
+        return Alternative(option=option, verdict="not searched", why=(
+            f"{req.framework} does not run Megatron's --recompute-method block; "
+            "--framework megatron weighs it."))
     if req.recompute_layers:
         return Alternative(option=option, verdict="not searched", why=(
             f"--recompute-layers {req.recompute_layers} fixes it."))

@@ -31,7 +31,7 @@ from .offload import (
     offload_variants,
     offload_worth_trying,
 )
-from .recompute import partial_recompute_variants
+from .recompute import partial_recompute_variants, partitioned_checkpoint_variants
 from .request import PlanRequest
 from .space import choice_groups, numeric_space, search_cp_kind
 
@@ -57,8 +57,7 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
                                 req.fp8_param_gather),  # fit
             "recompute_layers": req.recompute_layers,
             "recompute_group": req.recompute_group,  # fit: Megatron's uniform method
-            "distribute": int(req.distribute_saved_activations
-                              or framework.memory.partitions_checkpoints),
+            "distribute": int(req.distribute_saved_activations),
             "gbs": req.global_batch(model), "seq_len": seq,
             # moe: the load settings the expert terms use, and the all-to-all overlap switch
             **MOE.load_numbers(req.moe_imbalance, req.moe_capacity_factor,
@@ -135,7 +134,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                    "cp_a2a")  # cp-kind
     cols: dict[str, list] = {k: [] for k in (*layout_keys, "zero", "recompute", "sp", "schedule",
                                              *OFFLOAD_COLUMNS,  # offload
-                                             "rc_layers")}  # fit: full recompute's layers
+                                             "rc_layers",  # fit: full recompute's layers
+                                             "rc_dist")}  # fit: checkpoints split over tp
     # the costs kept of each candidate: `keys`, and the step and memory the search reads
     kept = tuple(dict.fromkeys(("step_s", "total_bytes", *keys)))
     costs: dict[str, list] = {k: [] for k in kept}
@@ -159,8 +159,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         f = {k: v.astype(np.float64) for k, v in sub.items()}
         group_choices = _group_choices(req, framework, base, (r, sp, sched, zeros),
                                        offload_fixed)
-        partial = (r is Recompute.FULL and not (req.recompute_layers or req.recompute_group > 1)
-                   and not offload_fixed and framework.partial_recompute == "searched")
+        partial, split = _recompute_variants(req, framework, r, sp, offload_fixed)  # fit
         outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
                               kept + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))
@@ -172,10 +171,13 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             layout = {k: sub[k][rows] for k in layout_keys}
             _append_rows(cols, costs, layout, (z, r, sp, sched),
                          offload_columns(fixed, int(keep.sum())), out, req.recompute_layers)
-            if partial:  # fit: the fewest layers recomputed that still fit, as rows of their own
-                _add_partial_recompute(base, {k: v[rows] for k, v in f.items()}, out,
-                                       replace(group_choices, zero_stage=z), budget, layout,
-                                       (z, r, sp, sched), fixed, cols, costs)
+            # fit: the fewest layers recomputed that still fit (Megatron), the checkpoints split
+            # over tp where nothing else makes it fit (DeepSpeed), as rows of their own
+            for add in [a for a, on in ((_add_partial_recompute, partial),
+                                        (_add_partitioned, split)) if on]:
+                add(base, {k: v[rows] for k, v in f.items()}, out,
+                    replace(group_choices, zero_stage=z), budget, layout, (z, r, sp, sched),
+                    fixed, cols, costs)
             if auto:  # offload: the least offload that fits what does not fit without it
                 fits = out["total_bytes"] <= budget
                 if fits.any():
@@ -191,6 +193,19 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
             {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def _recompute_variants(req: PlanRequest, framework, r: Recompute, sp: bool,
+                        offload_fixed: bool) -> tuple[bool, bool]:
+    """fit: whether a choice group's full-recompute candidates are also tried with fewer layers
+    recomputed (Megatron's block method) and with their checkpoints split over tp (DeepSpeed's
+    partition_activations): only where the request fixes neither and no offload."""
+    full = r is Recompute.FULL and not offload_fixed
+    partial = (full and not (req.recompute_layers or req.recompute_group > 1)
+               and framework.partial_recompute == "searched")
+    split = (full and not sp and not req.distribute_saved_activations
+             and bool(framework.memory.searches_partitioned_checkpoints))
+    return partial, split
 
 
 def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
@@ -218,16 +233,30 @@ def _add_partial_recompute(base, columns, out, choices, budget, layout, choice, 
                  offload_columns(fixed, int(rows.sum())), row_costs, layers)
 
 
+def _add_partitioned(base, columns, out, choices, budget, layout, choice, fixed, cols,
+                     costs) -> None:
+    """fit: the full-recompute candidates that fit only with their checkpoints split over the
+    tp ranks, added as rows of their own (search/recompute.py)."""
+    found = partitioned_checkpoint_variants(base, columns, out, choices, budget, tuple(costs))
+    if found is None:
+        return
+    rows, row_costs = found
+    _append_rows(cols, costs, {k: v[rows] for k, v in layout.items()}, choice,
+                 offload_columns(fixed, int(rows.sum())), row_costs, 0, 1)
+
+
 def _append_rows(cols: dict, costs: dict, layout: dict, choice: tuple, offload: dict,
-                 row_costs: dict, rc_layers=0) -> None:
+                 row_costs: dict, rc_layers=0, rc_dist=0) -> None:
     """Add rows that share one choice group (ZeRO stage, recompute, sp, schedule) to the search's
     columns and costs: their layout columns, the group's choices, their offload columns, and
-    (fit) full recompute's layers per stage (0: all)."""
+    (fit) full recompute's layers per stage (0: all) and whether its checkpoints are split over
+    the tp ranks (rc_dist)."""
     z, r, sp, sched = choice
     n = len(next(iter(layout.values())))
     # a group's constant columns as read-only views of one value (np.broadcast_to): no memory
     # of their own until the search's columns are concatenated
     cols["rc_layers"].append(np.broadcast_to(np.asarray(rc_layers, dtype=np.int64), (n,)))
+    cols["rc_dist"].append(np.broadcast_to(np.asarray(rc_dist, dtype=np.int64), (n,)))
     for k, v in layout.items():
         cols[k].append(v)
     cols["zero"].append(np.broadcast_to(np.asarray(int(z)), (n,)))

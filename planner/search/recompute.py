@@ -3,7 +3,12 @@ recomputed, the fewest layers of each stage to recompute for it to still fit (Me
 --recompute-method block --recompute-num-layers r), so that the cheapest recompute that fits
 competes on speed. Two extra costings of the fitting full-recompute candidates, not a new
 dimension: the memory is linear in r (formulas.recompute.fewest_layers_to_recompute), so one
-costing at r = 1 gives each candidate's slope, and one at r* its costs."""
+costing at r = 1 gives each candidate's slope, and one at r* its costs.
+
+DeepSpeed's partitioned checkpoints (activation_checkpointing.partition_activations) likewise:
+for each full-recompute candidate without sequence parallelism that does not fit, one costing
+with each checkpointed input split over its tp ranks (partitioned_checkpoint_variants); the
+all-gather before each rerun is its price in time (model/activations.py)."""
 
 from __future__ import annotations
 
@@ -46,3 +51,25 @@ def partial_recompute_variants(base: dict, columns: dict[str, np.ndarray], out: 
     mask = np.zeros(len(layers), dtype=bool)
     mask[idx[fits]] = True
     return mask, r[fewer][fits], {k: v[fits] for k, v in costs.items()}
+
+
+def partitioned_checkpoint_variants(base: dict, columns: dict[str, np.ndarray], out: dict,
+                                    choices: Choices, budget: float, keys: tuple[str, ...]):
+    """fit: the full-recompute candidates (float64 `columns`, their costs `out`, no sequence
+    parallelism) that do not fit in `budget` and have tp > 1, recosted with their checkpoints
+    split over the tp ranks (distribute = 1, formulas.recompute.checkpoint_input_bytes): (row
+    mask into `columns`, their costs) of those that then fit, or None. A candidate that fits
+    without it is not tried: the split only adds the all-gather before each rerun."""
+    rows = (out["total_bytes"] > budget) & (columns["tp"] > 1)
+    if not rows.any():
+        return None
+    shared = {k: v for k, v in base.items() if k != "distribute"}
+    sub = {k: v[rows] for k, v in columns.items()}
+    costs = costs_in_chunks(shared, {**sub, "distribute": np.ones(int(rows.sum()))}, choices,
+                            keys=keys)[0]
+    fits = costs["total_bytes"] <= budget
+    if not fits.any():
+        return None
+    mask = np.zeros(len(rows), dtype=bool)
+    mask[np.flatnonzero(rows)[fits]] = True
+    return mask, {k: v[fits] for k, v in costs.items()}

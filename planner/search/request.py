@@ -167,15 +167,16 @@ def precision_settings(req: PlanRequest) -> dict:
 
 
 def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | None = None,
-                       sp: bool = False) -> dict:
+                       sp: bool = False, split: bool = False) -> dict:
     """fit: the finer recompute fields that apply to one recompute level (a partial layer count
     and distributed checkpoints to full recompute, the modules to selective); `layers`
     overrides the request's count; a candidate with sequence parallelism (`sp`) has nothing to
-    distribute."""
+    distribute; `split`: the search split this candidate's checkpoints over the tp ranks itself
+    (DeepSpeed partition_activations, search/recompute.py)."""
     n = req.recompute_layers if layers is None else layers
     return dict(recompute_layers=n if recompute is Recompute.FULL else 0,
                 recompute_group=req.recompute_group if recompute is Recompute.FULL else 1,
-                distribute_saved_activations=(req.distribute_saved_activations
+                distribute_saved_activations=((req.distribute_saved_activations or split)
                                               and recompute is Recompute.FULL and not sp),
                 contiguous_checkpoints=(req.contiguous_checkpoints
                                         and req.distribute_saved_activations

@@ -239,7 +239,8 @@ def config_at(model: ModelSpec, req: PlanRequest, cols: dict, i: int) -> PlanCon
         **precision_settings(req),  # fit
         **recompute_settings(req, list(Recompute)[int(cols["recompute"][i])],
                              int(cols["rc_layers"][i]) if "rc_layers" in cols else None,
-                             bool(cols["sp"][i])),
+                             bool(cols["sp"][i]),
+                             bool(cols["rc_dist"][i]) if "rc_dist" in cols else False),
         dp_shard=int(cols["dp_shard"][i]) if "dp_shard" in cols else None,  # hybrid sharding
         **moe_settings(req, int(cols["ep"][i]), int(cols["etp"][i]),  # moe
                        int(cols["deepep"][i]) if "deepep" in cols else None,

@@ -33,6 +33,17 @@ def test_recompute_levels_recipes_and_dispatchers_read_back():
     assert (got["precision"], got["fp8_recipe"], got["fp8_param_gather"]) == ("fp8", "mxfp8",
                                                                               True)
     assert parse_layout("dp32 tp4 pp16 v3 ep16 deepep z1")["moe_dispatcher"] == "deepep"
+    # fit: checkpoints split over the tp ranks (DeepSpeed partition_activations), on any full level
+    got = parse_layout("dp8 tp2 pp1 cp2 mbs4 z3 full+dist nosp")
+    assert (got["recompute"], got["distribute_saved_activations"], got["sp"]) == ("full", True,
+                                                                                  False)
+    got = parse_layout("dp8 tp8 pp4 z1 full2+dist nosp")
+    assert (got["recompute_layers"], got["distribute_saved_activations"]) == (2, True)
+    config = PlanConfig(dp=8, tp=2, pp=1, cp=2, mbs=4, n_micro=1, gbs=32, seq_len=8192,
+                        zero_stage=3, recompute="full", sequence_parallel=False,
+                        distribute_saved_activations=True)
+    assert config.short_label() == "dp8 tp2 pp1 cp2 mbs4 z3 full+dist nosp"
+    assert parse_layout(config.label(batch=False))["distribute_saved_activations"]
 
 
 def config_fields(c: PlanConfig) -> dict:

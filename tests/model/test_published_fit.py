@@ -19,11 +19,18 @@ from planner.model.estimate import estimate
 from planner.model.validation import case_config, case_model, published_cases
 from planner.schema import PlanConfig
 
-DATA = json.loads((Path(__file__).parents[2] / "planner" / "reference" / "published_fit.json")
-                  .read_text())
+REFERENCE = Path(__file__).parents[2] / "planner" / "reference"
+DATA = json.loads((REFERENCE / "published_fit.json").read_text())
 ROWS = DATA["rows"]
 GIB = 2**30
 TOLERANCE = 0.10
+
+
+def row_model(row: dict):
+    """The row's model: a preset by name, or the model file beside the table ('model_file')."""
+    if "model_file" in row:
+        return load_model(str(REFERENCE / row["model_file"]))
+    return load_model(row["model"])
 
 
 def fit_config(row: dict) -> PlanConfig:
@@ -35,11 +42,12 @@ def fit_config(row: dict) -> PlanConfig:
     recompute = row["recompute"]
     if recompute == "layer":
         recompute = "full"
-        extra["recompute_layers"] = load_model(row["model"]).n_layers // row["ac_layer_every"]
+        extra["recompute_layers"] = row_model(row).n_layers // row["ac_layer_every"]
     return PlanConfig(
         dp=row["dp"], tp=row["tp"], pp=row["pp"], cp=row["cp"], mbs=row["local_batch"],
         n_micro=1, gbs=row["dp"] * row["local_batch"], seq_len=row["seq_len"],
         zero_stage=row["zero"], recompute=recompute, sequence_parallel=row["tp"] > 1,
+        ep=row.get("ep", 1),
         framework=row["framework"], precision=row["precision"],
         fp8_recipe=row.get("fp8_recipe"),
         fp8_param_gather=row.get("fp8_param_gather", False),  # enable_fsdp_float8_all_gather
@@ -62,14 +70,41 @@ def test_the_rows_are_sourced_and_both_outcomes_are_present():
 @pytest.mark.parametrize("row", [r for r in ROWS if r["outcome"] == "ran"], ids=lambda r: r["id"])
 def test_every_run_that_ran_fits(row):
     hw = row_hardware(row)
-    memory = estimate(load_model(row["model"]), hw, fit_config(row)).memory
+    memory = estimate(row_model(row), hw, fit_config(row)).memory
     assert memory.total_bytes <= (1 + TOLERANCE) * hw.capacity_bytes, \
         f"{memory.total_bytes / GIB:.1f} GiB of {hw.capacity_bytes / GIB:.1f}"
 
 
+KNOWN_PEAK_MISSES = {
+    # plan3d 69.7 / 67.8 GiB against 47.96 / 46.97 GiB measured (Trainy's June 2025 H200 runs,
+    # torch.compile + float8 with FSDP float8 all-gather). The same eager layout on H100 in
+    # torchtitan's Dec 2024 Table 3 (8B, FSDP 128, local batch 2, per-op AC) measured 67.0 GiB,
+    # which plan3d matches (67.3), and compile + Float8 saved only 5.6 GiB there (Table 1): what
+    # the 2025 stack drops beyond that is not found yet. A known miss, not a tolerance widened.
+    "trainy25-l3-8b-32h200-fsdp32-b2-float8", "trainy25-l3-8b-64h200-fsdp64-b2-float8",
+    # plan3d 191.0 GiB against 88 % of a B200 (157.5 GiB) for torchtitan's DeepSeek-V3 16B at
+    # local batch 4 × 6,144 tokens, compiled, no AC (PR 1993); the same notes put local batch
+    # 4 × 4,096 at "2/3rds of VRAM" (≈ 119 GiB) where plan3d counts 139.3 GiB: plan3d counts
+    # ≈ 1.2× what torchtitan's compiled MoE holds. Its verdicts stand (the three OOMs are ≥ 1.36×
+    # the capacity, beyond that factor); the cause is not found yet.
+    "tt1993-dsv3-16b-8b200-ep1-b4-s6144"}
+
+
+@pytest.mark.parametrize("row", [
+    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason="known miss: KNOWN_PEAK_MISSES"))
+    if r["id"] in KNOWN_PEAK_MISSES else r
+    for r in ROWS if "measured_gib" in r], ids=lambda r: r["id"])
+def test_a_reported_peak_is_matched_within_the_tolerance(row):
+    # where the source reports the peak it measured (torchtitan's Dec 2024 H100 tables, the
+    # maximum over GPUs), plan3d's peak is within ±10 % of it (the band of
+    # tests/test_measured_memory.py); eager PyTorch counted for the torch.compile rows
+    memory = estimate(row_model(row), row_hardware(row), fit_config(row)).memory
+    assert memory.total_bytes / GIB == pytest.approx(row["measured_gib"], rel=TOLERANCE)
+
+
 @pytest.mark.parametrize("row", [r for r in ROWS if r["outcome"] == "oom"], ids=lambda r: r["id"])
 def test_every_run_that_ran_out_of_memory_does_not_fit(row):
-    memory = estimate(load_model(row["model"]), row_hardware(row), fit_config(row)).memory
+    memory = estimate(row_model(row), row_hardware(row), fit_config(row)).memory
     assert not memory.fits, f"{memory.total_bytes / GIB:.1f} GiB"
 
 

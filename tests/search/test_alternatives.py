@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -171,3 +172,51 @@ def test_offload_that_would_win_is_weighed_but_not_ranked_by_default():
     auto = search(load_model("405b"), H100, PlanRequest(gpus=1024, offload="auto"), top=5)
     first = auto.plans[0].config  # ranked: the first plan of auto's tie offloads
     assert first.offload_optimizer > 0 or first.offload_activations > 0 or first.offload_params
+
+
+def test_deepspeed_weighs_partitioned_checkpoints_where_a_plan_needs_them():
+    # fit: 70B at 8,192 tokens on 32 H100 under DeepSpeed: partition_activations splits each
+    # full-recompute checkpoint (2·s·b·h/c) over the tp ranks. The search adds the split only to
+    # full-recompute plans without sequence parallelism that do not fit without it, so each row
+    # it adds is over the capacity unsplit and within it split, and explain reproduces it
+    from planner.model.estimate import estimate
+    from planner.search.evaluate import evaluate_space
+    from planner.search.space import config_at
+
+    model = load_model("70b")
+    req = PlanRequest(gpus=32, framework="deepspeed", seq_len=8192)
+    cols, costs = evaluate_space(model, H100, req)
+    split = cols["rc_dist"] > 0
+    assert split.any() and (cols["tp"][split] > 1).all() and not cols["sp"][split].any()
+    assert (costs["total_bytes"][split] <= H100.capacity_bytes).all()
+    for i in np.flatnonzero(split)[:3]:
+        config = config_at(model, req, cols, int(i))
+        assert config.distribute_saved_activations and "full+dist" in config.short_label()
+        plan = estimate(model, H100, config)
+        assert plan.memory.total_bytes == pytest.approx(costs["total_bytes"][i], rel=1e-9)
+        whole = estimate(model, H100, config.model_copy(
+            update={"distribute_saved_activations": False}))
+        assert whole.memory.total_bytes > H100.capacity_bytes  # it did not fit unsplit
+        assert plan.time.step_s > whole.time.step_s  # the all-gather before each rerun
+    options, _ = _verdicts("70b", 32, framework="deepspeed", seq_len=8192)
+    part = options["partitioned checkpoints"]
+    assert part.verdict in ("wins", "ties", "loses") and "full+dist" in part.plan
+    assert options["contiguous checkpoint buffers"].verdict == "not searched"
+    assert options["partial recompute"].verdict == "not searched"  # Megatron's block method
+    # asked for, it is fixed, not weighed
+    options, _ = _verdicts("70b", 32, framework="deepspeed", seq_len=8192, sp=[False],
+                           recompute=["full"], distribute_saved_activations=True)
+    assert options["partitioned checkpoints"].verdict == "not searched"
+
+
+def test_fp8_searches_weigh_the_other_recipes_on_row_one():
+    # fit: on 64 H100 at fp8, Megatron's delayed scaling is the default; current scaling and
+    # blockwise run on Hopper too (mxfp8 needs Blackwell and is not tried), each with and
+    # without --fp8-param-gather: the fastest that fits on row 1's layout is compared with it
+    options, result = _verdicts("70b", 64, precision="fp8")
+    recipes = options["other fp8 recipes and --fp8-param-gather"]
+    assert recipes.verdict in ("wins", "ties", "loses")
+    assert recipes.versus == result.plans[0].config.short_label()
+    assert recipes.plan.split()[:-1] == recipes.versus.split()  # row 1's layout, recipe added
+    assert "mxfp8" not in recipes.plan  # Blackwell's recipe is refused on H100
+    assert "other fp8 recipes and --fp8-param-gather" not in _verdicts("70b", 64)[0]  # bf16
