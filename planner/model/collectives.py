@@ -118,12 +118,12 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, lam)
     etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * lam * h * x.act_bytes
     ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
-    one, layer = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam, k.t,
-                                k.fwd_passes)
+    one, layer, calls = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam, k.t,
+                                       k.fwd_passes)
     a2a_s = note("all_to_all_s", one)  # one token dispatch, as before
     layer_s = note("ep_layer_s", layer)
-    note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, moe_tokens, lam, k.t,
-                                        k.fwd_passes, k.moe_last * m))
+    note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, moe_tokens, lam, one,
+                                        calls, k.fwd_passes, k.moe_last * m))
     ep_layer_exposed = x.moe * MOE.shared_overlap_exposed_s(x, k, MOE.exposed_exchange_s(
         x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, layer_s, k.fwd_s + k.bwd_s))
     # the exchange keeps its link busy too (on NVLink when the ep·etp group fits a domain, else

@@ -188,37 +188,33 @@ def deepep_exchange_s(x, domain, tokens, lam, tp):
 
 
 def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp, fwd_passes=1):
-    """(one token dispatch, the layer's whole exchange per micro-batch) by dispatcher: NCCL's
-    calls (exchange_calls) for the all-to-all and all-gather dispatchers, summed over a layer's
-    calls; DeepEP's dispatch
-    (deepep_exchange_s), 2·fwd_passes + 2 of them a layer (dispatch and combine, forward
-    and backward) — or DeepEP's where the candidate's `deepep` column says so."""
-    def deepep():
-        one = deepep_exchange_s(x, domain, tokens, lam, tp)
-        return one, (2 * fwd_passes + 2) * one
-
+    """(one token dispatch, the layer's whole exchange per micro-batch, the calls) by
+    dispatcher: NCCL's calls (exchange_calls) for the all-to-all and all-gather dispatchers,
+    summed over a layer's calls; DeepEP's dispatch (deepep_exchange_s), 2·fwd_passes + 2 of them
+    a layer (dispatch and combine, forward and backward) — or DeepEP's where the candidate's
+    `deepep` column says so. The calls, each with the time of one, are what noted_calls lists."""
+    one_d = deepep_exchange_s(x, domain, tokens, lam, tp)
+    layer_d = (2 * fwd_passes + 2) * one_d
     if dispatcher is Dispatcher.DEEPEP:
-        return deepep()
+        return one_d, layer_d, []
     calls = exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes)
     first = calls[0][1]  # the tokens' all-to-all or all-gather
     layer = sum(call.calls * one for call, one in calls)
-    one_d, layer_d = deepep()
-    return _ops.select(x.deepep, one_d, first), _ops.select(x.deepep, layer_d, layer)
+    return _ops.select(x.deepep, one_d, first), _ops.select(x.deepep, layer_d, layer), calls
 
 
-def noted_calls(x, dispatcher: Dispatcher, domain, tokens, lam, tp, fwd_passes, per_step):
+def noted_calls(x, dispatcher: Dispatcher, domain, tokens, lam, one_s, calls, fwd_passes,
+                per_step):
     """The step's expert-parallel calls for explain's table (model/nccl.py Call, calls per
     step = per layer and micro-batch × per_step): NCCL's for the all-to-all and all-gather
-    dispatchers, DeepEP's dispatch and combine as one row."""
+    dispatchers (exchange_s's calls), DeepEP's dispatch and combine (one_s each) as one row."""
     if dispatcher is Dispatcher.DEEPEP:
-        one = deepep_exchange_s(x, domain, tokens, lam, tp)
         sent = tokens * x.top_k * lam * x.hidden * x.act_bytes
         return [Call(None, sent, (2 * fwd_passes + 2) * per_step, x.ep,
-                     SimpleNamespace(time_s=one, n_nodes=S.ep_nodes(
+                     SimpleNamespace(time_s=one_s, n_nodes=S.ep_nodes(
                          x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))),
                      "EP DeepEP dispatch/combine", p2p="deepep")]
-    return [call.named(call.name, call.calls * per_step)
-            for call, _ in exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes)]
+    return [call.named(call.name, call.calls * per_step) for call, _ in calls]
 
 
 def shared_overlap_exposed_s(x, k, exposed):
