@@ -469,6 +469,13 @@ def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_b
 
 # ---- point to point ---------------------------------------------------------------------------
 
+def p2p_uses_ll(message_bytes):
+    """Whether NCCL sends a point-to-point message of B bytes with LL (1) or Simple (0):
+    LL where B ≤ NCCL_P2P_LL_THRESHOLD = 16 KiB (src/enqueue.cc addP2pToPlan @ v2.30.7-1,
+    l.919–933: a message under 64 KiB runs on one channel, so the bytes per channel are B)."""
+    return _ops.le(message_bytes, P2P_LL_THRESHOLD_BYTES)
+
+
 def send_recv_latency_s(proto: Proto, inside):
     """One send/recv's latency by protocol (LL or Simple), as plan3d reads the tuner's constants
     for one step (send_recv_parts_s): the ring's base latency and one step's hardware latency of
@@ -494,7 +501,7 @@ def send_recv_parts_s(message_bytes, bw, inside, ll_latency_s=None, simple_laten
     ll = send_recv_latency_s(Proto.LL, inside) if ll_latency_s is None else ll_latency_s
     simple = (send_recv_latency_s(Proto.SIMPLE, inside) if simple_latency_s is None
               else simple_latency_s)
-    small = _ops.le(message_bytes, P2P_LL_THRESHOLD_BYTES)
+    small = p2p_uses_ll(message_bytes)
     latency = _ops.select(small, ll, simple)
     return latency, _ops.select(small, message_bytes / (0.5 * bw), message_bytes / bw)
 
@@ -570,7 +577,7 @@ def all_to_all_split_parts_s(bytes_per_rank, n_ranks, ranks_in_domain, fast_bw, 
     p_ll = Proto.LL.value
     leaves = 1 - _ops.le(n_ranks, ranks_in_domain)
     peers = _ops.maximum(n_ranks - 1, 1)
-    small = _ops.le(bytes_per_rank / peers, P2P_LL_THRESHOLD_BYTES)
+    small = p2p_uses_ll(bytes_per_rank / peers)
     ll = (BASE_LATENCY_US[Algo.RING][p_ll] + _ops.ceil(peers / P2P_PEERS_PER_BATCH) * _ops.select(
         leaves, HW_LATENCY_US["net"][Algo.RING][p_ll], HW_LATENCY_US["nvlink"][Algo.RING][p_ll])) * US
     base = send_recv_base_s() if base_s is None else base_s

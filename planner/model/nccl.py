@@ -145,8 +145,7 @@ def priced(call: Call) -> Pick | None:
         parts = K.all_to_all_split_parts_s(
             float(call.buffer_bytes), float(call.ranks), float(call.link.in_domain),
             float(call.link.fast_bw), float(call.link.net_bw))
-        small = float(call.buffer_bytes) / max(float(call.ranks) - 1, 1) \
-            <= K.P2P_LL_THRESHOLD_BYTES
+        small = K.p2p_uses_ll(float(call.buffer_bytes) / max(float(call.ranks) - 1, 1))
         return Pick(K.Algo.RING, K.Proto.LL if small else K.Proto.SIMPLE, float(parts[0]),
                     float(parts[1]))
     if call.p2p == "all-to-all":  # the bytes each rank sends, over its per-rank bandwidth
@@ -155,7 +154,7 @@ def priced(call: Call) -> Pick | None:
                     float(call.buffer_bytes) / float(call.link.bw))
     latency, transfer = K.send_recv_parts_s(float(call.buffer_bytes), float(call.link.bw),
                                             float(call.link.inside))
-    small = float(call.buffer_bytes) <= K.P2P_LL_THRESHOLD_BYTES
+    small = K.p2p_uses_ll(float(call.buffer_bytes))
     return Pick(K.Algo.RING, K.Proto.LL if small else K.Proto.SIMPLE, float(latency),
                 float(transfer))
 
