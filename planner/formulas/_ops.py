@@ -81,6 +81,12 @@ def _is_array(*xs) -> bool:
     return False
 
 
+def _on_arrays(*xs) -> bool:
+    """Whether numpy computes an op of these arguments: the search's case (_arrays, by exact
+    type) first, else any array among arguments none of which is a symbol."""
+    return _arrays(*xs) or (_is_array(*xs) and not _is_symbolic(*xs))
+
+
 @functools.lru_cache(maxsize=4096)
 def _sympy_extremum(kind: str, type_a: type, a, type_b: type, b):
     """sympy's Min or Max of a and b, evaluated, once per distinct (a, b): evaluating one compares
@@ -98,14 +104,12 @@ def _unary(name: str, doc: str, on_symbol, on_array, on_number):
     imported only then), on_array(x) for a numpy array, on_number(x) for a plain number."""
 
     def op(x):
-        if type(x) is np.ndarray:  # the search's case first
+        if _on_arrays(x):  # the search's case first
             return on_array(x)
         if _is_symbolic(x):
             import sympy
 
             return on_symbol(sympy, x)
-        if isinstance(x, np.ndarray):
-            return on_array(x)
         return on_number(x)
 
     op.__name__ = op.__qualname__ = name
@@ -125,29 +129,25 @@ sqrt = _unary("sqrt", "Square root on any backend (a symbol's prints as sqrt(x),
 
 def minimum(a, b):
     """min(a, b) on any backend."""
-    if _arrays(a, b):
+    if _on_arrays(a, b):
         return np.minimum(a, b)
     if _is_symbolic(a, b):
         return _sympy_extremum("Min", type(a), a, type(b), b)
-    if _is_array(a, b):
-        return np.minimum(a, b)
     return min(a, b)
 
 
 def maximum(a, b):
     """max(a, b) on any backend."""
-    if _arrays(a, b):
+    if _on_arrays(a, b):
         return np.maximum(a, b)
     if _is_symbolic(a, b):
         return _sympy_extremum("Max", type(a), a, type(b), b)
-    if _is_array(a, b):
-        return np.maximum(a, b)
     return max(a, b)
 
 
 def le(a, b):
     """The indicator 1[a ≤ b] as a number (1.0 or 0.0) on any backend."""
-    if _arrays(a, b):
+    if _on_arrays(a, b):
         return (np.asarray(a) <= np.asarray(b)).astype(np.float64)
     if _is_symbolic(a, b):
         decided = _decided(a, b, lambda x, y: x <= y)
@@ -156,8 +156,6 @@ def le(a, b):
         import sympy
 
         return sympy.Piecewise((1, sympy.Le(a, b)), (0, True))
-    if _is_array(a, b):
-        return (np.asarray(a) <= np.asarray(b)).astype(np.float64)
     return 1.0 if a <= b else 0.0
 
 
@@ -179,8 +177,7 @@ def divides(a, b):
 def select(indicator, if_one, if_zero):
     """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1 (on arrays, the
     same by np.where, which is one pass instead of three)."""
-    if _arrays(indicator, if_one, if_zero) or (
-            _is_array(indicator, if_one, if_zero) and not _is_symbolic(indicator, if_one, if_zero)):
+    if _on_arrays(indicator, if_one, if_zero):
         return np.where(np.asarray(indicator) > 0.5, if_one, if_zero)
     return indicator * if_one + (1 - indicator) * if_zero
 
@@ -190,14 +187,12 @@ def smallest(values):
     sympy compare every pair as it builds them), numpy's reduce for arrays."""
     values = list(values) if isinstance(values, (list, tuple)) or hasattr(values, "__next__") \
         else [values]
-    if _arrays(*values):
+    if _on_arrays(*values):
         return np.minimum.reduce(np.broadcast_arrays(*values))
     if _is_symbolic(*values):
         import sympy
 
         return sympy.Min(*values, evaluate=False)
-    if _is_array(*values):
-        return np.minimum.reduce(np.broadcast_arrays(*values))
     return min(values)
 
 
