@@ -141,6 +141,40 @@ RING_PLATEAU_FACTOR = 1.4
 """ncclTopoGetAlgoTime: a multi-node ring/Simple all-reduce's latency ×1.4 on sm80+ once each
 channel and rank get 64 bytes or more ("plateau effect of ring")."""
 
+class Ceiling(Enum):
+    """The tuner's per-channel bandwidth ceilings (PER_CHANNEL_MAX_GB), in the order of the caps
+    tuple (channel_caps)."""
+
+    TREE = "tree"
+    TREE_LL128 = "tree_ll128"
+    RING_LL128 = "ring_ll128"
+
+
+NO_CAP = 1e30
+"""A cap that never binds (bytes/s): one-node groups, hand-built links."""
+
+PER_CHANNEL_MAX_GB = {
+    # (N1, N2, N4): one node, two nodes, three or more (the tuner's index2)
+    "tree": {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
+             "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)},
+    "tree_ll128": {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
+                   "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)},
+    "ring_ll128": {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
+                   "hopper": (36.7, 36.7, 36.7), "blackwell": (40.0, 40.0, 40.0)},
+}
+"""ncclTunerConstantsDefaults.perChMaxTreeBws, perChMaxTreeLL128Bws, perChMaxRingLL128Bws (GB/s
+per channel), by generation and by nodes (N1, N2, N4 = three or more): the tuner caps the tree
+all-reduce at nChannels × perChMaxTreeBw (then LL128 at nChannels × perChMaxTreeLL128Bw) and the
+ring's LL128 at nChannels × perChMaxRingLL128Bw. (perChMaxNVLSTreeBws, 45.5–96 GB/s per NVLS
+channel, lies above the network share each NVLS channel gets and is left out.)"""
+
+CHANNEL_DUP_MIN_GB = 25.0
+CHANNEL_DUP_MODERN_MAX_GB = 50.0
+CHANNEL_DUP_MODERN_MAX_CHANNELS = 4
+"""ncclTopoDupChannels: the search's channels are doubled unless a channel's bandwidth is under
+25 GB/s, or (compute capability above 8.0, i.e. Hopper and later) it is under 50 GB/s with more
+than 4 channels."""
+
 P2P_LL_THRESHOLD_BYTES = 16384
 """src/enqueue.cc NCCL_P2P_LL_THRESHOLD: send/recv of up to 16 KiB use LL, larger Simple."""
 
@@ -241,6 +275,50 @@ def pat_latency_s(n_ranks, n_nodes):
             + 2.8 * n_ranks) * US
 
 
+# ---- the tuner's per-channel caps ------------------------------------------------------------
+
+def search_channels(nics, nic_busbw, hopper_or_later: bool = True):
+    """The channels NCCL's topology search gives a group's ring and tree graphs across nodes:
+    one per NIC the group's ranks hold on a node (at least one), each at one NIC's bandwidth
+    (the search's speed steps, 48 GB/s for NDR, search.cc sm90/sm100SpeedArrayInter), then
+    doubled by ncclTopoDupChannels unless a channel's bandwidth is under 25 GB/s, or on Hopper
+    and later under 50 GB/s with more than 4 channels (search.cc l.1036–1048 @ v2.30.7-1). Eight
+    400 Gb/s NICs on an H100 or B200 node: 8 channels; one: 2; eight 200 Gb/s HDR (24 GB/s): 8.
+
+    The count stands for the search's outcome on a rail-optimised node, one GPU per NIC, that
+    plan3d assumes throughout (group_net_busbw); NIC bandwidth is the profile's per-NIC bus
+    bandwidth, which lies on the same side of 25 and 50 GB/s as the search's steps."""
+    m = _ops.maximum(nics, 1)
+    keep = _ops.select(_ops.le(CHANNEL_DUP_MIN_GB * GB, nic_busbw), 0, 1)
+    big = 1 - _ops.le(m, CHANNEL_DUP_MODERN_MAX_CHANNELS)
+    slow = 1 - _ops.le(CHANNEL_DUP_MODERN_MAX_GB * GB, nic_busbw)
+    # hopper_or_later as a number (1/0, or an array of them), so that rows of several
+    # generations evaluate together
+    return m * (2 - _ops.maximum(keep, hopper_or_later * big * slow))
+
+
+def per_channel_max(ceiling: Ceiling, generation: Gen):
+    """The (one node, two nodes, more) per-channel ceilings of PER_CHANNEL_MAX_GB, bytes/s."""
+    return tuple(v * GB for v in PER_CHANNEL_MAX_GB[ceiling.value][generation.value])
+
+
+def channel_cap(n_nodes, channels, one_node_max, two_nodes_max, more_nodes_max):
+    """One of the tuner's caps for a group across nodes: nChannels × the per-channel ceiling at
+    its node count (N2 on two nodes, N4 on more), bytes/s. On one node it is not applied
+    (NO_CAP): NCCL opens 16–32 NVLink channels there and nChannels × ceiling lies above the
+    ring's W (e.g. 32 × 36.7 GB/s for Hopper's ring LL128); `channels` counts network channels,
+    which a one-node group has none of."""
+    return _ops.select(one_node(n_nodes), NO_CAP,
+                       channels * ll_max_of(n_nodes, one_node_max, two_nodes_max, more_nodes_max))
+
+
+def channel_caps(n_nodes, channels, generation: Gen) -> tuple:
+    """(tree, tree LL128, ring LL128) caps for a group across nodes (channel_cap), from the
+    generation's ceilings."""
+    return tuple(channel_cap(n_nodes, channels, *per_channel_max(c, generation))
+                 for c in Ceiling)
+
+
 # ---- bus bandwidth per algorithm and protocol (bytes/s), from the ring/Simple figure W -------
 
 def ll_max_busbw(generation: Gen, n_nodes, cpu: Cpu = Cpu.INTEL):
@@ -250,21 +328,28 @@ def ll_max_busbw(generation: Gen, n_nodes, cpu: Cpu = Cpu.INTEL):
     return _ops.select(one_node(n_nodes), LL_MAX_BUSBW_GB[generation.value], multi) * GB
 
 
-def ring_busbw(proto: Proto, busbw, ll_max):
-    """Ring: LL min(llMax, W/2), LL128 0.92·W (120 of 128 bytes are data), Simple W."""
+def ring_busbw(proto: Proto, busbw, ll_max, caps=None):
+    """Ring: LL min(llMax, W/2), LL128 min(0.92·W, nChannels × perChMaxRingLL128Bw) (120 of
+    128 bytes are data; `caps` from channel_caps, None: uncapped), Simple W."""
     if proto is Proto.LL:
         return _ops.minimum(ll_max, 0.5 * busbw)
-    return (0.92 if proto is Proto.LL128 else 1.0) * busbw
+    if proto is Proto.LL128:
+        return 0.92 * busbw if caps is None else _ops.minimum(0.92 * busbw, caps[2])
+    return busbw
 
 
-def tree_busbw(proto: Proto, busbw, ll_max, n_nodes):
-    """Tree all-reduce: 0.92·W, then LL min(·/3.8, llMax), LL128 ×7/9 on one node, ×120/128
-    across nodes."""
-    tree = 0.92 * busbw
+def tree_busbw(proto: Proto, busbw, ll_max, n_nodes, caps=None):
+    """Tree all-reduce: min(0.92·W, nChannels × perChMaxTreeBw), then LL min(·/3.8, llMax),
+    LL128 min(· × 7/9 on one node or ×120/128 across nodes, nChannels × perChMaxTreeLL128Bw)
+    (`caps` from channel_caps; None: uncapped). Across three or more nodes the cap is what the
+    tree runs at: 8 channels × 24 GB/s = 192 GB/s on a B200 node of eight 400 Gb/s NICs, where
+    nccl-tests measures 192–196 GB/s and the ring 389 (tests/data/nccl_at_scale.json)."""
+    tree = 0.92 * busbw if caps is None else _ops.minimum(0.92 * busbw, caps[0])
     if proto is Proto.LL:
         return _ops.minimum(tree / 3.8, ll_max)
     if proto is Proto.LL128:
-        return tree * _ops.select(one_node(n_nodes), 7 / 9, 120 / 128)
+        ll128 = tree * _ops.select(one_node(n_nodes), 7 / 9, 120 / 128)
+        return ll128 if caps is None else _ops.minimum(ll128, caps[1])
     return tree
 
 
@@ -343,14 +428,14 @@ large enough never to be the minimum, finite so that it multiplies by 0 on every
 
 
 def ring_parts_s(coll: Coll, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
-                 net_overhead_us=1.0, n_channels=32):
+                 net_overhead_us=1.0, n_channels=32, caps=None):
     """Ring, as (latency, transfer): the ring latency (×1.4 for a multi-node Simple all-reduce
-    once B ≥ 64·nChannels·n) and B / (ring busbw · n/nsteps)."""
+    once B ≥ 64·nChannels·n) and B / (ring busbw · n/nsteps); `caps` channel_caps."""
     latency = ring_latency_s(coll, proto, n_ranks, n_nodes, net_overhead_us)
     if coll is Coll.ALL_REDUCE and proto is Proto.SIMPLE:
         plateau = (1 - one_node(n_nodes)) * _ops.le(64 * n_channels * n_ranks, buffer_bytes)
         latency = latency * (1 + (RING_PLATEAU_FACTOR - 1) * plateau)
-    return latency, buffer_bytes / algbw(coll, Algo.RING, ring_busbw(proto, busbw, ll_max),
+    return latency, buffer_bytes / algbw(coll, Algo.RING, ring_busbw(proto, busbw, ll_max, caps),
                                          n_ranks)
 
 
@@ -362,10 +447,10 @@ def ring_time_s(coll: Coll, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw,
     return latency + transfer
 
 
-def tree_parts_s(proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max):
+def tree_parts_s(proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, caps=None):
     """Tree all-reduce, as (latency, transfer): the tree latency, and B / (tree busbw ·
-    correction(B) / 2)."""
-    bw = tree_busbw(proto, busbw, ll_max, n_nodes) * tree_correction(proto, buffer_bytes)
+    correction(B) / 2); `caps` channel_caps."""
+    bw = tree_busbw(proto, busbw, ll_max, n_nodes, caps) * tree_correction(proto, buffer_bytes)
     return (tree_latency_s(proto, n_ranks, n_nodes),
             buffer_bytes / algbw(Coll.ALL_REDUCE, Algo.TREE, bw, n_ranks))
 
@@ -402,21 +487,22 @@ def _enabled(on, parts):
 
 def candidate_parts_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes,
                       busbw, ll_max, net_busbw, nvls_bw, nics_per_node, net_overhead_us=1.0,
-                      collnet_efficiency=0.85, n_channels=32):
+                      collnet_efficiency=0.85, n_channels=32, caps=None):
     """One (algorithm, protocol) as the tuner prices it, split into (latency, transfer): the
     latency NCCL's tables give (per call, with its steps and hops) and B / algbw. (DISABLED_S, 0)
     where it does not apply at these values (PAT needs one rank per node, NVLS one node,
     NVLS-tree and CollNet more than one) or at all (a pair `_available` leaves out).
     ll_max = ll_max_busbw(…); net_busbw the network's ring bus bandwidth this group owns
     (group_net_busbw; NVLS-tree), nvls_bw the measured NVLS all-reduce bus bandwidth,
-    collnet_efficiency CollNet-direct's 0.85 on sm90+ (1 before)."""
+    collnet_efficiency CollNet-direct's 0.85 on sm90+ (1 before); caps the tuner's per-channel
+    caps across nodes (channel_caps: tree, tree LL128, ring LL128; None: uncapped)."""
     multi = 1 - one_node(n_nodes)
     ppn = n_ranks / n_nodes
     if algo is Algo.RING:
         return ring_parts_s(coll, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
-                            net_overhead_us, n_channels)
+                            net_overhead_us, n_channels, caps)
     if algo is Algo.TREE and coll is Coll.ALL_REDUCE:
-        return tree_parts_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max)
+        return tree_parts_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, caps)
     if proto is not Proto.SIMPLE:
         return DISABLED_S, 0
     if algo is Algo.PAT and coll is not Coll.ALL_REDUCE:
@@ -440,12 +526,12 @@ def candidate_parts_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_rank
 
 def candidate_time_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw,
                      ll_max, net_busbw, nvls_bw, nics_per_node, net_overhead_us=1.0,
-                     collnet_efficiency=0.85, n_channels=32):
+                     collnet_efficiency=0.85, n_channels=32, caps=None):
     """The time the tuner predicts for one (algorithm, protocol): latency + transfer
     (candidate_parts_s); DISABLED_S where it cannot run."""
     latency, transfer = candidate_parts_s(coll, algo, proto, buffer_bytes, n_ranks, n_nodes,
                                           busbw, ll_max, net_busbw, nvls_bw, nics_per_node,
-                                          net_overhead_us, collnet_efficiency, n_channels)
+                                          net_overhead_us, collnet_efficiency, n_channels, caps)
     return latency + transfer
 
 
@@ -457,15 +543,27 @@ def _candidates(coll: Coll, nvls: bool = False, sharp: bool = False, ll128: bool
 
 
 def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_busbw, nvls_bw,
-                nics_per_node, net_overhead_us=1.0, nvls: bool = False, sharp: bool = False):
+                nics_per_node, net_overhead_us=1.0, nvls: bool = False, sharp: bool = False,
+                caps=None):
     """The tuner's pick: the smallest time over the available pairs (topoGetAlgoInfo takes the
-    minimum of its cost table). One rank (n = 1) sends nothing and costs 0."""
+    minimum of its cost table). One rank (n = 1) sends nothing and costs 0. `caps`: the
+    per-channel caps across nodes (channel_caps)."""
     best = _ops.smallest(
         candidate_time_s(coll, algo, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
-                         net_busbw, nvls_bw, nics_per_node, net_overhead_us)
+                         net_busbw, nvls_bw, nics_per_node, net_overhead_us, caps=caps)
         for algo, proto in _candidates(coll, nvls, sharp))
     return (1 - _ops.le(n_ranks, 1)) * best
 
+
+
+def nccl_tests_busbw(coll: Coll, buffer_bytes, n_ranks, time_s):
+    """The bus bandwidth nccl-tests reports for one call of `time_s`: algbw = B / t, B its
+    "size" column (the all-reduce's buffer, the all-gather's output, the reduce-scatter's input:
+    the same B the tuner is asked about here), times 2(n − 1)/n for an all-reduce and (n − 1)/n
+    for a reduce-scatter or all-gather (NVIDIA/nccl-tests src/all_reduce.cu AllReduceGetBw,
+    all_gather.cu, reduce_scatter.cu; doc/PERFORMANCE.md). A yardstick of the benchmark, not of
+    the wire: an algorithm that moves fewer bytes (tree, NVLS, SHARP) can report more."""
+    return buffer_bytes / time_s * ring_steps(coll, n_ranks) / n_ranks
 
 # ---- point to point ---------------------------------------------------------------------------
 

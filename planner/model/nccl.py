@@ -62,7 +62,23 @@ def tuner_link(x, group, share) -> SimpleNamespace:
         net_busbw=K.group_net_busbw(x.net_bw * x.nics_per_node, group.r, x.nics_per_gpu,
                                     x.nics_per_node) * share,
         nvls_bw=x.nvls_bw * share, nics_per_node=x.nics_per_node,
-        net_overhead_us=x.net_overhead_us, nvls=x.nvls, sharp=x.sharp)
+        net_overhead_us=x.net_overhead_us, nvls=x.nvls, sharp=x.sharp,
+        caps=channel_caps(x, group, share))
+
+
+def channel_caps(x, group, share):
+    """The tuner's per-channel caps on the group's tree and LL128 bandwidths across nodes
+    (K.channel_cap), with the channels NCCL's search gives the NICs the group's own ranks hold
+    on a node (K.search_channels: min(NICs per node, r · NICs per GPU)), each cap at the group's
+    share of the link as its bandwidths are; None where x does not carry the ceilings (a
+    hand-built x: uncapped)."""
+    if not hasattr(x, "pc_tree_n"):
+        return None
+    nics = _ops.minimum(x.nics_per_node, group.r * x.nics_per_gpu)
+    channels = K.search_channels(nics, x.net_bw, x.nccl_modern)
+    return tuple(K.channel_cap(group.k, channels, getattr(x, f"pc_{c.value}_1"),
+                               getattr(x, f"pc_{c.value}_2"), getattr(x, f"pc_{c.value}_n"))
+                 * share for c in K.Ceiling)
 
 
 def any_on(flag) -> bool:
@@ -78,7 +94,8 @@ def nccl_s(coll: K.Coll, buffer_bytes, n_ranks, link: SimpleNamespace):
     (K.nccl_time_s), on the group's tuner_link; any backend."""
     return K.nccl_time_s(coll, buffer_bytes, n_ranks, link.n_nodes, link.busbw, link.ll_max,
                          link.net_busbw, link.nvls_bw, link.nics_per_node, link.net_overhead_us,
-                         nvls=any_on(link.nvls), sharp=any_on(link.sharp))
+                         nvls=any_on(link.nvls), sharp=any_on(link.sharp),
+                         caps=getattr(link, "caps", None))
 
 
 @dataclass(frozen=True)
@@ -97,16 +114,22 @@ class Pick:
 
 
 def nccl_pick(coll: K.Coll, buffer_bytes: float, n_ranks: float,
-              link: SimpleNamespace) -> Pick | None:
+              link: SimpleNamespace, algo: K.Algo | None = None) -> Pick | None:
     """For one plan (floats): the (algorithm, protocol) the tuner picks on the group's
     tuner_link — the same inputs nccl_s prices — and its latency and transfer; None for one rank
-    (nothing sent)."""
+    (nothing sent). `algo`: the tuner's pick among that algorithm's protocols only (what
+    NCCL_ALGO=<algo> leaves it); None where the cluster does not offer it."""
     if n_ranks <= 1:
         return None
     parts = {(a, p): tuple(float(v) for v in K.candidate_parts_s(
         coll, a, p, buffer_bytes, n_ranks, link.n_nodes, link.busbw, link.ll_max,
-        link.net_busbw, link.nvls_bw, link.nics_per_node, link.net_overhead_us))
-        for a, p in K._candidates(coll, any_on(link.nvls), any_on(link.sharp))}
+        link.net_busbw, link.nvls_bw, link.nics_per_node, link.net_overhead_us,
+        caps=getattr(link, "caps", None)))
+        for a, p in K._candidates(coll, any_on(link.nvls), any_on(link.sharp))
+        if algo is None or a is algo}
+    parts = {ap: v for ap, v in parts.items() if sum(v) < K.DISABLED_S}
+    if not parts:
+        return None
     algo, proto = min(parts, key=lambda ap: sum(parts[ap]))
     return Pick(algo, proto, *parts[(algo, proto)])
 

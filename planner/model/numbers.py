@@ -277,7 +277,22 @@ def nccl_numbers(hw: HardwareProfile) -> dict:
         sr_base=K.send_recv_base_s(), sr_step_nvl=K.send_recv_step_s(1),
         sr_step_net=K.send_recv_step_s(0),
         sr_ll_nvl=K.send_recv_latency_s(K.Proto.LL, 1),
-        sr_ll_net=K.send_recv_latency_s(K.Proto.LL, 0))
+        sr_ll_net=K.send_recv_latency_s(K.Proto.LL, 0),
+        # the tuner's per-channel ceilings at 1, 2 and more nodes, and whether the search's
+        # channel doubling follows the Hopper-and-later rule (K.search_channels, K.channel_caps)
+        **channel_ceilings(cluster.generation))
+
+
+def channel_ceilings(generation: K.Gen) -> dict:
+    """NCCL's per-channel bandwidth ceilings for the profile's GPU generation (tree, tree LL128,
+    ring LL128; K.PER_CHANNEL_MAX_GB) at one node, two, and more, as named numbers, and
+    nccl_modern = 1 on Hopper and later (compute capability above 8.0)."""
+    out = {}
+    for ceiling in K.Ceiling:
+        for tag, value in zip(("1", "2", "n"), K.per_channel_max(ceiling, generation)):
+            out[f"pc_{ceiling.value}_{tag}"] = value
+    out["nccl_modern"] = float(generation in (K.Gen.HOPPER, K.Gen.BLACKWELL))
+    return out
 
 
 def config_numbers(config: PlanConfig) -> dict:

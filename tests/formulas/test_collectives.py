@@ -31,8 +31,15 @@ def _times(case, sharp=True):
     ll_max = K.ll_max_busbw(K.Gen.HOPPER, k)
     net = case.get("net_busbw_gb", case["busbw_gb"]) * GB
     return {(a, p): K.candidate_time_s(coll, a, p, case["bytes"], n, k, bw, ll_max, net, NVLS_BW,
-                                       NICS)
+                                       NICS, caps=_caps(case))
             for a, p in K._candidates(coll, nvls=True, sharp=sharp)}
+
+
+def _caps(case):
+    """The case's per-channel caps (K.channel_caps) where it names its channels, else None."""
+    if "channels" not in case:
+        return None
+    return K.channel_caps(case["k"], case["channels"], K.Gen(case["gen"]))
 
 
 def _link(case, sharp):
@@ -174,3 +181,26 @@ def test_all_to_all_split_reduces_to_the_whole_group_forms():
     arr = K.all_to_all_split_time_s(np.array([70e6, 63e6]), np.array([8.0, 64.0]),
                                     np.array([8.0, 8.0]), 360 * GB, 46 * GB)
     assert arr / US == pytest.approx([206.2444, 1337.7913], rel=1e-6)
+
+
+def test_the_search_gives_one_channel_per_nic_doubled_below_five():
+    # K.search_channels (ncclTopoDupChannels @ v2.30.7-1): channels double unless under 25 GB/s,
+    # or on Hopper and later under 50 GB/s with more than 4. Eight NDR NICs (46 GB/s each):
+    # 8 (not doubled); one: 1 -> 2; four: 4 -> 8; eight HDR (23 GB/s): 8; Ampere with one
+    # 46 GB/s NIC: 2 (the Hopper exemption does not apply, 46 >= 25)
+    assert K.search_channels(8, 46 * GB) == 8
+    assert K.search_channels(1, 46 * GB) == 2
+    assert K.search_channels(4, 46 * GB) == 8
+    assert K.search_channels(8, 23 * GB, hopper_or_later=False) == 8
+    assert K.search_channels(8, 46 * GB, hopper_or_later=False) == 16
+    assert K.search_channels(0.5, 46 * GB) == 2  # two GPUs share a NIC: at least one channel
+
+
+def test_the_caps_bind_across_nodes_only():
+    # one node: no cap (NVLink channels); two nodes: N2 ceilings; three or more: N4. Blackwell
+    # tree with 8 channels: 8·42.8 = 342.4 on two nodes, 8·24 = 192 on more
+    bw = K.Gen.BLACKWELL
+    assert K.channel_caps(1, 8, bw)[0] == K.NO_CAP
+    assert K.channel_caps(2, 8, bw)[0] == pytest.approx(342.4 * GB)
+    assert K.channel_caps(64, 8, bw)[0] == pytest.approx(192 * GB)
+    assert K.channel_caps(64, 8, bw)[2] == pytest.approx(320 * GB)

@@ -251,7 +251,10 @@ def test_swiglu_at_8h_over_3_has_gelu_4h_parameters():
 
 # ---- no hidden value branching ---------------------------------------------------------------
 
-DISCRETE_BY_NAME = {"zero_stage": list(ZeroStage)}
+DISCRETE_BY_NAME = {"zero_stage": list(ZeroStage),
+                    # NCCL's per-channel caps (tree, tree LL128, ring LL128; K.channel_caps):
+                    # none, and caps of the order of the symbols' prime values
+                    "caps": [None, (3.0, 2.0, 5.0)]}
 
 
 def public_functions():

@@ -88,9 +88,12 @@ def test_dp_calls_pay_their_latency_and_it_grows_with_the_ranks():
         assert rs.step_s == pytest.approx(rs.calls_per_step * (rs.latency_s + rs.transfer_s))
         assert rs.calls_per_step * rs.latency_s > 0
         latencies.append(rs.latency_s)
-    # dp 512 (8 ranks on each of 64 nodes), 16 buckets, the tuner picks ring LL128: base 14 µs
-    # + (511 − 63) NVLink steps × max(1.9, 1 µs network overhead) + 63 network steps × 4.0 µs
-    # = 14 + 851.2 + 252 = 1,117.2 µs per call
-    assert latencies[-1] == pytest.approx(1117.2e-6)
-    # from dp 128 on (LL128 throughout) each doubling adds ring steps: 387.6 → 630.8 → 1,117.2
+    # dp 512 (8 ranks on each of 64 nodes), 16 buckets of 125 MB: ring LL128 is capped at the
+    # tuner's 8 channels × 36.7 GB/s = 293.6 GB/s (perChMaxRingLL128Bws, Hopper; 8 NICs, 8
+    # channels: K.search_channels), under 0.92 · 368, so the tuner takes ring Simple: base
+    # 8.4 µs + (511 − 63) NVLink steps × max(3.4, 3 × 1 µs network overhead) + 63 network steps
+    # × 14 µs = 8.4 + 1,523.2 + 882 = 2,413.6 µs per call
+    assert latencies[-1] == pytest.approx(2413.6e-6)
+    # from dp 128 on each doubling adds ring steps: 387.6 → 630.8 (LL128: 2 and 4 ranks a node,
+    # their caps above their 92 and 184 GB/s) → 2,413.6 µs (Simple)
     assert latencies[1] < latencies[2] < latencies[3]

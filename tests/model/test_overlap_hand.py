@@ -137,21 +137,22 @@ def test_tp_backward_exposed_across_nodes_with_full_recompute():
     # t = 16 > 8 GPUs per domain: the TP ring crosses the network. Full recompute: 2 forward
     # passes; sequence parallelism: 2 all-gathers and 2 reduce-scatters of ACT per direction, on
     # 8 NICs (CROSS16: 368 GB/s). NCCL's tuner on 2 nodes (no PAT: 8 ranks a node; no NVLS
-    # across nodes) takes the ring with LL128: base 14 µs + 14 intra-node steps · 1.9 µs + 1
-    # network step · 4.0 µs = 44.6 µs, and ACT·(15/16) / (0.92 · 368e9) = 185.8299 µs — Simple's
-    # 8.4 + 14·3.4 + 14 = 70 µs + 170.9635 µs is slower
-    #   tp_dir = 4 · (44.6 + 185.8299) = 921.7195 µs
+    # across nodes) weighs the ring with LL128 at min(0.92 · 368, 8 channels × 36.7) = 293.6 GB/s
+    # (perChMaxRingLL128Bws, Hopper, two nodes; 8 NICs give 8 channels): 14 + 14 · 1.9 + 4.0 =
+    # 44.6 µs + ACT·(15/16) / 293.6e9 = 214.29 µs — slower than Simple's 8.4 + 14·3.4 + 14 =
+    # 70 µs + ACT·(15/16) / 368e9 = 170.9635 µs, which it takes
+    #   tp_dir = 4 · (70 + 170.9635) = 963.8539 µs
     #   mm = 3,573,412,790,272 / 16 / 623.322e12 = 358.3033 µs  (the window hides only that much)
-    #   per layer = 2·tp_dir + (tp_dir − mm) = 1,843.4389 + 563.4162 = 2,406.8551 µs
-    #   exposed = m·L·per layer = 4·32·2,406.8551 µs = 0.3080775 s
+    #   per layer = 2·tp_dir + (tp_dir − mm) = 1,927.7078 + 605.5506 = 2,533.2584 µs
+    #   exposed = m·L·per layer = 4·32·2,533.2584 µs = 0.3242571 s
     r, n = run(tp=16, n_micro=4, recompute="full")
-    tp_dir = 4 * (44.6e-6 + ACT * 15 / 16 / (0.92 * CROSS16[0]))
+    tp_dir = 4 * (70e-6 + ACT * 15 / 16 / CROSS16[0])
     mm = MM_FLOPS / 16 / PEAK
     assert n["tp_layer_s"] == pytest.approx(tp_dir, rel=1e-12)
     assert n["matmul_s"] == pytest.approx(mm, rel=1e-12)
     assert r["tp_inside"] == 0
     assert r["tp_exposed_s"] == pytest.approx(4 * 32 * (2 * tp_dir + tp_dir - mm), rel=1e-9)
-    assert r["tp_exposed_s"] == pytest.approx(0.3080775, rel=1e-6)
+    assert r["tp_exposed_s"] == pytest.approx(0.3242571, rel=1e-6)
 
 
 # ---- (b) DP step traffic: the reduction under the last backward, the weight gather under the next
@@ -172,12 +173,14 @@ BUCKETS = {True: 201, False: 1}
 def nccl_s(coll, nbytes, calls, dp, link):
     """calls × NCCL's pick for one bucket of nbytes·Ψ/calls bytes over d ranks (formulas/
     collectives.py, hand-checked in tests/cases): d = 8 is one node on NVLink (NVLS where it
-    applies, 480 GB/s), d = 16 two nodes of 8 leaving on 8 NICs (8·46 GB/s per node)."""
+    applies, 480 GB/s), d = 16 two nodes of 8 leaving on 8 NICs (8·46 GB/s per node), whose 8
+    channels carry the tuner's caps (K.channel_caps: tree 8 × 41.4, ring LL128 8 × 36.7 GB/s)."""
     nodes = 1 if dp <= 8 else 2
     x = numbers(MODEL, FLAT, PlanConfig(dp=dp, seq_len=8192, gbs=dp))
     one = K.nccl_time_s(coll, nbytes * PSI / calls, dp, nodes, link[0],
                         [x.ll_max_one, x.ll_max_two][nodes - 1], 8 * 46e9, NVLS, 8,
-                        x.net_overhead_us, nvls=True, sharp=False)
+                        x.net_overhead_us, nvls=True, sharp=False,
+                        caps=K.channel_caps(nodes, 8, K.Gen.HOPPER))
     return calls * one
 
 

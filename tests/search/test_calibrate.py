@@ -168,11 +168,15 @@ def test_a_uniform_slowdown_moves_the_gemm_efficiency_not_the_network(h100):
 
 
 def test_fits_only_what_the_runs_need(h100):
-    # TRUTH moves all four by 20–25 %; GEMM and the network explain the runs to 1 %, and HBM and
-    # NVLink add less than the model's uncertainty: they stay, each with its reason (the
-    # starting profile is off by rms 0.298 in log step time: TRUTH's NVLink at 300 of 370 GB/s
-    # carries NVLS to 389 of 480 GB/s with it)
-    result = calibrate(synthetic(LAYOUTS, with_factors(h100, TRUTH)), h100)
+    # TRUTH moves all four by 20–35 % (the network here to 30 of 46 GB/s: at TRUTH's 35 the
+    # runs that cross nodes move less than the model's uncertainty once NCCL's per-channel caps
+    # bound the starting profile's LL128 and tree collectives too — 8 channels × 36.7 GB/s over
+    # 2 nodes, formulas/collectives.channel_caps); GEMM and the network explain the runs to 1 %,
+    # and HBM and NVLink add less than the model's uncertainty: they stay, each with its reason
+    # (the starting profile is off by rms 0.299 in log step time: TRUTH's NVLink at 300 of
+    # 370 GB/s carries NVLS to 389 of 480 GB/s with it)
+    truth = with_factors(h100, {**TRUTH, "net_busbw": 30.0})
+    result = calibrate(synthetic(LAYOUTS, truth), h100)
     assert sorted(f.key for f in result.fitted) == ["gemm.bf16", "net_busbw"]
     assert result.rms_log_error_after < 0.02 and result.rms_log_error_before > 0.29
     for key in ("hbm", "fast_busbw"):
