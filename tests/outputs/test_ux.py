@@ -72,9 +72,11 @@ def test_search_keeps_the_layout_and_decisive_numbers_at_80_columns():
     best = json.loads(run(*SEARCH, "--top", "3", "--json").stdout)["plans"][0]["config"]
     row = next(line for line in r.stdout.splitlines() if " dp" in line)
     assert f"dp{best['dp']} tp{best['tp']} pp{best['pp']}" in row
-    # wider terminals add columns: the absolute memory, the exposed communication
+    # wider terminals add columns: the exposed communication, the micro-batches (and the
+    # absolute memory, which the 80-column table shows only when its layouts leave room)
     wide = run(*SEARCH, "--top", "3", columns=140).stdout
-    assert "mem GiB" in wide and "mem GiB" not in r.stdout
+    assert "mem GiB" in wide and "comm" in wide and "n_micro" in wide
+    assert "n_micro" not in r.stdout
 
 
 # ---- 2. the answer first -----------------------------------------------------------------------
