@@ -20,8 +20,11 @@ Bandwidth: plan3d knows the ring/Simple bus bandwidth W of the link a group cros
 nccl-tests figures in the profile, placed by planner/formulas/comm.py); NCCL's own number is
 nChannels × per-channel bandwidth of the topology search, which W stands for. Each other
 algorithm and protocol follows from W by the tuner's refinements (`*_busbw` below). The
-per-channel caps (nChannels × perChMax…Bw) are left out: at the 16–32 channels NCCL opens on
-NVSwitch and multi-NIC nodes they lie above W (e.g. 32 × 36.7 GB/s for Hopper ring LL128).
+per-channel caps (nChannels × perChMax…Bw) apply across nodes, with the channels the topology
+search gives the group's NICs (channel_caps, search_channels: 8 × 24 GB/s for the tree over 3+
+B200 nodes of eight 400 Gb/s NICs, what nccl-tests measures there); on one node, at the 16–32
+channels NCCL opens on NVSwitch, they lie above W (e.g. 32 × 36.7 GB/s for Hopper ring LL128)
+and are left out.
 
 Latency: NCCL's constants (µs) per algorithm and protocol — a base latency, plus per step a
 hardware latency of the link the step crosses (NVLink inside a node, the network between nodes).
@@ -294,7 +297,8 @@ def search_channels(nics, nic_busbw, hopper_or_later: bool = True):
     slow = 1 - _ops.le(CHANNEL_DUP_MODERN_MAX_GB * GB, nic_busbw)
     # hopper_or_later as a number (1/0, or an array of them), so that rows of several
     # generations evaluate together
-    return m * (2 - _ops.maximum(keep, hopper_or_later * big * slow))
+    modern = int(hopper_or_later) if isinstance(hopper_or_later, bool) else hopper_or_later
+    return m * (2 - _ops.maximum(keep, modern * big * slow))
 
 
 def per_channel_max(ceiling: Ceiling, generation: Gen):
