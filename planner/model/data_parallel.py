@@ -54,16 +54,17 @@ NCCL_COLL = {C.Collective.ALL_REDUCE: K.Coll.ALL_REDUCE,
              C.Collective.ALL_GATHER: K.Coll.ALL_GATHER}
 
 
-def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share):
+def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share, may_be_none=False):
     """`calls` collectives of buffer/calls bytes each over the group, each as NCCL's tuner
     picks and prices it (formulas/collectives.py) on the group's tuner_link at its share of the
     link: every call pays its own latency, and a small one may run LL or the tree. The node's
     network (NVLS-tree, CollNet) counts only the NICs of the group's own ranks
     (K.group_net_busbw, through tuner_link: 8 one-rank DP groups of a tp = 8 plan each get an
-    eighth). Returns (seconds, the ledger entry explain prices again: nccl.Call)."""
+    eighth). `may_be_none`: `calls` may be 0 (DeepSpeed's backward, when it keeps a small
+    model gathered), each call's bytes then taken over max(1, calls). Returns (seconds, the
+    ledger entry explain prices again: nccl.Call)."""
     link = tuner_link(x, group, share)
-    # a framework may issue no call (DeepSpeed's backward keeps a small model gathered)
-    per_call = buffer_bytes / _ops.maximum(calls, 1)
+    per_call = buffer_bytes / (_ops.maximum(calls, 1) if may_be_none else calls)
     one = nccl_s(NCCL_COLL[coll], per_call, ranks, link)
     return K.many_collectives_s(calls, one), Call(NCCL_COLL[coll], per_call, calls, ranks, link)
 
@@ -100,15 +101,16 @@ def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, gr
     total, ledger, times, counts = 0, [], [], []
     for coll, buf, w in C.ZERO_COLLECTIVES[z]:
         if w is when:
-            moved, name = params, f"{'EP-DP' if experts else 'DP'} {coll.label}"
+            moved, name, traced = params, f"{'EP-DP' if experts else 'DP'} {coll.label}", False
             if passes is not None and buf == "weight":
+                traced = True
                 calls, moved = next(passes)
                 name = f"{name} {'fwd' if not times else 'bwd'}"
             else:
                 calls = c.framework.dp_calls(per_layer, buf, k.layers, params, ranks, x.overlap,
                                              linear, k.v)
             t, call = nccl_collectives_s(x, coll, per_param[buf] * moved, calls, ranks, group,
-                                         share)
+                                         share, may_be_none=traced)
             total = total + t
             times.append(t)
             counts.append(calls)
