@@ -39,14 +39,32 @@ def dp_traffic(x, c: Choices, k: SimpleNamespace, mem: SimpleNamespace,
     replicas, hybrid = dp_replicate_of(x)
     replica_bytes = (C.hsdp_replica_step_bytes(held_params, x.g_bytes, d_shard, replicas,
                                                zero_rounds, z) if hybrid else 0)
-    dp_bytes = C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds,
-                                   z) + replica_bytes
+    dp_bytes = (C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds, z)
+                - zero3_kept_bytes(x, c, k, held_params, d_shard, zero_rounds) + replica_bytes)
     if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
         dp_bytes = dp_bytes + C.dp_gradient_bytes(held_experts, x.g_bytes, x.w_bytes, edp,
-                                                  zero_rounds, z)
+                                                  zero_rounds, z) - zero3_kept_bytes(
+            x, c, k, held_experts, edp, zero_rounds)
     return SimpleNamespace(moe=moe, zero_rounds=zero_rounds, held_params=held_params,
                            held_experts=held_experts, edp=edp, replicas=replicas, hybrid=hybrid,
                            replica_bytes=replica_bytes, dp_bytes=note("dp_bytes", dp_bytes))
+
+
+def stage_modules(x, k: SimpleNamespace):
+    """The stage's modules with gathered parameters: its layers' linear ones (attention's q, k,
+    v, o and the MLP's matrices), the embedding and the output layer."""
+    return k.layers * (4 + x.n_mlp) + 2
+
+
+def zero3_kept_bytes(x, c: Choices, k: SimpleNamespace, params, ranks, rounds):
+    """The backward gathers a framework does not issue, out of ZeRO-3's two per micro-batch:
+    m·(d − 1)/d·w·(Ψ − Ψ_b), Ψ_b its backward's parameters (Framework.zero3_gathers: DeepSpeed
+    keeps the forward's last R/2 elements gathered); 0 for one that gathers everything twice."""
+    gathers = c.framework.zero3_gathers
+    if int(c.zero_stage) != 3 or gathers is None:
+        return 0
+    _, (_, backward) = gathers(params, stage_modules(x, k))
+    return rounds * C.ring_gather_bytes(ranks, x.w_bytes * (params - backward))
 
 
 NCCL_COLL = {C.Collective.ALL_REDUCE: K.Coll.ALL_REDUCE,
@@ -95,8 +113,7 @@ def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, gr
     # linear modules per layer: attention's q, k, v, o and the MLP's matrices
     linear = 4 + x.n_mlp
     gathers = c.framework.zero3_gathers
-    # the stage's modules: its layers' linear ones, the embedding and the output layer
-    passes = (iter(gathers(params, k.layers * linear + 2))
+    passes = (iter(gathers(params, stage_modules(x, k)))
               if per_layer and gathers is not None else None)
     total, ledger, times, counts = 0, [], [], []
     for coll, buf, w in C.ZERO_COLLECTIVES[z]:

@@ -258,6 +258,8 @@ def test_deepspeed_zero3_follows_its_prefetch_trace():
     per_mb = with_sigma(t_f, exposed_f) + with_sigma(t_b + t_rs, exposed_b)
     assert n["zero_microbatch_exposed_s"] == pytest.approx(per_mb, rel=1e-9)
     assert r["dp_exposed_s"] == pytest.approx(2 * per_mb, rel=1e-9)
+    # the traffic counts the backward's gathers as issued: m·(d − 1)/d·(wΨ + wΨ_b + gΨ), 2 B each
+    assert n["dp_bytes"] == pytest.approx(2 * 7 / 8 * 2 * (psi + (psi - 5e8) + psi), rel=1e-12)
     # compute-bound here: what shows is the embedding's gather and the last bucket
     assert exposed_f == pytest.approx(t_f * 525_336_576 / psi, rel=1e-12)
     assert exposed_b == pytest.approx(t_rs / 17, rel=1e-12)
