@@ -10,8 +10,8 @@ Source: deepspeedai/DeepSpeed @ edaa72212, deepspeed/runtime/zero/
     min(stage3_max_live_parameters − live, stage3_prefetch_bucket_size) elements are reached
     (l.451-485; whole parameters, so a set reaches at least one parameter); `live` (l.593, 630)
     counts every gathered, not yet released parameter, and is reset at each forward's start;
-    __params_to_release (l.634-664) keeps a parameter its trace reuses within
-    stage3_max_reuse_distance elements (and one the prefetcher skipped because still live);
+    __params_to_release (l.634-664) keeps a parameter the prefetcher skipped because still live,
+    and one its trace reuses within stage3_max_reuse_distance elements;
   partition_parameters.py — all_gather_coalesced → _all_gather_dtype (l.1301-1343, 1418-1440):
     one all_gather_into_tensor per dtype of the set (one for a bf16 model);
   parameter_offload.py — mark_persistent_parameters (l.311-328): parameters of at most
@@ -50,20 +50,27 @@ def prefetch_gather_calls(trace_elements, module_elements, prefetch_bucket, max_
     return ramp + _ops.ceil(_ops.maximum(0, trace_elements - max_live) / module_elements)
 
 
-def backward_gathered_elements(gathered_elements, reuse_distance):
+def backward_gathered_elements(gathered_elements, max_live, reuse_distance):
     """The elements the backward gathers again, of the Ψ the forward gathered:
 
-        Ψ_b = max(0, Ψ − R/2)
+        Ψ_b = max(0, Ψ − max(L, R/2))
 
-    A parameter the forward used r elements before its end is used again by the backward
-    about r elements after it, 2r elements later in the trace; __params_to_release keeps it
-    gathered when 2r ≤ R (stage3_max_reuse_distance), so the forward's last R/2 elements are
-    not gathered again. The prefetcher, at most L (max live) elements ahead, keeps the same ones
-    when L = R (the defaults). Assumes the backward visits the modules in the reverse order of
-    the forward, each with the elements it had there (full recompute gathers a layer once for
-    its recomputed forward and backward together, within one layer's distance). Source:
-    partitioned_param_coordinator.py @ edaa72212 l.634-664."""
-    return _ops.maximum(0, gathered_elements - reuse_distance / 2)
+    Two rules keep a parameter gathered from its forward use to its backward one, and the
+    forward's last max(L, R/2) elements are kept by one or the other:
+    - the prefetcher's: it walks the trace at most L (stage3_max_live_parameters) newly gathered
+      elements ahead, and pops an entry whose parameter is still live without counting it,
+      marking the parameter as needed at that later step (l.465-472), so __params_to_release
+      spares it (l.649-651). Once it has fetched the forward's last L elements it turns into the
+      backward's entries, which visit those same parameters first (the backward runs the
+      layers in reverse): all live, all kept;
+    - the reuse distance: a parameter the forward used r elements before its end is used again
+      about 2r elements later in the trace (3r under full recompute, whose rerun forward counts
+      too) and is kept when that is within R (stage3_max_reuse_distance, l.653-662): r ≤ R/2.
+    At the defaults (L = R = 10⁹) the prefetcher's L decides. Assumes the backward visits the
+    modules in the reverse order of the forward (full recompute gathers a layer once for its
+    rerun forward and backward together, a layer apart). Source:
+    partitioned_param_coordinator.py @ edaa72212."""
+    return _ops.maximum(0, gathered_elements - _ops.maximum(max_live, reuse_distance / 2))
 
 
 def first_fetch_elements(first_param_elements, prefetch_bucket):

@@ -397,11 +397,11 @@ def deepspeed_zero3_gathers(params, modules):
     the forward then the backward (formulas/zero3.py): the forward gathers the stage's Ψ
     gathered elements (the persistent ones, ≤ stage3_param_persistence_threshold = 10⁵ each —
     norms, small biases — stay whole and are not counted: under 10⁻³ of Ψ for h ≥ 2048), the
-    backward Ψ_b = max(0, Ψ − R/2) again; calls n(Ψ) and n(Ψ + Ψ_b) − n(Ψ), with modules of
-    Ψ/`modules` elements, the prefetch bucket B = 5·10⁷, max live L = 10⁹ and reuse distance
-    R = 10⁹ as emitted. Returns ((forward calls, Ψ), (backward calls, Ψ_b))."""
+    backward Ψ_b = max(0, Ψ − max(L, R/2)) again; calls n(Ψ) and n(Ψ + Ψ_b) − n(Ψ), with
+    modules of Ψ/`modules` elements, the prefetch bucket B = 5·10⁷, max live L = 10⁹ and reuse
+    distance R = 10⁹ as emitted. Returns ((forward calls, Ψ), (backward calls, Ψ_b))."""
     module = params / modules
-    back = Z3.backward_gathered_elements(params, MAX_REUSE_DISTANCE)
+    back = Z3.backward_gathered_elements(params, MAX_LIVE_PARAMETERS, MAX_REUSE_DISTANCE)
 
     def calls(elements):
         return Z3.prefetch_gather_calls(elements, module, PREFETCH_BUCKET_ELEMENTS,
