@@ -118,3 +118,4 @@ def test_numbered_sparse_ids_as_dense_ones():
     assert codes.tolist() == [1, 0, 1, 2, 0] and ids[rows].tolist() == [3, 5, 9]
     codes, rows = numbered(ids * 10**9)
     assert codes.tolist() == [1, 0, 1, 2, 0] and (ids * 10**9)[rows].tolist() == [3e9, 5e9, 9e9]
+
