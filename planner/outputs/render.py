@@ -53,6 +53,14 @@ def console(stderr: bool = False) -> Console:
 
 PLAIN_WIDTH = 160  # not a terminal: wide enough that no table wraps a row
 PLAIN_MIN_WIDTH = 40
+PROSE_MARGIN = 2
+"""The words under a table wrap this many columns short of the console's width, so that no line
+of them ends in a terminal's last column (at 80 columns: 78, search.summary.SHORT_WIDTH)."""
+
+
+def prose_width(out: Console) -> int:
+    """The width the words under a table wrap at: the console's less PROSE_MARGIN."""
+    return max(PLAIN_MIN_WIDTH, out.width - PROSE_MARGIN)
 
 
 def non_finite(data, path: str = "") -> str | None:
@@ -543,7 +551,6 @@ def layout_cell(plan: Plan) -> str:
     return plan.config.short_label()
 
 
-WHY_HINT = "--why: each row and option weighed."
 RANK_LEGEND = "# 1= a tie with its group's first row, m inside the memory margin, ! a warning"
 LAYOUT_LEGEND = (RANK_LEGEND + "; layout: z = ZeRO stage, v = virtual stages, sel/full = "
                  "recompute (none when absent), nosp = no sequence parallelism")
@@ -568,6 +575,8 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     """The answer (--sort gpus: the size) first, the ranked table, a few lines on row 1 and the
     warnings of the plans shown, then `footer` (the command that runs row 1); with `why`, the
     whole reasoning and every option weighed."""
+    from ..search.summary import WHY_HINT
+
     if result.answer:
         out.print(result.answer)
     plans = result.plans
@@ -617,10 +626,12 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
         lines += [result.reason] if result.reason else []
         lines += ["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
                                       for a in result.alternatives] if result.alternatives else []
+    width = prose_width(out)
     if lines:  # one print: rich's per-call cost is most of a short line's
-        out.print(Text("\n".join(line for line in lines if line)))
+        out.print(Text("\n".join(line for line in lines if line)), width=width)
     if budget:
-        out.print(("Plan 1: " + budget_line(plans[0])) if why else budget_brief(plans[0]))
+        out.print(("Plan 1: " + budget_line(plans[0])) if why else budget_brief(plans[0]),
+                  width=width)
     # one line per kind of warning: its first plan's message (by default its first clause), and
     # which other plans share it
     by_code: dict[str, tuple[str, list[int]]] = {}
@@ -632,13 +643,14 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
         if why:
             which = (f"plan {which_plans[0]}" if len(which_plans) == 1 else
                      f"plans {numbers_text(which_plans)}; shown for plan {which_plans[0]}")
-            out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
+            out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"),
+                      width=width)
         elif code not in QUIET_WARNINGS:  # by default the warnings the `!` marks, one line each
             which = "plan" + ("s" if len(which_plans) > 1 else "")
             out.print(Text(f"! {which} {numbers_text(which_plans)}: {_warning_clause(message)} "
-                           f"[{code}]", style="yellow"))
+                           f"[{code}]", style="yellow"), width=width)
     for label, words in footer or []:
-        out.print(Text("\n".join(command_lines(label, words, out.width))), no_wrap=True,
+        out.print(Text("\n".join(command_lines(label, words, width))), no_wrap=True,
                   overflow="ignore", crop=False)
 
 

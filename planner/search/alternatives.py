@@ -88,7 +88,7 @@ def step_differences(plan: Time, other: Time, most: int | None = None,
     step difference — so that the arithmetic can be checked: 'exposed DP/ZeRO −1.130 s, compute
     +0.476 s, optimizer −0.002 s = −0.656 s' ('' when no part differs). Parts under half a
     millisecond are left out of the words (not of the sum). With `most`, only the `most` largest
-    parts are named and the others summed as one ('4 smaller −0.051 s'), so the words still add
+    parts are named and the others summed as one ('4 others −0.051 s'), so the words still add
     up to the difference. With `unit_once`, the seconds are named once, after the sum
     ('compute −6.739, exposed TP −2.863 = −9.602 s'), for a line that must stay short."""
     terms = difference_terms(plan, other)
@@ -101,7 +101,7 @@ def step_differences(plan: Time, other: Time, most: int | None = None,
         return f"{terms[0][0]} {_signed(terms[0][1])}"
     if most is not None and len(shown) > most + 1:
         rest = [d for _, d in terms[most:]]  # the parts under half a millisecond too
-        shown = shown[:most] + [f"{len(rest)} smaller {_signed(sum(rest), unit)}"]
+        shown = shown[:most] + [f"{len(rest)} others {_signed(sum(rest), unit)}"]
     return ", ".join(shown or ["parts under 1 ms"]) + f" = {_signed(total)}"
 
 

@@ -185,7 +185,7 @@ def test_the_short_line_of_an_option_that_changes_the_answer_names_its_parts():
     line = next(s for s in data["summary"] if s.startswith("With --offload auto, "))
     alt = next(a for a in data["alternatives"] if a["option"] == "offload to host memory")
     assert line.startswith(f"With --offload auto, {alt['plan']} is ")
-    # the seconds named once, after the sum: 'compute −6.739, …, 6 smaller −0.971 = −5.554 s'
+    # the seconds named once, after the sum: 'compute −6.739, …, 6 others −0.971 = −5.554 s'
     words = line.split("faster: ", 1)[1].rstrip(".")
     head, _, total = words.rpartition(" = ")
     parts = [float(v.replace("−", "-")) for v in re.findall(r"([−+]\d+\.\d{3})", head)]
