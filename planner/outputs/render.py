@@ -771,30 +771,36 @@ def render_validation(report, out: Console) -> None:
 
 
 def render_calibration(result, out: Console, output: str | None) -> None:
-    """The fit: each factor before and after, each run's error before and after."""
-    table = Table(box=box.SIMPLE_HEAD, title=f"Calibration of {result.hardware}",
-                  title_justify="left")
-    for col in ("factor", "before", "after", "status", "why"):
-        table.add_column(col, overflow="fold", max_width=60 if col == "why" else None)
-    for f in result.factors:
-        table.add_row(f.path, f"{f.before:.4g} {f.unit}".strip(), f"{f.after:.4g} {f.unit}".strip(),
-                      f.status, f.reason)
-    out.print(table)
-    runs = Table(box=box.SIMPLE_HEAD, title="Runs: predicted vs measured step time",
-                 title_justify="left")
-    for col in ("run", "layout", "measured s", "before s", "error", "after s", "error"):
-        runs.add_column(col, justify="left" if col in ("run", "layout") else "right")
-    for r in result.runs:
-        runs.add_row(r.id, r.layout, step_seconds(r.measured_s),
-                     step_seconds(r.predicted_before_s), f"{r.error_before:+.1%}",
-                     step_seconds(r.predicted_after_s),
-                     f"{r.error_after:+.1%}")
-    out.print(runs)
-    out.print(f"median |error| {result.median_abs_error_before:.1%} → "
-              f"{result.median_abs_error_after:.1%}, max {result.max_abs_error_before:.1%} → "
-              f"{result.max_abs_error_after:.1%}")
+    """The fit, answer first: the runs' error before and after; each factor before and after
+    with its status, then each one's reason in a line of words (a reason runs to a few sentences:
+    in a column it would fold into a narrow strip, or widen the table past 80 columns); each
+    run's error before and after, its model and layout where the width allows them."""
+    out.print(f"Calibration of {result.hardware}: median |error| "
+              f"{result.median_abs_error_before:.1%} → {result.median_abs_error_after:.1%}, max "
+              f"{result.max_abs_error_before:.1%} → {result.max_abs_error_after:.1%}",
+              width=prose_width(out))
+    factors = result.factors
+    out.print(fitted_table(out, [
+        Column("factor", [f.path for f in factors], justify="left"),
+        Column("before", [f"{f.before:.4g} {f.unit}".strip() for f in factors]),
+        Column("after", [f"{f.after:.4g} {f.unit}".strip() for f in factors]),
+        Column("status", [f.status for f in factors], justify="left")]))
+    out.print(Text("\n".join(f"{f.path}: {f.reason}" for f in factors)),
+              width=prose_width(out))
+    out.print()
+    runs = result.runs
+    out.print(fitted_table(out, [
+        Column("run", [r.id for r in runs], justify="left", fold=True),
+        Column("measured\ns", [step_seconds(r.measured_s) for r in runs]),
+        Column("before\ns", [step_seconds(r.predicted_before_s) for r in runs]),
+        Column("error", [f"{r.error_before:+.1%}" for r in runs]),
+        Column("after\ns", [step_seconds(r.predicted_after_s) for r in runs]),
+        Column("error", [f"{r.error_after:+.1%}" for r in runs]),
+        Column("model", [r.model for r in runs], priority=1, justify="left"),
+        Column("layout", [r.layout for r in runs], priority=2, justify="left"),
+    ], "Runs: predicted vs measured step time"))
     for w in result.warnings:
-        out.print(Text(f"warning: {w}", style="yellow"))
+        out.print(Text(f"warning: {w}", style="yellow"), width=prose_width(out))
     if output:
         out.print(f"wrote {output}: use it with --hw {output}")
     else:
