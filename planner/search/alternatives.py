@@ -165,19 +165,21 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
                  if k.verdict in ("wins", "ties", "loses") else k for k in kinds]
     out += kinds
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
-    out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
+    out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band,
+                                budget))
     out.append(_partial_recompute(req, cols, plan_at, fastest, band))  # fit
     if FRAMEWORKS[req.framework].memory.searches_partitioned_checkpoints:  # fit
         out += _partitioned_checkpoints(req, cols, plan_at, fastest, band)
     if req.precision is Precision.FP8 and len(fits):  # fit
-        out.append(_fp8_recipes(model, hw, req, cols, fits, step, plan_at, band))
+        out.append(_fp8_recipes(model, hw, req, cols, fits, step, plan_at, band, budget))
     return out
 
 
-def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band) -> Alternative:
+def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band, budget) -> Alternative:
     """fit: the other fp8 recipes, and the quantised weights as the parameters
     (--fp8-param-gather), on row 1's layout: each the framework and the GPU run, costed by
-    explain's model; the fastest that fits against row 1. The search does not switch recipes by
+    explain's model; the fastest that fits in `budget` (with the memory margin, as row 1 must)
+    against row 1. The search does not switch recipes by
     itself (each is a numerics choice), so they are tried on the fastest plan only."""
     from ..formulas.choices import QuantRecipe
     from ..model.estimate import check_config, estimate
@@ -200,11 +202,12 @@ def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band) -> Alternative
             except PlanError:
                 continue  # the framework or the GPU does not run it
             plan = estimate(model, hw, candidate)
-            if plan.memory.fits:
+            if plan.memory.total_bytes <= budget:  # fits with the margin, as row 1
                 tried.append(plan)
     if not tried:
         return Alternative(option=option, verdict="none fits", why=(
-            "no other recipe the framework and the GPU run fits on row 1's layout."))
+            "no other recipe the framework and the GPU run fits on row 1's layout with the "
+            "memory margin."))
     with_plan = min(tried, key=lambda p: p.time.step_s)
     return _verdict(option, with_plan, plan_at(first), band,
                     tried=f" (of {len(tried)} that fit on row 1's layout; a numerics choice, "
@@ -394,10 +397,12 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
     return alt
 
 
-def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -> Alternative:
+def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band,
+                     budget) -> Alternative:
     """HSDP: read off the search when --dp-shard put it in the space; otherwise tried, with up to
     PROBED_SHARDS of the shard groups `--dp-shard auto` would try, on the PROBED_LAYOUTS fastest
-    fitting layouts."""
+    fitting layouts, a tried plan counted where it fits in `budget` (with the memory margin, as
+    the search would rank it)."""
     from ..model.estimate import check_config, estimate
     from .space import config_at, dp_shard_candidates
 
@@ -422,7 +427,7 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
                 refusal = refusal or str(exc)
                 continue
             plan = estimate(model, hw, candidate)
-            if plan.memory.fits:
+            if plan.memory.total_bytes <= budget:  # fits with the margin, as row 1
                 tried.append(plan)
     if not tried:
         # the framework's reason, without its advice about --dp-shard: the user did not give it
@@ -430,7 +435,7 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
             "--dp-shard", "hybrid sharding")
         why = (f"refused: {refusal}" if refusal else
                f"on the {len(best)} fastest layouts, no hybrid shard group (whole NVLink "
-               "domains) fits")
+               "domains) fits with the memory margin")
         return Alternative(option=option, verdict="not run" if refusal else "none fits",
                            why=why.rstrip(".") + ".")
     with_plan = min(tried, key=lambda p: p.time.step_s)
