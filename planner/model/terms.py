@@ -226,6 +226,11 @@ TERMS: dict[str, TermInfo] = {
     "moe_router_permute_s": TermInfo("T_route", "s", "time",
                                      "one MoE layer's router and token permutation (HBM-bound) "
                                      "and their kernels, forward"),
+    "moe_atomic_scatter_s": TermInfo("T_scat", "s", "time",
+                                     "Megatron's un-fused un-permutation (no --moe-permute-"
+                                     "fusion): its atomic scatter-add at W_sc beyond the "
+                                     "streaming pass, forward; once more in the backward "
+                                     "(index_add_)"),
     "expert_wave_efficiency": TermInfo("w_exp", "fraction", "time",
                                        "grouped expert GEMMs: tokens per expert padded to "
                                        "tiles, tiles in waves"),
