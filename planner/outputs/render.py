@@ -632,26 +632,32 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     if budget:
         out.print(("Plan 1: " + budget_line(plans[0])) if why else budget_brief(plans[0]),
                   width=width)
-    # one line per kind of warning: its first plan's message (by default its first clause), and
-    # which other plans share it
+    for line in _search_warnings(plans, mfu_convention, why):
+        out.print(Text(line, style="yellow"), width=width)
+    for label, words in footer or []:
+        out.print(Text("\n".join(command_lines(label, words, width))), no_wrap=True,
+                  overflow="ignore", crop=False)
+
+
+def _search_warnings(plans: list[Plan], mfu_convention: str, why: bool) -> list[str]:
+    """One line per kind of warning among the plans shown: its first plan's message (by default
+    its first clause, and only the kinds the `!` marks), and which other plans share it."""
     by_code: dict[str, tuple[str, list[int]]] = {}
     for i, p in enumerate(plans, 1):
         for w in _shown_warnings(p, mfu_convention):
             first = by_code.setdefault(w.code, (w.message, []))
             first[1].append(i)
+    lines = []
     for code, (message, which_plans) in by_code.items():
         if why:
             which = (f"plan {which_plans[0]}" if len(which_plans) == 1 else
                      f"plans {numbers_text(which_plans)}; shown for plan {which_plans[0]}")
-            out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"),
-                      width=width)
+            lines.append(f"warning ({which}) [{code}]: {message}")
         elif code not in QUIET_WARNINGS:  # by default the warnings the `!` marks, one line each
             which = "plan" + ("s" if len(which_plans) > 1 else "")
-            out.print(Text(f"! {which} {numbers_text(which_plans)}: {_warning_clause(message)} "
-                           f"[{code}]", style="yellow"), width=width)
-    for label, words in footer or []:
-        out.print(Text("\n".join(command_lines(label, words, width))), no_wrap=True,
-                  overflow="ignore", crop=False)
+            lines.append(f"! {which} {numbers_text(which_plans)}: {_warning_clause(message)} "
+                         f"[{code}]")
+    return lines
 
 
 def command_lines(label: str, words: list[str], width: int) -> list[str]:
