@@ -179,8 +179,8 @@ def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band, budget) -> Alt
     """fit: the other fp8 recipes, and the quantised weights as the parameters
     (--fp8-param-gather), on row 1's layout: each the framework and the GPU run, costed by
     explain's model; the fastest that fits in `budget` (with the memory margin, as row 1 must)
-    against row 1. The search does not switch recipes by
-    itself (each is a numerics choice), so they are tried on the fastest plan only."""
+    against row 1. The search does not switch recipes by itself (each is a numerics choice), so
+    they are tried on the fastest plan only."""
     from ..formulas.choices import QuantRecipe
     from ..model.estimate import check_config, estimate
     from .space import config_at
@@ -397,6 +397,17 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
     return alt
 
 
+def _fastest_first(step: np.ndarray, k: int) -> np.ndarray:
+    """The places of the k smallest steps, smallest first, equal steps in order of place: what
+    np.argsort(step, kind="stable")[:k] gives, without sorting every candidate (a partition
+    finds the k-th step; only the steps up to it are sorted)."""
+    kth = np.partition(step, k - 1)[k - 1] if len(step) > k else np.nan
+    if np.isnan(kth):  # few candidates, or NaN among the k first: the sort itself
+        return np.argsort(step, kind="stable")[:k]
+    near = np.flatnonzero(step <= kth)
+    return near[np.argsort(step[near], kind="stable")[:k]]
+
+
 def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band,
                      budget) -> Alternative:
     """HSDP: read off the search when --dp-shard put it in the space; otherwise tried, with up to
@@ -411,7 +422,7 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band,
         uses = cols["dp_shard"] < cols["dp"]
         return _compare(option, fastest(uses), fastest(~uses), plan_at, band,
                         none_fit="no hybrid plan fits")
-    best = fits[np.argsort(step[fits], kind="stable")[:PROBED_LAYOUTS]]
+    best = fits[_fastest_first(step[fits], PROBED_LAYOUTS)]
     tried, refusal = [], ""
     for i in best:
         config = config_at(model, req, cols, int(i))
