@@ -575,7 +575,7 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     """The answer (--sort gpus: the size) first, the ranked table, a few lines on row 1 and the
     warnings of the plans shown, then `footer` (the command that runs row 1); with `why`, the
     whole reasoning and every option weighed."""
-    from ..search.summary import WHY_HINT
+    from ..search.summary import WHY_HINT, WHY_ROWS_HINT
 
     if result.answer:
         out.print(result.answer)
@@ -618,10 +618,11 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
         out.print(RANK_LEGEND + ".")
     lines = list(result.summary) if result.summary else ([] if why else [result.reason])
     if not why:  # the way to the rest: on the line of row 1's margin, else its own line
+        hint = WHY_HINT if result.alternatives else WHY_ROWS_HINT  # --sort memory: no options
         if len(lines) >= 2:
-            lines[1] += " " + WHY_HINT
+            lines[1] += " " + hint
         else:
-            lines.append(WHY_HINT)
+            lines.append(hint)
     if why:
         lines += [result.reason] if result.reason else []
         lines += ["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"

@@ -56,7 +56,8 @@ SHORT_LINES = 2
 """How many lines at SHORT_WIDTH a short line that weighs one plan against row 1 may take."""
 WHY_HINT = "--why weighs each row and option."
 """The way to the rest, which the renderer puts on the line of row 1's margin (summary's second
-line), else on a line of its own."""
+line), else on a line of its own; WHY_ROWS_HINT where no option was weighed (--sort memory)."""
+WHY_ROWS_HINT = "--why weighs each row."
 
 
 def _short(line_of: Callable[[int], str], after: str = "") -> str:
