@@ -14,6 +14,7 @@ from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import overlap as O
+from . import moe as MOE
 from .links import collective_group, dp_replicate_of
 from .nccl import Call, nccl_s, tuner_link
 from .numbers import Choices, any_row, same
@@ -128,8 +129,10 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
     ledger = []
 
     def dp_time(when, params=dp.held_params, ranks=k.d_shard, on=group, experts=False):
+        # moe: the expert exchange beside it where the schedule runs them together
+        beside = concurrent + (MOE.beside_dp_bytes(x, k, when, on.inside) if k.moe_model else 0)
         share, t, calls, fwd, first, last = zero_collective_s(
-            x, c, k, when, params, ranks, on, concurrent, dp.zero_rounds, experts=experts)
+            x, c, k, when, params, ranks, on, beside, dp.zero_rounds, experts=experts)
         ledger.extend(calls)
         return share, t, fwd, first, last
 

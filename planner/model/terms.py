@@ -241,7 +241,11 @@ TERMS: dict[str, TermInfo] = {
                            "every expert-parallel call of a MoE layer per micro-batch, forward "
                            "and backward, before overlap"),
     "ep_bytes": TermInfo("V_ep", "bytes", "comm",
-                         "all-to-all traffic per GPU per step: 4 per MoE layer and micro-batch"),
+                         "bytes the expert exchange sends per GPU per step: every call priced, "
+                         "on NVLink and the network"),
+    "ep_share": TermInfo("σ_ep", "fraction", "comm",
+                         "share of its link the expert exchange gets beside PP's sends "
+                         "(Megatron's interleaved schedule overlaps them)"),
     "ep_exposed_s": TermInfo("T_ep,exp", "s", "time",
                              "all-to-all not overlapped with compute"),
     "nvlink_busy_s": TermInfo("T_nvl,busy", "s", "comm",
