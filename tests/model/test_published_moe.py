@@ -28,7 +28,11 @@ rows with few rows per expert most: Qwen3-235B at TP4 EP8 −40 → −34 %, Qwe
 (its experts see 4,096 rows each: the waves were already full; what it still lacks is not in
 any sourced term — see the README's MoE section). Pricing each expert-parallel call as NCCL
 runs it (issue 22: per-call latency, the probabilities' all-to-all, the counts' all-gather)
-moved the all-to-all rows by under 1 point: median 7.6 → 8.0 %."""
+moved the all-to-all rows by under 1 point: median 7.6 → 8.0 %. The exchange sharing its link
+with the data-parallel collectives beside it, V_ep from the calls and DeepEP's slots and
+barriers left the median at 8.0 % (8.035 → 8.043 %): DeepSeek-V3's report +81.5 → +86.0 % (its
+expert gradients' reduction shares the NIC with the last backward's exchange), Qwen3-235B EP32
++23.4 → +24.2 %, Qwen3-30B-A3B −24.2 → −23.2 %."""
 
 from __future__ import annotations
 
