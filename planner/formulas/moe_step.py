@@ -107,18 +107,22 @@ def deepep_call_bytes(tokens, top_k, hidden, ep, ep_in_domain, max_nodes, load=1
     return rdma, slot * D.deepep_nvlink_copies(tokens, top_k, ep, ep_in_domain, load)
 
 
+def deepep_call_latency_s(n_nodes, cached: bool, fast_latency_s, net_latency_s):
+    """The latency of one DeepEP normal-kernel call: the data's first hop — NVLink inside one
+    node, the network across — and its synchronisations (moe_dispatch.deepep_sync_latency_s;
+    `cached`, a bool, for a call on a known layout):  α_first + sync latency."""
+    first = _ops.select(_ops.le(n_nodes, 1), fast_latency_s, net_latency_s)
+    return first + D.deepep_sync_latency_s(n_nodes, cached, net_latency_s, fast_latency_s)
+
+
 def deepep_call_time_s(rdma_bytes, nvlink_bytes, n_nodes, cached: bool, rdma_bw, nvlink_bw,
                        fast_latency_s, net_latency_s):
     """One DeepEP normal-kernel call: moe_dispatch.deepep_time_s (the slower of its pipelined
     RDMA sends and NVLink forwarding, at DeepEP's measured efficiency of the links' nominal
-    rates) with the data's first-hop latency — NVLink inside one node, the network across —
-    plus its synchronisations (moe_dispatch.deepep_sync_latency_s; `cached`, a bool, for a call
-    on a known layout):
+    rates) with deepep_call_latency_s:
         max(rdma/(η_r·B_net), nvl/(η_n·B_nvl)) + α_first + sync latency"""
-    first = _ops.select(_ops.le(n_nodes, 1), fast_latency_s, net_latency_s)
-    return D.deepep_time_s(rdma_bytes, nvlink_bytes, rdma_bw, nvlink_bw, first
-                           + D.deepep_sync_latency_s(n_nodes, cached, net_latency_s,
-                                                     fast_latency_s))
+    return D.deepep_time_s(rdma_bytes, nvlink_bytes, rdma_bw, nvlink_bw, deepep_call_latency_s(
+        n_nodes, cached, fast_latency_s, net_latency_s))
 
 
 def shared_overlap_exposed_s(exposed_s, shared_forward_s, overlap):

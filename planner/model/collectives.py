@@ -134,21 +134,22 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
         return SimpleNamespace(ep_mb_s=0, ep_bytes=0, ep_inside=0)
     m, g, moe_tokens, lam = k.m, k.links, k.moe_tokens, k.lam
     ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
-    link = MOE.ep_link(x, g.domain)
     one, layer, calls = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
-                                       k.fwd_passes, link)
+                                       k.fwd_passes)
     a2a_s = note("all_to_all_s", one)  # one token dispatch, as before
     layer_s = note("ep_layer_s", layer)
-    note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, moe_tokens, lam, one,
-                                        calls, k.fwd_passes, k.moe_last * m))
+    note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, calls, k.moe_last * m))
     ep_layer_exposed = x.moe * MOE.shared_overlap_exposed_s(x, k, MOE.exposed_exchange_s(
         x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, layer_s, k.fwd_s + k.bwd_s))
+    # the share of the exchange compute hides (what crowds the window of the data-parallel
+    # collectives beside it: MOE.beside_dp_bytes)
+    ep_hidden = MOE.hidden_share(x, layer_s, ep_layer_exposed)
     # the exchange keeps its link busy too (on NVLink when the ep·etp group fits a domain, else
     # counted on the network, whose NICs it leaves on)
     ep_busy_mb = x.moe * k.moe_last * layer_s
     t = k.ep_traffic  # the stage's MoE layers' bytes per micro-batch, from the calls priced
     return SimpleNamespace(
-        ep_mb_s=k.moe_last * ep_layer_exposed, all_to_all_s=a2a_s,
+        ep_mb_s=k.moe_last * ep_layer_exposed, all_to_all_s=a2a_s, ep_hidden=ep_hidden,
         ep_bytes=note("ep_bytes", m * (t.fwd_nvl + t.fwd_net + t.bwd_nvl + t.bwd_net)),
         ep_inside=ep_span_inside,
         nvlink_busy_mb=k.nvlink_busy_mb + ep_span_inside * ep_busy_mb,

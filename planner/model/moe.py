@@ -162,15 +162,15 @@ def _nccl_rows(x, dispatcher: Dispatcher, tokens, lam):
         yield name, coll, group, groups[group], per_rank, sent, fwd, bwd
 
 
-DEEPEP_CALLS = (("dispatch", 1, False, 1, 0), ("combine", 0, True, 1, 0),
-                ("dispatch", 0, True, 0, 1), ("combine", 1, True, 0, 1))
-"""DeepEP's normal-kernel calls per MoE layer and micro-batch, as (kernel, whether its slots
-are the dispatch's, cached layout, forward calls, backward calls): forward the dispatch (its
-layout notified anew) and the combine; backward the dispatch's gradient by a combine and the
-combine's by a dispatch, both on the forward's handle (DeepEP docs/legacy.md @ dd758caf45,
-`dispatch_backward`/`combine_backward`: "the backward process of MoE dispatch is actually a
-combine"). Entry 2 is the dispatch's backward (a combine's slots), entry 3 the combine's (a
-dispatch's slots, its values BF16 gradients)."""
+DEEPEP_CALLS = (("EP DeepEP dispatch", 1, False, 1, 0), ("EP DeepEP combine", 0, True, 1, 0),
+                ("EP DeepEP dispatch bwd", 0, True, 0, 1),
+                ("EP DeepEP combine bwd", 1, True, 0, 1))
+"""DeepEP's normal-kernel calls per MoE layer and micro-batch, as (name, whether its slots are
+the dispatch's, cached layout, forward calls, backward calls): forward the dispatch (its layout
+notified anew) and the combine; backward the dispatch's gradient by a combine kernel and the
+combine's by a dispatch kernel, both on the forward's handle (DeepEP docs/legacy.md @
+dd758caf45, `dispatch_backward`/`combine_backward`: "the backward process of MoE dispatch is
+actually a combine"; the combine's backward dispatches BF16 gradients)."""
 
 
 def deepep_calls(x, domain, tokens, lam):
@@ -182,10 +182,10 @@ def deepep_calls(x, domain, tokens, lam):
     in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
     max_nodes = S.node_limit(S.ep_nodes(x.ep, in_domain), x.expert_groups, x.topk_groups)
     out = []
-    for kernel, slots, cached, fwd, bwd in DEEPEP_CALLS:
+    for name, slots, cached, fwd, bwd in DEEPEP_CALLS:
         rdma, nvl = S.deepep_call_bytes(tokens, x.top_k, x.hidden, x.ep, in_domain, max_nodes,
                                         lam, x.act_bytes, 0, slots)
-        out.append((f"EP DeepEP {kernel}", fwd, bwd, rdma, nvl, cached))
+        out.append((name, fwd, bwd, rdma, nvl, cached))
     return out
 
 
@@ -250,6 +250,20 @@ def traffic_bytes(traffic) -> object:
 # (`_wait_batch_p2p`).
 
 
+def hidden_share(x, layer_s, exposed_s):
+    """The share of a layer's exchange that compute hides (the a2a overlaps, the shared experts),
+    1 − min(1, exposed/exchange); 0 where nothing hides it."""
+    return 1 - _ops.minimum(1, exposed_s / _ops.maximum(x.moe * layer_s, 1e-12))
+
+
+def exchange_on_link(k, inside):
+    """The stage's exchange bytes per micro-batch on one link (NVLink where `inside` = 1, the
+    network where 0), (forward, backward) (k.ep_traffic: exchange_traffic over the stage's MoE
+    layers)."""
+    t = k.ep_traffic
+    return on_link(inside, t.fwd_nvl, t.fwd_net), on_link(inside, t.bwd_nvl, t.bwd_net)
+
+
 def beside_dp_bytes(x, k, when, inside):
     """The expert exchange's bytes per micro-batch on a data-parallel group's link (NVLink where
     `inside` = 1) that run beside its collectives at `when` (comm.When; Megatron-Core @
@@ -260,15 +274,26 @@ def beside_dp_bytes(x, k, when, inside):
     next bucket's); without the overlap (x.overlap = 0) they run after the backward or in the
     optimizer step, beside nothing. ZeRO-2/3's per-micro-batch collectives run beside a whole
     micro-batch's. One micro-batch's bytes, as link_shares counts PP's and CP's beside them.
-    The exchange is not charged the other way: the collectives beside it (hidden) could slow
-    the exchange (which the compute waits for) by at most their own time on the shared link,
-    in the one window a step where they meet — DeepSeek-V3's report layout: the expert
-    gradients' reduction (≈ 0.7 GB at ≈ 40 GB/s, 17 ms) on a 36 s step."""
-    t = k.ep_traffic
-    fwd, bwd = on_link(inside, t.fwd_nvl, t.fwd_net), on_link(inside, t.bwd_nvl, t.bwd_net)
+    model/data_parallel.py splits them by what compute does of the exchange (hidden_share): the
+    part it hides runs in the collective's window and takes a share of its link
+    (comm.link_share); the exposed part lengthens that window by its own time, so it takes
+    none, and is itself delayed by the collective (exposed_beside_s)."""
+    fwd, bwd = exchange_on_link(k, inside)
     if when is C.When.MICRO_BATCH:
         return fwd + bwd
     return x.overlap * (bwd if when is C.When.STEP_REDUCE else fwd)
+
+
+def exposed_beside_s(x, k, when, inside):
+    """(forward, backward) seconds of the exposed exchange per micro-batch on a data-parallel
+    group's link beside its collectives at `when` (beside_dp_bytes by pass): the exposed
+    exchange k.ep_mb_s apportioned by its bytes, the exposed share of those on the link."""
+    fwd, bwd = exchange_on_link(k, inside)
+    per_byte = k.ep_mb_s / _ops.maximum(traffic_bytes(k.ep_traffic), 1)
+    if when is C.When.MICRO_BATCH:
+        return per_byte * fwd, per_byte * bwd
+    on = x.overlap * per_byte
+    return (0, on * bwd) if when is C.When.STEP_REDUCE else (on * fwd, 0)
 
 
 def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, link) -> list:
@@ -296,49 +321,53 @@ def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, l
     return out
 
 
-def deepep_exchange_s(x, domain, tokens, lam, fwd_passes, link):
-    """(one forward dispatch, a layer's DeepEP calls per micro-batch) for the busiest rank:
-    each of deepep_calls by moe_step.deepep_call_time_s at DeepEP's efficiency of the links'
-    nominal rates, with its synchronisations' latencies; with etp > 1, after each, the
+def deepep_exchange_s(x, domain, tokens, lam, fwd_passes):
+    """DeepEP's calls of one MoE layer and micro-batch for the busiest rank: each of
+    deepep_calls as (name, calls per layer and micro-batch, latency, time of one call, bytes it
+    sends), by moe_step.deepep_call_time_s at DeepEP's efficiency of the links' nominal rates,
+    with its synchronisations' latencies (deepep_call_latency_s); with etp > 1, after each, the
     all-gather of the tokens over the etp ranks on NVLink (deepep_etp_bytes at NVLink's bus
     bandwidth, one NVLink latency)."""
     nodes = S.ep_nodes(x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))
-    etp = (deepep_etp_bytes(x, tokens, lam) / link.fast_bw
-           + (1 - _ops.le(x.etp, 1)) * x.fast_lat)
-    calls = [(fwd * fwd_passes + bwd, etp + S.deepep_call_time_s(
-        rdma, nvl, nodes, cached, x.net_link_bw, x.fast_link_bw, x.fast_lat, x.net_lat))
-        for _, fwd, bwd, rdma, nvl, cached in deepep_calls(x, domain, tokens, lam)]
-    return calls[0][1], sum(n * t for n, t in calls)
+    etp_bytes = deepep_etp_bytes(x, tokens, lam)
+    etp_lat = (1 - _ops.le(x.etp, 1)) * x.fast_lat
+    runs = 1 - _ops.le(x.ep, 1)  # ep = 1 exchanges nothing: no kernel, no latency
+    out = []
+    for name, fwd, bwd, rdma, nvl, cached in deepep_calls(x, domain, tokens, lam):
+        lat = S.deepep_call_latency_s(nodes, cached, x.fast_lat, x.net_lat)
+        one = S.deepep_call_time_s(rdma, nvl, nodes, cached, x.net_link_bw, x.fast_link_bw,
+                                   x.fast_lat, x.net_lat)
+        out.append((name, fwd * fwd_passes + bwd, runs * lat + etp_lat,
+                    runs * one + etp_bytes / x.fast_bw + etp_lat, rdma + nvl + etp_bytes))
+    return out
 
 
-def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, link):
+def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes):
     """(one token dispatch, the layer's whole exchange per micro-batch, the calls) by
-    dispatcher: NCCL's calls (exchange_calls) for the all-to-all and all-gather dispatchers,
-    summed over a layer's calls; DeepEP's (deepep_exchange_s) — or DeepEP's where the
-    candidate's `deepep` column says so. The calls, each with the time of one, are what
-    noted_calls lists."""
-    one_d, layer_d = deepep_exchange_s(x, domain, tokens, lam, fwd_passes, link)
+    dispatcher: NCCL's calls (exchange_calls, each (Call, time of one)) for the all-to-all
+    and all-gather dispatchers, summed over a layer's calls; DeepEP's (deepep_exchange_s) — or
+    DeepEP's where the candidate's `deepep` column says so. The calls are what noted_calls
+    lists."""
+    deepep = deepep_exchange_s(x, domain, tokens, lam, fwd_passes)
+    one_d, layer_d = deepep[0][3], sum(n * t for _, n, _, t, _ in deepep)
     if dispatcher is Dispatcher.DEEPEP:
-        return one_d, layer_d, []
-    calls = exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes, link)
+        return one_d, layer_d, deepep
+    calls = exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes, ep_link(x, domain))
     first = calls[0][1]  # the tokens' all-to-all or all-gather
     layer = sum(call.calls * one for call, one in calls)
     return _ops.select(x.deepep, one_d, first), _ops.select(x.deepep, layer_d, layer), calls
 
 
-def noted_calls(x, dispatcher: Dispatcher, domain, tokens, lam, one_s, calls, fwd_passes,
-                per_step):
+def noted_calls(x, dispatcher: Dispatcher, domain, calls, per_step):
     """The step's expert-parallel calls for explain's table (model/nccl.py Call, calls per
     step = per layer and micro-batch × per_step): NCCL's for the all-to-all and all-gather
-    dispatchers (exchange_s's calls), DeepEP's dispatch and combine (one_s, the forward
-    dispatch's time, each) as one row."""
+    dispatchers, DeepEP's four kernels (the link holds one call's time and latency), as
+    exchange_s priced them."""
     if dispatcher is Dispatcher.DEEPEP:
-        _, _, _, rdma, nvl, _ = deepep_calls(x, domain, tokens, lam)[0]
-        sent = rdma + nvl
-        return [Call(None, sent, (2 * fwd_passes + 2) * per_step, x.ep,
-                     SimpleNamespace(time_s=one_s, n_nodes=S.ep_nodes(
-                         x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))),
-                     "EP DeepEP dispatch/combine", p2p="deepep")]
+        nodes = S.ep_nodes(x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))
+        return [Call(None, sent, n * per_step, x.ep, SimpleNamespace(
+            time_s=one, latency_s=lat, n_nodes=nodes), name, p2p="deepep")
+            for name, n, lat, one, sent in calls]
     return [call.named(call.name, call.calls * per_step) for call, _ in calls]
 
 

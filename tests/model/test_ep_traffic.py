@@ -77,18 +77,47 @@ def test_beside_dp_by_phase():
         pytest.approx(1 / 3)
 
 
-def test_plan_reduction_shares_its_link_with_the_exchange():
-    # Qwen3-30B-A3B on 16 H800, pp 2, ep 8: the dp = 8 group and the ep = 8 group both inside
-    # a node, on NVLink, where the PP sends are not (pp crosses the nodes). With
-    # --overlap-grad-reduce the reduction runs beside the last backward's exchange and gets a
-    # share of NVLink below 1; without it, after the backward, the link alone (share 1)
+def test_flow_delay_by_hand():
+    # a reduction of 0.2 s alone on its link, spread over a backward of 0.9 s of compute that
+    # an exposed exchange of 0.1 s lengthens to 1.0 s: they meet for 0.1/1.0 of the
+    # reduction's 0.2 s, at half rate each: the exchange waits 0.02 s
+    assert C.flow_delay_s(0.2, 0.1, 0.9) == pytest.approx(0.02)
+    # a reduction far longer than the window: the exchange at most doubles (waits 0.1 s)
+    assert C.flow_delay_s(10.0, 0.1, 0.9) == pytest.approx(0.1)
+    assert C.flow_delay_s(0.2, 0, 0.9) == 0
+
+
+QWEN30B = dict(dp=16, tp=1, pp=1, ep=16, mbs=1, n_micro=4, gbs=64, seq_len=4096,
+               sequence_parallel=False)
+
+
+def qwen30b(**cfg):
     from planner.catalog import load_hardware, load_model
     from planner.model.estimate import estimate
     from planner.schema import PlanConfig
 
-    model, hw = load_model("qwen3-30b-a3b"), load_hardware("h800-nvlink")
-    base = dict(dp=8, tp=1, pp=2, ep=8, mbs=1, n_micro=8, gbs=64, seq_len=4096,
-                sequence_parallel=False)
-    shared = estimate(model, hw, PlanConfig(**base, overlap_grad_reduce=True)).comm.dp_share
-    alone = estimate(model, hw, PlanConfig(**base, overlap_grad_reduce=False)).comm.dp_share
+    return estimate(load_model("qwen3-30b-a3b"), load_hardware("h800-nvlink"),
+                    PlanConfig(**QWEN30B, **cfg))
+
+
+def test_a_hidden_exchange_takes_a_share_of_the_reduction_link():
+    # Qwen3-30B-A3B on 16 H800, ep 16 and dp 16 over both nodes: both cross the network.
+    # With Megatron's a2a overlap (merged 1F1B) part of the exchange runs under compute, in
+    # the reduction's window: with --overlap-grad-reduce the reduction gets a share below 1;
+    # without it the reduction runs after the backward, alone (share 1)
+    shared = qwen30b(moe_a2a_overlap=True, overlap_grad_reduce=True).comm.dp_share
+    alone = qwen30b(moe_a2a_overlap=True, overlap_grad_reduce=False).comm.dp_share
     assert alone == 1 and 0 < shared < 1
+    # an exposed exchange lengthens the window by its own time: no share taken
+    assert qwen30b(overlap_grad_reduce=True).comm.dp_share == 1
+
+
+def test_an_exposed_exchange_is_delayed_by_the_reduction(monkeypatch):
+    # the same plan without the a2a overlap: the reduction hidden beside the last backward
+    # delays the exchange that backward waits for — by less than the reduction's own time, so
+    # overlapping the reduction still beats running it after the backward
+    with_dp = qwen30b(overlap_grad_reduce=True).time
+    after = qwen30b(overlap_grad_reduce=False).time
+    monkeypatch.setattr(MOE, "exposed_beside_s", lambda *a: (0, 0))
+    without = qwen30b(overlap_grad_reduce=True).time
+    assert without.dp_exposed_s < with_dp.dp_exposed_s < after.dp_exposed_s
