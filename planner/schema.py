@@ -637,6 +637,11 @@ class PlanConfig(_Strict):
     moe_shared_expert_overlap: bool = Field(
         False, description="Shared experts computed beside the dispatch and combine (Megatron "
         "--moe-shared-expert-overlap; alltoall dispatcher only).")
+    moe_permute_fusion: bool = Field(
+        True, description="Megatron's fused token permutation and un-permutation (Transformer "
+        "Engine's kernels, --moe-permute-fusion, written by --emit); False: Megatron-Core's "
+        "un-fused path, whose un-permutation scatter-adds atomically "
+        "(formulas.moe_layer.atomic_scatter_excess_s). Other frameworks have no such switch.")
     mtp: bool = Field(
         True, description="Train the model's multi-token-prediction modules (Megatron "
         "--mtp-num-layers); False: without them, as a run that leaves them out.")

@@ -165,6 +165,11 @@ class PlanFlags:
         "--moe-shared-expert-overlap", rich_help_panel=MOE,
         help="Compute the shared experts beside the token dispatch and combine (Megatron "
         "--moe-shared-expert-overlap): the alltoall dispatcher only, which it implies.")] = False
+    moe_permute_fusion: Annotated[bool, typer.Option(
+        "--moe-permute-fusion/--no-moe-permute-fusion", rich_help_panel=MOE,
+        help="Megatron's fused token permutation (Transformer Engine's kernels; --emit writes "
+        "--moe-permute-fusion); --no-moe-permute-fusion costs Megatron-Core's un-fused path, "
+        "whose un-permutation scatter-adds atomically. Other frameworks have no such switch.")] = True
     mtp: Annotated[bool, typer.Option(
         "--mtp/--no-mtp", rich_help_panel=MOE,
         help="Train the model's multi-token-prediction modules (DeepSeek-V3's MTP; Megatron "

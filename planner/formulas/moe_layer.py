@@ -160,6 +160,36 @@ def permutation_buffer_bytes(tokens, top_k, hidden, dispatcher: Dispatcher, tp=1
     return row * (tokens * top_k + r)
 
 
+SCATTER_ADD_BYTES_PER_S = 0.25e12
+"""Effective rate of PyTorch's atomic scatter-add of routed rows back onto their tokens
+(`Tensor.scatter_add_`, one atomic add per element), in bytes as the benchmark counts them (the
+k·T routed rows read, the T token rows written). Measured on H200 in bf16 by TileOPs'
+un-permutation benchmark, its PyTorch baseline (tile-ai/TileOPs pull request #608, 2026-03-19:
+`scatter_add_` with a zero-filled output, per tile-ai/TileOPs issue #730): 2,048 tokens, top-2,
+h = 4,096 in 0.20 ms = 0.25 TB/s; 512 tokens 0.22 TB/s — a twentieth of H200's 4.8 TB/s,
+where the fused kernels beside it reach 2–3 TB/s. H200, H100 and H800 are one die (GH100, the
+same L2 whose atomic units bound this), so the figure is taken as it is for Hopper and assumed
+for the other GPUs."""
+
+
+def unpermute_scatter_bytes(tokens, top_k, hidden, act_bytes=2):
+    """Bytes of one un-permutation as the scatter-add benchmark counts them: the T·k routed
+    rows read, the T token rows written, h values of act bytes each:  act·h·(T·k + T)."""
+    return act_bytes * hidden * (tokens * top_k + tokens)
+
+
+def atomic_scatter_excess_s(moved_bytes, scatter_bytes_per_s, streaming_bytes_per_s):
+    """What an atomic scatter-add takes beyond the streaming pass the permutation traffic is
+    already costed at (permutation_bytes at the HBM's reached bandwidth):
+        B/W_sc − B/(W_hbm·η_hbm)
+    Megatron-Core's un-fused path (--moe-permute-fusion off; moe_utils.py @ d98e8a64dd):
+    `unpermute` zero-fills the T rows and `scatter_add_`s the k·T expert rows onto them, and
+    the backward of `permute`'s `index_select` is an `index_add_` of the same rows (atomic
+    adds as well: taken at the same rate); TE's fused kernels (moe_unpermute) instead gather
+    each token's k rows and reduce them in registers, a streaming pass."""
+    return moved_bytes / scatter_bytes_per_s - moved_bytes / streaming_bytes_per_s
+
+
 # ---------------------------------------------------------------------------------------------
 # Padding and capacity
 

@@ -225,6 +225,10 @@ class Framework:
     expert (torch._grouped_mm); n > 0, one GEMM per local expert spread over n CUDA streams
     (Transformer Engine's GroupedLinear: formulas.moe_step.grouped_gemm_launches and
     formulas.moe.concurrent_experts)."""
+    unfused_permute_scatters: bool = False
+    """moe: with its permutation fusion off (PlanConfig.moe_permute_fusion False) the framework
+    un-permutes by PyTorch's atomic scatter-add (Megatron-Core's moe_utils.unpermute, and
+    index_add_ as permute's backward): formulas.moe_layer.atomic_scatter_excess_s."""
     fsdp_once_per_step_under_pp: bool = False
     """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
     micro-batch (the stage stays gathered and gradient sync is off until the last one)."""

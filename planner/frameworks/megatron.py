@@ -750,6 +750,9 @@ FRAMEWORK = Framework(
     # one cuBLAS GEMM per local expert over 4 streams (TransformerEngine common/gemm/
     # cublaslt_gemm.cu multi_stream_cublas_gemm, util/multi_stream.cpp @ d0067d0)
     expert_gemm_streams=GROUPED_GEMM_STREAMS,
+    # moe: without --moe-permute-fusion, moe_utils.permute/unpermute run index_select and
+    # scatter_add_ (atomic adds; moe_utils.py @ d98e8a64dd); with it, TE's fused kernels
+    unfused_permute_scatters=True,
     # moe: --mtp-num-layers (core/transformer/multi_token_prediction.py @ d98e8a64dd)
     trains_mtp=True,
     dp_step_phases=megatron_step_phases,

@@ -46,6 +46,10 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
                  # Megatron defaults the expert TP to the dense TP: always say it
                  ("--expert-tensor-parallel-size", config.etp)]
         args += dispatcher_args(config) + [("--moe-grouped-gemm", None)]
+        if config.moe_permute_fusion:
+            # TransformerConfig.moe_permute_fusion: TE's fused permute/unpermute (moe_utils.py
+            # @ d98e8a64dd), what the plan's permutation is costed as (formulas.moe_layer)
+            args.append(("--moe-permute-fusion", None))
         if config.moe_capacity_factor is not None:
             args.append(("--moe-expert-capacity-factor", config.moe_capacity_factor))
         if config.moe_forced_balance:

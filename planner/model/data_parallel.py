@@ -203,8 +203,10 @@ def exposed_with_slowdown_s(comm_s, phase, slowdown, noted=lambda e: e, delayed_
     `delayed_s`, the exposed expert exchange's delay beside it (exchange_delay_s), at most its
     hidden part."""
     exposed = noted(O.pipelined_exposed_s(comm_s, phase.window_s, phase.pieces))
-    return (exposed + C.overlap_slowdown_s(comm_s - exposed, phase.window_s, slowdown)
-            + _ops.minimum(delayed_s, comm_s - exposed))
+    slowed = exposed + C.overlap_slowdown_s(comm_s - exposed, phase.window_s, slowdown)
+    if isinstance(delayed_s, int) and delayed_s == 0:  # nothing beside it (a dense model)
+        return slowed
+    return slowed + _ops.minimum(delayed_s, comm_s - exposed)
 
 
 def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
@@ -234,13 +236,17 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     reduce_phase = reduce_phase._replace(pieces=note("dp_reduce_pieces", reduce_phase.pieces))
     gather_phase = gather_phase._replace(pieces=note("dp_gather_pieces", gather_phase.pieces))
     inline = O.inline_gathers_s(gather_s, gather_phase.inline_stages)
+    # moe: the exposed exchange's wait for each beside it (0 for a dense model)
+    delays = [exchange_delay_s(t.beside[when], phase.window_s) for when, phase in (
+        (C.When.STEP_REDUCE, reduce_phase), (C.When.STEP_GATHER, gather_phase))]
+    if k.moe_model:
+        delays = [note("dp_reduce_ep_delay_s", delays[0]),
+                  note("dp_gather_ep_delay_s", delays[1])]
     dp_tail_exposed = note("dp_tail_exposed_s", (
         exposed_with_slowdown_s(reduce_s, reduce_phase, x.overlap_slow,
-                                lambda e: note("dp_reduce_exposed_s", e), exchange_delay_s(
-                                    t.beside[C.When.STEP_REDUCE], reduce_phase.window_s))
+                                lambda e: note("dp_reduce_exposed_s", e), delays[0])
         + exposed_with_slowdown_s(gather_s, gather_phase, x.overlap_slow,
-                                  lambda e: note("dp_gather_exposed_s", e), exchange_delay_s(
-                                      t.beside[C.When.STEP_GATHER], gather_phase.window_s))
+                                  lambda e: note("dp_gather_exposed_s", e), delays[1])
         + inline))
     return SimpleNamespace(dp_share=dp_share, zero3_mb_s=zero3_mb_s,
                            dp_tail_exposed=dp_tail_exposed,

@@ -88,9 +88,18 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     moe_extra_s = (note("moe_router_permute_s", x.moe * MOE.forward_extra_s(
         x, c.moe_dispatcher, k.moe_tokens, k.lam, t, c.framework.expert_gemm_streams))
         if k.moe_model else 0)
-    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s)
+    # moe: the un-fused un-permutation's atomic scatter-add beyond its streaming cost, where the
+    # framework runs one (Megatron without --moe-permute-fusion); once again in the backward, as
+    # the permutation's index_add_ (not doubled with the rest: the scatter's own backward is a
+    # gather, a streaming pass)
+    scatter_s = 0
+    if k.moe_model and c.framework.unfused_permute_scatters and not c.moe_permute_fusion:
+        scatter_s = note("moe_atomic_scatter_s", x.moe * unfused_scatter_s(x, k))
+    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s
+                 + scatter_s)
     att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
-    bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s, att_s, att_bwd))
+    bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s - scatter_s, att_s, att_bwd)
+                 + scatter_s)
     # what the backward runs again: the checkpointed modules' forward (the attention core;
     # fit: the MLP's matmuls with `mlp`), or the recomputed layers' whole forward
     modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
@@ -100,6 +109,14 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
                                              Recompute.FULL: k.rerun * fwd_s}[c.recompute])
     return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,
                            recompute_s=recompute_s, quant_s=quantize_layer_s(x, c, k, note))
+
+
+def unfused_scatter_s(x, k: SimpleNamespace):
+    """moe: one forward's un-permutation as PyTorch's atomic scatter-add, beyond the streaming
+    pass the permutation traffic is costed at (formulas.moe_layer.atomic_scatter_excess_s of the
+    T·k rows read and T written that one GPU's tokens un-permute)."""
+    moved = ML.unpermute_scatter_bytes(k.moe_tokens, x.top_k, x.hidden, x.act_bytes)
+    return ML.atomic_scatter_excess_s(moved, x.scatter_bw, x.hbm_bw * x.hbm_eff)
 
 
 def module_rerun_s(x, c: Choices, k: SimpleNamespace, modules) -> float:

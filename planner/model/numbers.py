@@ -57,6 +57,7 @@ class Choices:
     # fit: selective recompute's checkpointed submodules (None: the attention core alone)
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     moe_dispatcher: Dispatcher = MOE.DEFAULT_DISPATCHER  # moe: how tokens reach their experts
+    moe_permute_fusion: bool = True  # moe: Megatron's fused token (un)permutation kernels
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
@@ -176,6 +177,8 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         # moe: the links' nominal one-way rates, which DeepEP's measured efficiency is taken of
         fast_link_bw=hw.fast.gb_per_s * 1e9, net_link_bw=hw.network.gb_per_s * 1e9,
         kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
+        # moe: PyTorch's atomic scatter-add, Megatron's un-fused un-permutation (formulas.moe_layer)
+        scatter_bw=ML.SCATTER_ADD_BYTES_PER_S,
         n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],
         frag=hw.runtime.fragmentation_fraction,
         capacity=hw.capacity_bytes,

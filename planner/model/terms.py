@@ -150,6 +150,14 @@ TERMS: dict[str, TermInfo] = {
                                     "when interleaved; DeepSpeed gathers in its optimizer step: "
                                     "none hidden); Megatron's later pipeline stages add "
                                     "(p − 1)·T_ag, each gathering whole before its first forward"),
+    "dp_reduce_ep_delay_s": TermInfo("T_rs,ep", "s", "time",
+                                     "moe: the exposed expert exchange's wait for the reduction "
+                                     "beside it on a shared link (fair link, the reduction "
+                                     "spread over the backward): T_rs's own time × the "
+                                     "exchange's F/(W + F) of the phase, at most F"),
+    "dp_gather_ep_delay_s": TermInfo("T_ag,ep", "s", "time",
+                                     "moe: the same for the gather beside the first forward's "
+                                     "exchange"),
     "dp_tail_exposed_s": TermInfo("T_dp,tail", "s", "time",
                                   "the part of T_rs and T_ag the backward and the next forward "
                                   "do not hide, and the slowdown σ of what they hide under"),
@@ -226,6 +234,11 @@ TERMS: dict[str, TermInfo] = {
     "moe_router_permute_s": TermInfo("T_route", "s", "time",
                                      "one MoE layer's router and token permutation (HBM-bound) "
                                      "and their kernels, forward"),
+    "moe_atomic_scatter_s": TermInfo("T_scat", "s", "time",
+                                     "Megatron's un-fused un-permutation (no --moe-permute-"
+                                     "fusion): its atomic scatter-add at W_sc beyond the "
+                                     "streaming pass, forward; once more in the backward "
+                                     "(index_add_)"),
     "expert_wave_efficiency": TermInfo("w_exp", "fraction", "time",
                                        "grouped expert GEMMs: tokens per expert padded to "
                                        "tiles, tiles in waves"),

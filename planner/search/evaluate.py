@@ -217,6 +217,7 @@ def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
                    offload_params=bool(base["offload_params"]),
                    cp_kind=search_cp_kind(req),  # cp-kind
                    moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
+                   moe_permute_fusion=req.moe_permute_fusion,
                    recompute_modules=(req.recompute_modules  # fit
                                       if r is Recompute.SELECTIVE else None))
 

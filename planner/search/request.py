@@ -89,6 +89,7 @@ class PlanRequest(BaseModel):
     # the shared experts beside the dispatch (alltoall dispatcher only: parse_request fixes it),
     # and whether the model's multi-token-prediction modules train
     moe_shared_expert_overlap: bool = False
+    moe_permute_fusion: bool = True  # Megatron --moe-permute-fusion (False: the un-fused path)
     mtp: bool = True
     # hybrid sharding: the shard group over dp (None: all of dp shards, as without HSDP; explain
     # takes one value; search a list, or "auto": dp and its divisors that fill whole NVLink
@@ -301,4 +302,5 @@ def moe_settings(req: PlanRequest, ep: int | None = None, etp: int | None = None
                 moe_a2a_overlap=(bool(req.moe_a2a_overlap) if overlap is None else bool(overlap)),
                 moe_forced_balance=req.moe_forced_balance,
                 moe_dispatcher=dispatcher,
-                moe_shared_expert_overlap=req.moe_shared_expert_overlap, mtp=req.mtp)
+                moe_shared_expert_overlap=req.moe_shared_expert_overlap, mtp=req.mtp,
+                moe_permute_fusion=req.moe_permute_fusion)

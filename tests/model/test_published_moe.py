@@ -19,7 +19,7 @@ than the same job with recompute and a smaller TP in the same table, which no co
 explains), and DeepSeek-V3's own run (+78 %: DualPipe hides its exchange, which plan3d can only
 express through Megatron's 1F1B merge, which needs virtual stages this batch cannot group; costed
 exposed, an upper bound; and its MTP module's extra head pass is costed on the fullest stage,
-as the head is). The seven others (−24 … +23 %, median |error| 8 %) must keep a median
+as the head is). The seven others (−22 … +23 %, median |error| 8 %) must keep a median
 |error| ≤ 15 % and each within ±30 % (the spread of unstated settings: recompute modules, uneven
 pipeline layouts, dropless imbalance of a benchmark's first steps).
 
@@ -28,11 +28,15 @@ rows with few rows per expert most: Qwen3-235B at TP4 EP8 −40 → −34 %, Qwe
 (its experts see 4,096 rows each: the waves were already full; what it still lacks is not in
 any sourced term — see the README's MoE section). Pricing each expert-parallel call as NCCL
 runs it (issue 22: per-call latency, the probabilities' all-to-all, the counts' all-gather)
-moved the all-to-all rows by under 1 point: median 7.6 → 8.0 %. The exchange sharing its link
-with the data-parallel collectives beside it, V_ep from the calls and DeepEP's slots and
-barriers left the median at 8.0 % (8.035 → 8.043 %): DeepSeek-V3's report +81.5 → +86.0 % (its
-expert gradients' reduction shares the NIC with the last backward's exchange), Qwen3-235B EP32
-+23.4 → +24.2 %, Qwen3-30B-A3B −24.2 → −23.2 %."""
+moved the all-to-all rows by under 1 point: median 7.6 → 8.0 %. Costing the Qwen3-30B-A3B run as
+it ran, on Megatron-Core's un-fused permutation (`permute_fusion` false: its script sets no
+--moe-permute-fusion), whose un-permutation scatter-adds atomically (moe_layer.SCATTER_ADD_BYTES_PER_S,
+TileOPs' H200 measurement), moved it −24.2 → −15.4 %; the other rows ran fused and did not move
+(median 8.0 %). The exchange sharing its link with the data-parallel collectives beside it
+(its exposed part delayed by them), V_ep from the calls, DeepEP's token slots and barriers
+moved the rows by under 1 point, the median not at all (8.035 %, the pp32 all-to-all row):
+DeepSeek-V3's report +81.5 → +82.0 %, Qwen3-235B EP32 +23.4 → +24.2 %, its overlapped run
+−0.1 → +0.1 %, Qwen3-235B TP4 EP8 −34.1 → −33.9 %, Qwen3-30B-A3B −15.4 → −15.3 %."""
 
 from __future__ import annotations
 
@@ -67,6 +71,7 @@ def run_config(r: dict) -> PlanConfig:
         ep=r["ep"], etp=r["etp"], moe_a2a_overlap=r["a2a_overlap"],
         moe_forced_balance=bool(r.get("forced_balance")), mtp=r.get("mtp", True),
         moe_capacity_factor=r.get("capacity_factor"),
+        moe_permute_fusion=r.get("permute_fusion", True),
         moe_dispatcher={"hybridep": "deepep"}.get(r["dispatcher"], r["dispatcher"]))
 
 

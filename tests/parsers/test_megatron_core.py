@@ -108,6 +108,7 @@ ELSEWHERE = {
     "--untie-embeddings-and-output-weights", "--make-vocab-size-divisible-by",
     "--max-position-embeddings", "--seq-length", "--micro-batch-size", "--global-batch-size",
     "--group-query-attention", "--multi-latent-attention", "--moe-grouped-gemm",
+    "--moe-permute-fusion",
     "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
     "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--attention-backend",
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--no-gradient-accumulation-fusion",

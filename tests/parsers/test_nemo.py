@@ -138,6 +138,8 @@ def test_megatron_core_builds_the_sections(rid, args, fake_world):
                  pipeline_dtype=torch.bfloat16, bf16=doc["mixed_precision"].startswith("bf16"))
     if model.get("gated_linear_unit"):
         model["activation_func"] = torch.nn.functional.silu
+    # TE's fused permutation (a kernel choice, a real field): without TE it cannot be built
+    assert model.pop("moe_permute_fusion", True) is True
     config = TransformerConfig(**model)
     DistributedDataParallelConfig(**doc["ddp"])
     import megatron.core.optimizer.optimizer_config as optimizer_config
