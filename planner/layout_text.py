@@ -186,6 +186,8 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
             args.append("--moe-shared-expert-overlap")
     if not getattr(c, "mtp", True):
         args.append("--no-mtp")
+    if not getattr(c, "moe_permute_fusion", True):  # Megatron's un-fused permutation
+        args.append("--no-moe-permute-fusion")
     if getattr(c, "contiguous_checkpoints", False):  # fit: full+dist's DeepSpeed buffers ahead
         args.append("--contiguous-checkpoints")
     return args

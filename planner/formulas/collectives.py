@@ -623,10 +623,6 @@ whole buffer) when the reduction does not overlap (megatron/core/distributed/
 distributed_data_parallel.py and megatron/training/training.py: bucket_size None without
 overlap_grad_reduce)."""
 
-DEEPSPEED_REDUCE_BUCKET_PARAMS = 500_000_000
-"""DeepSpeed's reduce_bucket_size (and ZeRO-1/2 allgather_bucket_size) default, 5e8 elements
-(DeepSpeed config docs, zero_optimization)."""
-
 
 def bucketed_calls(params, bucket_params):
     """Collectives a bucketed reduction issues: ⌈Ψ / bucket⌉ (at least one)."""

@@ -42,7 +42,22 @@ def pipelined_exposed_s(comm_s, compute_s, pieces):
     callback); DeepSpeed ZeRO-3 (deepspeed/runtime/zero/partitioned_param_coordinator.py
     @ edaa72212: fetch_sub_module gathers the module it is about to run, then prefetches the
     next modules in trace order up to stage3_prefetch_bucket_size elements)."""
-    return _ops.maximum(comm_s / pieces, comm_s - compute_s * (pieces - 1) / pieces)
+    return exposed_piece_s(comm_s, compute_s, comm_s / pieces, pieces)
+
+
+def exposed_piece_s(comm_s, compute_s, piece_s, pieces):
+    """pipelined_exposed_s when the piece nothing hides is not C/n: C seconds of collectives on
+    one stream beside W seconds of compute, of which one piece of t₁ seconds waits with no
+    compute beside it (the first gather, or the last bucket reduced after the backward) and
+    the compute is cut into n pieces, the exposed piece's W/n beside nothing:
+
+        T_exp = max(t₁, C − W·(n − 1)/n)
+
+    t₁ = C/n gives pipelined_exposed_s. Used where the exposed piece differs from the others:
+    a backward whose stream carries gathers fetched ahead (none exposed) and gradient buckets
+    (the last exposed), t₁ = T_rs/n_rs with n = n_rs. Same assumptions as pipelined_exposed_s;
+    C = 0 gives max(t₁, 0)."""
+    return _ops.maximum(piece_s, comm_s - compute_s * (pieces - 1) / pieces)
 
 
 def inline_gathers_s(gather_s, stages):

@@ -144,6 +144,16 @@ class DPPhase(NamedTuple):
     inline_stages: object = 1
 
 
+class DPPiecePhase(NamedTuple):
+    """A DPPhase whose exposed piece is not the phase's seconds over `pieces`: `exposed_s`
+    seconds wait with nothing beside them (formulas.overlap.exposed_piece_s) — DeepSpeed
+    ZeRO-3's last reduce bucket beside the backward's gathers, fetched ahead."""
+
+    pieces: object
+    window_s: object
+    exposed_s: object
+
+
 def generic_step_phases(w):
     """Each collective in the pieces it is issued in (w.reduce_calls, w.gather_calls), the
     reduction beside the last micro-batch's backward and the gather beside the first
@@ -217,6 +227,11 @@ class Framework:
     (1 for ZeRO-3's per-micro-batch collectives, "grad"/"weight", stage layers, parameters, d
     ranks, overlap, linear modules per layer, model chunks v) → calls — so that each pays its
     own latency at its own message size (issue 22)."""
+    zero3_gathers: Callable | None = None
+    """ZeRO-3's per-micro-batch gathers when the framework does not gather every parameter
+    twice in equal calls (dp_calls): (gathered parameters Ψ, modules) → ((forward calls,
+    forward parameters), (backward calls, backward parameters)) (DeepSpeed's prefetch trace:
+    formulas/zero3.py)."""
     trains_mtp: bool = False
     """moe: whether it trains a model's multi-token-prediction modules (Megatron-Core's
     --mtp-num-layers; formulas/moe_mtp.py)."""

@@ -25,6 +25,7 @@ import math
 from ..errors import PlanError
 from ..formulas import _ops
 from ..formulas import collectives as K
+from ..formulas import zero3 as Z3
 from ..formulas.choices import Attention, ContextKind, Precision, Recompute, Schedule, ZeroStage
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
@@ -33,6 +34,7 @@ from .base import (
     ActivationStyle,
     Args,
     DPPhase,
+    DPPiecePhase,
     EmitResult,
     Framework,
     LossKind,
@@ -72,8 +74,31 @@ def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
                        checkpoint_bytes=HALF + OPTIMIZER_BYTES)
 
 
-REDUCE_BUCKET_ELEMENTS = 5e8  # zero_optimization.reduce_bucket_size default (zero/config.py l.113)
-MAX_LIVE_PARAMETERS = 1e9  # stage3_max_live_parameters default (zero/config.py l.238)
+# zero_optimization's buffers and thresholds, in elements: DeepSpeed's defaults
+# (deepspeed/runtime/zero/config.py @ edaa72212, the line of each), written into the emitted
+# ds_config as they are modelled (ZERO_SETTINGS), so the run uses what was costed
+REDUCE_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size (l.113)
+ALLGATHER_BUCKET_ELEMENTS = 500_000_000  # allgather_bucket_size, ZeRO-1/2 (l.132)
+PREFETCH_BUCKET_ELEMENTS = 50_000_000  # stage3_prefetch_bucket_size (l.215)
+PARAM_PERSISTENCE_THRESHOLD = 100_000  # stage3_param_persistence_threshold (l.221)
+MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters (l.238)
+MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance (l.244)
+
+
+def zero_settings(zero: ZeroStage) -> dict[str, int]:
+    """The zero_optimization keys plan3d models for the stage, with the values it costs."""
+    z = int(zero)
+    if z == 0:
+        return {}
+    keys: dict[str, int] = {"reduce_bucket_size": REDUCE_BUCKET_ELEMENTS}
+    if z < 3:
+        keys["allgather_bucket_size"] = ALLGATHER_BUCKET_ELEMENTS
+    else:
+        keys.update({"stage3_prefetch_bucket_size": PREFETCH_BUCKET_ELEMENTS,
+                     "stage3_param_persistence_threshold": PARAM_PERSISTENCE_THRESHOLD,
+                     "stage3_max_live_parameters": MAX_LIVE_PARAMETERS,
+                     "stage3_max_reuse_distance": MAX_REUSE_DISTANCE})
+    return keys
 
 
 def bucket_bytes(zero: ZeroStage) -> float:
@@ -221,6 +246,7 @@ def _ds_config(c: PlanConfig, m: ModelSpec, notes: list[str]) -> dict[str, objec
         zero["overlap_comm"] = c.overlap_grad_reduce
         zero["contiguous_gradients"] = True
         zero["reduce_scatter"] = True
+    zero.update(zero_settings(c.zero_stage))  # the buckets and thresholds the plan was costed with
     cfg["zero_optimization"] = zero
     if c.offload:  # offload: ZeRO-Offload / ZeRO-Infinity to pinned host memory
         offload_refusal(fw, c, m, OFFLOAD_RULES)
@@ -352,15 +378,37 @@ def _deepspeed(c: PlanConfig, m: ModelSpec) -> EmitResult:
 
 def deepspeed_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_modules,
                        chunks=1):
-    """DeepSpeed: ZeRO-3 gathers each submodule's parameters as its forward (and backward) hook
-    fires — one all-gather per linear module of every layer (norms, under
-    stage3_param_persistence_threshold = 1e5 elements, stay resident); gradients are reduced,
-    and ZeRO-1/2 weights gathered, in buckets of reduce_bucket_size / allgather_bucket_size =
-    5e8 elements (DeepSpeed config docs, zero_optimization defaults). `chunks` (v) is always 1:
-    its pipeline engine has no interleaved schedule."""
+    """DeepSpeed: gradients are reduced (ZeRO-3 reduce-scattered every micro-batch), and ZeRO-1/2
+    weights gathered, in buckets of reduce_bucket_size / allgather_bucket_size = 5·10⁸ elements:
+    ⌈Ψ/bucket⌉ calls (stage3.py reduce_independent_p_g_buckets_and_remove_grads l.1519-1537: a
+    bucket is reduced when the next gradient would overflow it, the rest in
+    independent_gradient_partition_epilogue l.1357; one reduce_scatter_coalesced, one NCCL call,
+    per bucket: l.1813, runtime/comm/coalesced_collectives.py l.158-218 @ edaa72212). ZeRO-3's
+    gathers follow its prefetch trace (deepspeed_zero3_gathers, Framework.zero3_gathers), not
+    the per-module count returned here for them. `chunks` (v) is always 1: no interleaved
+    schedule."""
     per_module = layers * linear_modules
-    bucketed = K.bucketed_calls(params, K.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+    bucketed = K.bucketed_calls(params, REDUCE_BUCKET_ELEMENTS)
     return _ops.select(per_layer * (buf == "weight"), per_module, bucketed)
+
+
+def deepspeed_zero3_gathers(params, modules):
+    """ZeRO-3's coalesced all-gathers in a micro-batch, as the coordinator walks its trace of
+    the forward then the backward (formulas/zero3.py): the forward gathers the stage's Ψ
+    gathered elements (the persistent ones, ≤ stage3_param_persistence_threshold = 10⁵ each —
+    norms, small biases — stay whole and are not counted: under 10⁻³ of Ψ for h ≥ 2048), the
+    backward Ψ_b = max(0, Ψ − max(L, R/2)) again; calls n(Ψ) and n(Ψ + Ψ_b) − n(Ψ), with
+    modules of Ψ/`modules` elements, the prefetch bucket B = 5·10⁷, max live L = 10⁹ and reuse
+    distance R = 10⁹ as emitted. Returns ((forward calls, Ψ), (backward calls, Ψ_b))."""
+    module = params / modules
+    back = Z3.backward_gathered_elements(params, MAX_LIVE_PARAMETERS, MAX_REUSE_DISTANCE)
+
+    def calls(elements):
+        return Z3.prefetch_gather_calls(elements, module, PREFETCH_BUCKET_ELEMENTS,
+                                        MAX_LIVE_PARAMETERS)
+
+    forward = calls(params)
+    return (forward, params), (calls(params + back) - forward, back)
 
 
 def deepspeed_step_phases(w):
@@ -378,16 +426,26 @@ def deepspeed_step_phases(w):
 
 
 def deepspeed_microbatch_phases(w):
-    """ZeRO-3 gathers module by module (fetch_sub_module: the module about to run, then the next
-    ones in trace order up to stage3_prefetch_bucket_size = 5e7 elements ahead, on the
-    all-gather stream: deepspeed/runtime/zero/partitioned_param_coordinator.py, config.py
-    @ edaa72212; parameters under stage3_param_persistence_threshold = 1e5 elements stay
-    resident, so only the linear modules count), forward and again backward, the gradients
-    reduce-scattered in reduce_bucket_size buckets beside the backward: the forward in its
-    modules' pieces, the backward too (w.fwd_calls: the modules; the last reduce bucket's tail,
-    larger than one module's piece, is not counted apart). ZeRO-2: the backward's reduce buckets
-    (w.fwd_calls is then the reduce-scatter's)."""
-    return DPPhase(w.fwd_calls, w.fwd_s), DPPhase(w.fwd_calls, w.bwd_s)
+    """ZeRO-3, each micro-batch (partitioned_param_coordinator.py, parameter_offload.py,
+    stage3.py @ edaa72212):
+    forward — reset_step at the forward's start leaves nothing live (parameter_offload.py
+    l.296-302), so the first fetch, the word embedding's table or a prefetch bucket
+    (formulas/zero3.first_fetch_elements: f = max(B, V·h/t)), waits with no compute beside it;
+    the rest is prefetched ahead of the modules on the all-gather stream: the forward's
+    gathers in Ψ/f pieces beside the forward (formulas.overlap.pipelined_exposed_s), the first
+    exposed;
+    backward — the trace runs on from the forward, so the backward's gathers are fetched ahead
+    of it and none waits alone; the gradients' reduce buckets (reduce_bucket_size) go out as they
+    fill, and the last after the backward, which the host waits for
+    (independent_gradient_partition_epilogue: reduce_and_partition_stream.synchronize(),
+    stage3.py l.1357-1364): the backward's gathers and reduce-scatters on one stream beside the
+    backward in n_rs pieces, the last bucket, T_rs/n_rs, exposed
+    (formulas.overlap.exposed_piece_s).
+    ZeRO-2: the reduce buckets alone (w.bwd_calls; no gathers: w.zero_bwd_s is T_rs), the same
+    form."""
+    first = Z3.first_fetch_elements(w.first_params, PREFETCH_BUCKET_ELEMENTS)
+    return (DPPhase(w.params / first, w.fwd_s),
+            DPPiecePhase(w.bwd_calls, w.bwd_s, w.zero_rs_s / w.bwd_calls))
 
 
 FRAMEWORK = Framework(
@@ -400,6 +458,7 @@ FRAMEWORK = Framework(
     dp_calls=deepspeed_dp_calls,
     dp_step_phases=deepspeed_step_phases,
     dp_microbatch_phases=deepspeed_microbatch_phases,
+    zero3_gathers=deepspeed_zero3_gathers,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
         gathered_layers=0, bucket_bytes=bucket_bytes,

@@ -40,14 +40,32 @@ def dp_traffic(x, c: Choices, k: SimpleNamespace, mem: SimpleNamespace,
     replicas, hybrid = dp_replicate_of(x)
     replica_bytes = (C.hsdp_replica_step_bytes(held_params, x.g_bytes, d_shard, replicas,
                                                zero_rounds, z) if hybrid else 0)
-    dp_bytes = C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds,
-                                   z) + replica_bytes
+    dp_bytes = (C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds, z)
+                - zero3_kept_bytes(x, c, k, held_params, d_shard, zero_rounds) + replica_bytes)
     if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
         dp_bytes = dp_bytes + C.dp_gradient_bytes(held_experts, x.g_bytes, x.w_bytes, edp,
-                                                  zero_rounds, z)
+                                                  zero_rounds, z) - zero3_kept_bytes(
+            x, c, k, held_experts, edp, zero_rounds)
     return SimpleNamespace(moe=moe, zero_rounds=zero_rounds, held_params=held_params,
                            held_experts=held_experts, edp=edp, replicas=replicas, hybrid=hybrid,
                            replica_bytes=replica_bytes, dp_bytes=note("dp_bytes", dp_bytes))
+
+
+def stage_modules(x, k: SimpleNamespace):
+    """The stage's modules with gathered parameters: its layers' linear ones (attention's q, k,
+    v, o and the MLP's matrices), the embedding and the output layer."""
+    return k.layers * (4 + x.n_mlp) + 2
+
+
+def zero3_kept_bytes(x, c: Choices, k: SimpleNamespace, params, ranks, rounds):
+    """The backward gathers a framework does not issue, out of ZeRO-3's two per micro-batch:
+    m·(d − 1)/d·w·(Ψ − Ψ_b), Ψ_b its backward's parameters (Framework.zero3_gathers: DeepSpeed
+    keeps the forward's last R/2 elements gathered); 0 for one that gathers everything twice."""
+    gathers = c.framework.zero3_gathers
+    if int(c.zero_stage) != 3 or gathers is None:
+        return 0
+    _, (_, backward) = gathers(params, stage_modules(x, k))
+    return rounds * C.ring_gather_bytes(ranks, x.w_bytes * (params - backward))
 
 
 NCCL_COLL = {C.Collective.ALL_REDUCE: K.Coll.ALL_REDUCE,
@@ -55,31 +73,36 @@ NCCL_COLL = {C.Collective.ALL_REDUCE: K.Coll.ALL_REDUCE,
              C.Collective.ALL_GATHER: K.Coll.ALL_GATHER}
 
 
-def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share):
+def nccl_collectives_s(x, coll, buffer_bytes, calls, ranks, group, share, may_be_none=False):
     """`calls` collectives of buffer/calls bytes each over the group, each as NCCL's tuner
     picks and prices it (formulas/collectives.py) on the group's tuner_link at its share of the
     link: every call pays its own latency, and a small one may run LL or the tree. The node's
     network (NVLS-tree, CollNet) counts only the NICs of the group's own ranks
     (K.group_net_busbw, through tuner_link: 8 one-rank DP groups of a tp = 8 plan each get an
-    eighth). Returns (seconds, the ledger entry explain prices again: nccl.Call)."""
+    eighth). `may_be_none`: `calls` may be 0 (DeepSpeed's backward, when it keeps a small
+    model gathered), each call's bytes then taken over max(1, calls). Returns (seconds, the
+    ledger entry explain prices again: nccl.Call)."""
     link = tuner_link(x, group, share)
-    one = nccl_s(NCCL_COLL[coll], buffer_bytes / calls, ranks, link)
-    return K.many_collectives_s(calls, one), Call(NCCL_COLL[coll], buffer_bytes / calls, calls,
-                                                  ranks, link)
+    per_call = buffer_bytes / (_ops.maximum(calls, 1) if may_be_none else calls)
+    one = nccl_s(NCCL_COLL[coll], per_call, ranks, link)
+    return K.many_collectives_s(calls, one), Call(NCCL_COLL[coll], per_call, calls, ranks, link)
 
 
 def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, group, concurrent,
                       rounds, experts=False):
     """(share of the link, seconds, ledger, the forward's share of the seconds, the calls of the
-    first collective and of the last) of the ZeRO collectives that run at `when`
+    first collective and of the last, the seconds of the last) of the ZeRO collectives that run
+    at `when`
     (ZERO_COLLECTIVES) over `ranks` ranks of `group`, for `params` parameters, beside
     `concurrent` bytes: each as many calls as the framework issues (ZeRO-3's per-layer or
     per-module gathers, buckets). The ledger names each collective for explain, with its calls
     per step (× `rounds`, the rounds per step, for a per-micro-batch one). Under ZeRO-3 the first
-    collective is the forward's gather; the others run in the backward."""
+    collective is the forward's gather; the others run in the backward. A framework whose
+    ZeRO-3 gathers differ between the passes (Framework.zero3_gathers: DeepSpeed's prefetch
+    trace) gives each its calls and parameters, named apart."""
     z = int(c.zero_stage)
     if C.zero_ring_passes(z, when) == 0:  # the stage runs nothing at this point
-        return 1, 0, [], 0, 1, 1
+        return 1, 0, [], 0, 1, 1, 0
     volume = C.zero_bytes(params, x.g_bytes, x.w_bytes, ranks, z, when)
     # a stage with nothing to move (one rank; a stage without MoE layers' experts) sends
     # nothing, so its share is 1, not 0/0
@@ -88,23 +111,32 @@ def zero_collective_s(x, c: Choices, k: SimpleNamespace, when, params, ranks, gr
     per_param = {"grad": x.g_bytes, "weight": x.w_bytes}
     per_layer = int(z == 3 and when is C.When.MICRO_BATCH)
     rounds = rounds if when is C.When.MICRO_BATCH else 1
+    # linear modules per layer: attention's q, k, v, o and the MLP's matrices
+    linear = 4 + x.n_mlp
+    gathers = c.framework.zero3_gathers
+    passes = (iter(gathers(params, stage_modules(x, k)))
+              if per_layer and gathers is not None else None)
     total, ledger, times, counts = 0, [], [], []
     for coll, buf, w in C.ZERO_COLLECTIVES[z]:
         if w is when:
-            # linear modules per layer: attention's q, k, v, o and the MLP's matrices
-            calls = c.framework.dp_calls(per_layer, buf, k.layers, params, ranks, x.overlap,
-                                         4 + x.n_mlp, k.v)
-            t, call = nccl_collectives_s(x, coll, per_param[buf] * params, calls, ranks, group,
-                                         share)
+            moved, name, traced = params, f"{'EP-DP' if experts else 'DP'} {coll.label}", False
+            if passes is not None and buf == "weight":
+                traced = True
+                calls, moved = next(passes)
+                name = f"{name} {'fwd' if not times else 'bwd'}"
+            else:
+                calls = c.framework.dp_calls(per_layer, buf, k.layers, params, ranks, x.overlap,
+                                             linear, k.v)
+            t, call = nccl_collectives_s(x, coll, per_param[buf] * moved, calls, ranks, group,
+                                         share, may_be_none=traced)
             total = total + t
             times.append(t)
             counts.append(calls)
-            name = f"{'EP-DP' if experts else 'DP'} {coll.label}"  # one per stage and when
             if ledger and ledger[-1].name == name:  # ZeRO-3: the backward's gathers again
                 call, calls = ledger.pop(), 2 * calls
             ledger.append(call.named(name, calls * rounds))
     forward = times[0] if per_layer else 0
-    return share, total, ledger, forward, counts[0], counts[-1]
+    return share, total, ledger, forward, counts[0], counts[-1], times[-1]
 
 
 def replica_allreduce_s(x, z: int, when, k: SimpleNamespace, dp: SimpleNamespace):
@@ -137,7 +169,7 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         # lengthens the window by its own time) is delayed by it (MOE.beside_dp_bytes)
         flow = MOE.beside_dp_bytes(x, k, when, on.inside) if k.moe_model else 0
         hidden = k.ep_hidden if k.moe_model else 0
-        share, t, calls, fwd, first, last = zero_collective_s(
+        share, t, calls, fwd, first, last, last_s = zero_collective_s(
             x, c, k, when, params, ranks, on, concurrent + hidden * flow, dp.zero_rounds,
             experts=experts)
         if k.moe_model:
@@ -149,11 +181,13 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
             else:
                 beside[when].append((keep * share * t, f_s + b_s))
         ledger.extend(calls)
-        return share, t, fwd, first, last
+        return share, t, fwd, first, last, last_s
 
-    mb_share, zero_mb_s, zero_fwd_s, fwd_calls, bwd_calls = dp_time(C.When.MICRO_BATCH)
-    tail_share, reduce_s, _, reduce_calls, _ = dp_time(C.When.STEP_REDUCE)
-    _, gather_s, _, gather_calls, _ = dp_time(C.When.STEP_GATHER)
+    # ZeRO-2/3's last per-micro-batch collective is the gradients' reduce-scatter (zero_rs_s)
+    mb_share, zero_mb_s, zero_fwd_s, fwd_calls, bwd_calls, zero_rs_s = dp_time(
+        C.When.MICRO_BATCH)
+    tail_share, reduce_s, _, reduce_calls, _, _ = dp_time(C.When.STEP_REDUCE)
+    _, gather_s, _, gather_calls, _, _ = dp_time(C.When.STEP_GATHER)
     if dp.hybrid:  # HSDP: the shard's all-reduce across replicas after each reduce-scatter
         zero_mb_s = zero_mb_s + replica_allreduce_s(x, z, C.When.MICRO_BATCH, k, dp)
         reduce_s = reduce_s + replica_allreduce_s(x, z, C.When.STEP_REDUCE, k, dp)
@@ -165,14 +199,15 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         expert = []
         with np.errstate(invalid="ignore", divide="ignore"):
             for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER):
-                _, t, fwd, _, _ = dp_time(when, dp.held_experts, dp.edp, edp_group, True)
+                _, t, fwd, _, _, _ = dp_time(when, dp.held_experts, dp.edp, edp_group, True)
                 expert.append((_ops.select(x.moe, t, 0), _ops.select(x.moe, fwd, 0)))
         zero_mb_s, reduce_s, gather_s = (zero_mb_s + expert[0][0], reduce_s + expert[1][0],
                                          gather_s + expert[2][0])
         zero_fwd_s = zero_fwd_s + expert[0][1]
     return SimpleNamespace(
         mb_share=mb_share, tail_share=tail_share, zero_fwd_s=zero_fwd_s,
-        zero_bwd_s=zero_mb_s - zero_fwd_s, reduce_s=reduce_s, gather_s=gather_s,
+        zero_bwd_s=zero_mb_s - zero_fwd_s, zero_rs_s=zero_rs_s, reduce_s=reduce_s,
+        gather_s=gather_s, held_params=dp.held_params,
         fwd_calls=fwd_calls, bwd_calls=bwd_calls, reduce_calls=reduce_calls,
         gather_calls=gather_calls, ledger=ledger,
         beside=beside)
@@ -188,21 +223,28 @@ def exchange_delay_s(pairs, window_s):
 def overlap_windows(x, c: Choices, k: SimpleNamespace, t: SimpleNamespace) -> SimpleNamespace:
     """What the framework gives its collectives to run beside: the stage's forward and backward
     of one micro-batch (its layers), the pipeline's p and v, the plan's overlap flag and the
-    calls of each phase (dp_collective_times) — for Framework.dp_step_phases and
+    calls of each phase (dp_collective_times), the seconds of the per-micro-batch ones (the
+    backward's, and its reduce-scatter's alone), the stage's gathered parameters and its
+    first parameter, the word embedding's V·h/t elements — for Framework.dp_step_phases and
     dp_microbatch_phases."""
     return SimpleNamespace(fwd_s=k.layers * k.fwd_s, bwd_s=k.layers * (k.bwd_s + k.recompute_s),
                            p=k.p, v=k.v, m=k.m, overlap=x.overlap, reduce_calls=t.reduce_calls,
                            gather_calls=t.gather_calls, fwd_calls=t.fwd_calls,
-                           bwd_calls=t.bwd_calls)
+                           bwd_calls=t.bwd_calls, zero_bwd_s=t.zero_bwd_s,
+                           zero_rs_s=t.zero_rs_s, params=t.held_params,
+                           first_params=x.vocab * k.h / k.t)
 
 
 def exposed_with_slowdown_s(comm_s, phase, slowdown, noted=lambda e: e, delayed_s=0):
-    """A collective run as `phase` says (frameworks.base.DPPhase): the part the compute does not
-    hide (formulas.overlap.pipelined_exposed_s, handed to `noted`), and with it the slowdown
-    the hidden part causes the compute it runs beside (comm.overlap_slowdown_s) and — moe —
-    `delayed_s`, the exposed expert exchange's delay beside it (exchange_delay_s), at most its
-    hidden part."""
-    exposed = noted(O.pipelined_exposed_s(comm_s, phase.window_s, phase.pieces))
+    """A collective run as `phase` says (frameworks.base.DPPhase, DPPiecePhase): the part the
+    compute does not hide (formulas.overlap.pipelined_exposed_s or exposed_piece_s, handed to
+    `noted`), and with it the slowdown the hidden part causes the compute it runs beside
+    (comm.overlap_slowdown_s) and — moe — `delayed_s`, the exposed expert exchange's delay
+    beside it (exchange_delay_s), at most its hidden part."""
+    piece_s = getattr(phase, "exposed_s", None)  # a DPPiecePhase names its exposed piece
+    exposed = noted(O.pipelined_exposed_s(comm_s, phase.window_s, phase.pieces)
+                    if piece_s is None else
+                    O.exposed_piece_s(comm_s, phase.window_s, piece_s, phase.pieces))
     slowed = exposed + C.overlap_slowdown_s(comm_s - exposed, phase.window_s, slowdown)
     if isinstance(delayed_s, int) and delayed_s == 0:  # nothing beside it (a dense model)
         return slowed

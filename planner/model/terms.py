@@ -166,8 +166,8 @@ TERMS: dict[str, TermInfo] = {
                                           "compute does not hide (the forward's gathers beside "
                                           "the forward, the rest beside the backward, each "
                                           "max(T/n, T − W·(n−1)/n) for the framework's n pieces: "
-                                          "FSDP2 blocks, DeepSpeed modules), with σ of the "
-                                          "hidden part"),
+                                          "FSDP2 blocks; DeepSpeed's first fetch and last "
+                                          "reduce bucket), with σ of the hidden part"),
     "optimizer_s": TermInfo("T_opt", "s", "time", "Adam step, HBM-bound, on the local shard"),
     "stage_microbatch_s": TermInfo("T_stage", "s", "time",
                                    "one micro-batch through the slowest stage, exposed comm included"),

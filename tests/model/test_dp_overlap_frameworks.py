@@ -230,3 +230,36 @@ def test_megatron_step_phases_by_hand():
     # without --overlap-grad-reduce nothing is hidden
     rs, ag = megatron_step_phases(w(4, 3, 8, overlap=0))
     assert (rs.window_s, ag.window_s) == (0, 0)
+
+
+def test_deepspeed_zero3_follows_its_prefetch_trace():
+    # 8B, dp = 8, m = 2, ZeRO-3 under DeepSpeed (tests/cases/zero3.toml): per micro-batch the
+    # forward's 218 coalesced gathers of Ψ = 8,030,261,248, the backward's 198 of Ψ_b = Ψ − 10⁹
+    # (the forward's last L = 10⁹ stay gathered), ⌈Ψ/5·10⁸⌉ = 17 reduce-scatter buckets.
+    # Forward: the first fetch, the embedding's 128,256·4,096 = 525,336,576 elements (> B),
+    # exposed: Ψ/525,336,576 = 15.29 pieces beside the forward. Backward: gathers and buckets on
+    # one stream beside the backward, the last bucket T_rs/17 exposed.
+    r, n = run(dp=8, n_micro=2, zero_stage=3, framework="deepspeed", sequence_parallel=False,
+               recompute="full")
+    fwd, bwd = windows(n)
+    psi = 8_030_261_248
+    assert n["stage_params"] == psi
+    calls = {c.name: c for c in n["collectives"]}
+    ag_f, ag_b, rs = (calls["DP all-gather fwd"], calls["DP all-gather bwd"],
+                      calls["DP reduce-scatter"])
+    assert (ag_f.calls, ag_b.calls, rs.calls) == (2 * 218, 2 * 198, 2 * 17)
+    assert ag_f.buffer_bytes == pytest.approx(2 * psi / 218, rel=1e-12)  # bf16 weights
+    assert ag_b.buffer_bytes == pytest.approx(2 * (psi - 1e9) / 198, rel=1e-12)
+    t_f = 218 * nccl_s(ag_f.coll, ag_f.buffer_bytes, ag_f.ranks, ag_f.link)
+    t_b = 198 * nccl_s(ag_b.coll, ag_b.buffer_bytes, ag_b.ranks, ag_b.link)
+    t_rs = 17 * nccl_s(rs.coll, rs.buffer_bytes, rs.ranks, rs.link)
+    exposed_f = shown(t_f, fwd, psi / 525_336_576)
+    exposed_b = max(t_rs / 17, t_b + t_rs - bwd * 16 / 17)
+    per_mb = with_sigma(t_f, exposed_f) + with_sigma(t_b + t_rs, exposed_b)
+    assert n["zero_microbatch_exposed_s"] == pytest.approx(per_mb, rel=1e-9)
+    assert r["dp_exposed_s"] == pytest.approx(2 * per_mb, rel=1e-9)
+    # the traffic counts the backward's gathers as issued: m·(d − 1)/d·(wΨ + wΨ_b + gΨ), 2 B each
+    assert n["dp_bytes"] == pytest.approx(2 * 7 / 8 * 2 * (psi + (psi - 1e9) + psi), rel=1e-12)
+    # compute-bound here: what shows is the embedding's gather and the last bucket
+    assert exposed_f == pytest.approx(t_f * 525_336_576 / psi, rel=1e-12)
+    assert exposed_b == pytest.approx(t_rs / 17, rel=1e-12)

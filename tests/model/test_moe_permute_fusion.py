@@ -116,3 +116,12 @@ def test_search_costs_the_unfused_path_as_estimate_does():
         assert config.moe_permute_fusion is False
         assert estimate(QWEN, H800, config).time.step_s == pytest.approx(c["step_s"][i],
                                                                          rel=1e-9)
+
+
+def test_search_row_one_command_carries_the_switch():
+    args = ["search", "-m", "qwen3-30b-a3b", "-n", "16", "--hw", "h800-nvlink", "--gbs", "128",
+            "--seq-len", "8192", "--pp", "2", "--ep", "8", "--top", "1",
+            "--no-moe-permute-fusion"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "--no-moe-permute-fusion" in r.output.split("Run row 1:")[1]

@@ -121,6 +121,18 @@ def test_deepspeed_config_matches_the_plan(rid, args, ds_comm):
     else:
         assert zero.offload_optimizer is None
     assert (zero.offload_param is not None) == bool(c["offload_params"])
+    # the buckets and ZeRO-3 thresholds DeepSpeed reads are the ones plan3d costed
+    # (frameworks/deepspeed.py; DeepSpeedZeroConfig's fields at 0.19.8)
+    from planner.frameworks import deepspeed as DS
+
+    if c["zero_stage"] >= 1:
+        assert zero.reduce_bucket_size == DS.REDUCE_BUCKET_ELEMENTS
+        assert zero.allgather_bucket_size == DS.ALLGATHER_BUCKET_ELEMENTS
+    if c["zero_stage"] == 3:
+        assert (zero.prefetch_bucket_size, zero.param_persistence_threshold,
+                zero.max_live_parameters, zero.max_reuse_distance) == (
+            DS.PREFETCH_BUCKET_ELEMENTS, DS.PARAM_PERSISTENCE_THRESHOLD,
+            DS.MAX_LIVE_PARAMETERS, DS.MAX_REUSE_DISTANCE)
 
 
 @pytest.mark.parametrize("rid,args", MEGATRON_DS_ROWS, ids=[r for r, _ in MEGATRON_DS_ROWS])
