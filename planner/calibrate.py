@@ -818,21 +818,20 @@ def calibrate(measurements: Sequence[Measurement], hw: HardwareProfile,
         rel_std = _uncertainty(_Problem(runs, best.factors), best.theta,
                                [f.key not in bound_of for f in best.factors], sigma)
         warnings = _fit_warnings(best, bound_of)
-        n, k = len(measurements), len(best.factors) - len(bound_of)
-        if k and n <= k:
-            warnings.append(f"exactly determined ({n} run{'s' if n != 1 else ''}, {k} "
-                            f"factor{'s' if k != 1 else ''}): the fit reproduces the runs "
-                            "whatever the model's own error, so its 1σ is the model's alone; "
-                            "-o writes it only with --force")
     fitted = best.factors if best else []
     n = len(measurements)
     description = (f"{hw.description} — calibrated to {n} measured run"
                    f"{'s' if n != 1 else ''}").strip(" —")
     profile = profile_with_factors(hw, {f.key: after[f.key] for f in fitted},
                                    name=name or f"{hw.name}-calibrated", description=description)
-    return _result(hw, profile, _factor_rows(all_factors, best, before, after, reasons,
-                                             sensitivity, rel_std, bound_of),
-                   _run_rows(measurements, hw, profile), best, warnings)
+    result = _result(hw, profile, _factor_rows(all_factors, best, before, after, reasons,
+                                               sensitivity, rel_std, bound_of),
+                     _run_rows(measurements, hw, profile), best, warnings)
+    exact = exactly_determined(result)
+    if exact:  # said at once; check_writable refuses to write it
+        result = result.model_copy(update={"warnings": [
+            *result.warnings, f"{exact}; -o writes it only with --force"]})
+    return result
 
 
 def _result(hw: HardwareProfile, profile: HardwareProfile, factors: list[FactorFit],
@@ -876,8 +875,11 @@ def check_not_worse(result: CalibrationResult) -> None:
 
 
 def exactly_determined(result: CalibrationResult) -> str:
-    """What an exactly determined fit (degrees_of_freedom ≤ 0) is, in one clause."""
+    """What an exactly determined fit is, in one clause: one with a fitted factor and no more
+    runs than fitted factors (degrees_of_freedom ≤ 0); '' for any other."""
     free = [f for f in result.fitted if f.status == "fitted"]
+    if not free or result.degrees_of_freedom > 0:
+        return ""
     n, k = len(result.runs), len(free)
     moved = ", ".join(f"{f.path} {f.before:g} → {f.after:g}" for f in free)
     return (f"exactly determined: {n} run{'s' if n != 1 else ''} for {k} fitted "
@@ -899,7 +901,7 @@ def check_writable(result: CalibrationResult) -> None:
         problems.append(f"the fit did not converge in {result.iterations} iterations")
     if not result.fitted:
         problems.append("the runs moved no factor (each one's reason is in the table)")
-    elif result.degrees_of_freedom <= 0 and any(f.status == "fitted" for f in result.fitted):
+    elif exactly_determined(result):
         problems.append(exactly_determined(result))
     for f in result.fitted:
         if f.status == "at-bound":  # no physical value explains the runs: nothing to write

@@ -50,6 +50,8 @@ def _token(tok: str, out: dict[str, Any], text: str) -> None:
             out["cp_kind"] = "a2a"
         elif cp[3]:
             out["cp_kind"], out["cp_a2a"] = "hierarchical", int(cp[3])
+    elif number and number[1] == "z" and int(number[2]) > 3:  # said here, not as --zero's
+        raise PlanError(f"--plan {text!r}: {tok!r}: the ZeRO stage is z0, z1, z2 or z3")
     elif number:
         out[_INT_TOKENS[number[1]]] = int(number[2])
     elif low in _RECOMPUTE:

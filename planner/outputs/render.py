@@ -53,6 +53,14 @@ def console(stderr: bool = False) -> Console:
 
 PLAIN_WIDTH = 160  # not a terminal: wide enough that no table wraps a row
 PLAIN_MIN_WIDTH = 40
+PROSE_MARGIN = 2
+"""The words under a table wrap this many columns short of the console's width, so that no line
+of them ends in a terminal's last column (at 80 columns: 78, search.summary.SHORT_WIDTH)."""
+
+
+def prose_width(out: Console) -> int:
+    """The width the words under a table wrap at: the console's less PROSE_MARGIN."""
+    return max(PLAIN_MIN_WIDTH, out.width - PROSE_MARGIN)
 
 
 def non_finite(data, path: str = "") -> str | None:
@@ -543,7 +551,6 @@ def layout_cell(plan: Plan) -> str:
     return plan.config.short_label()
 
 
-WHY_HINT = "--why: each row and option weighed."
 RANK_LEGEND = "# 1= a tie with its group's first row, m inside the memory margin, ! a warning"
 LAYOUT_LEGEND = (RANK_LEGEND + "; layout: z = ZeRO stage, v = virtual stages, sel/full = "
                  "recompute (none when absent), nosp = no sequence parallelism")
@@ -568,6 +575,8 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
     """The answer (--sort gpus: the size) first, the ranked table, a few lines on row 1 and the
     warnings of the plans shown, then `footer` (the command that runs row 1); with `why`, the
     whole reasoning and every option weighed."""
+    from ..search.summary import WHY_HINT, WHY_ROWS_HINT
+
     if result.answer:
         out.print(result.answer)
     plans = result.plans
@@ -609,37 +618,47 @@ def render_search(result, out: Console, mfu_convention: str = "causal", why: boo
         out.print(RANK_LEGEND + ".")
     lines = list(result.summary) if result.summary else ([] if why else [result.reason])
     if not why:  # the way to the rest: on the line of row 1's margin, else its own line
+        hint = WHY_HINT if result.alternatives else WHY_ROWS_HINT  # --sort memory: no options
         if len(lines) >= 2:
-            lines[1] += " " + WHY_HINT
+            lines[1] += " " + hint
         else:
-            lines.append(WHY_HINT)
+            lines.append(hint)
     if why:
         lines += [result.reason] if result.reason else []
         lines += ["Also weighed:"] + [f"- {a.option}: {a.verdict} — {a.why}"
                                       for a in result.alternatives] if result.alternatives else []
+    width = prose_width(out)
     if lines:  # one print: rich's per-call cost is most of a short line's
-        out.print(Text("\n".join(line for line in lines if line)))
+        out.print(Text("\n".join(line for line in lines if line)), width=width)
     if budget:
-        out.print(("Plan 1: " + budget_line(plans[0])) if why else budget_brief(plans[0]))
-    # one line per kind of warning: its first plan's message (by default its first clause), and
-    # which other plans share it
+        out.print(("Plan 1: " + budget_line(plans[0])) if why else budget_brief(plans[0]),
+                  width=width)
+    for line in _search_warnings(plans, mfu_convention, why):
+        out.print(Text(line, style="yellow"), width=width)
+    for label, words in footer or []:
+        out.print(Text("\n".join(command_lines(label, words, width))), no_wrap=True,
+                  overflow="ignore", crop=False)
+
+
+def _search_warnings(plans: list[Plan], mfu_convention: str, why: bool) -> list[str]:
+    """One line per kind of warning among the plans shown: its first plan's message (by default
+    its first clause, and only the kinds the `!` marks), and which other plans share it."""
     by_code: dict[str, tuple[str, list[int]]] = {}
     for i, p in enumerate(plans, 1):
         for w in _shown_warnings(p, mfu_convention):
             first = by_code.setdefault(w.code, (w.message, []))
             first[1].append(i)
+    lines = []
     for code, (message, which_plans) in by_code.items():
         if why:
             which = (f"plan {which_plans[0]}" if len(which_plans) == 1 else
                      f"plans {numbers_text(which_plans)}; shown for plan {which_plans[0]}")
-            out.print(Text(f"warning ({which}) [{code}]: {message}", style="yellow"))
+            lines.append(f"warning ({which}) [{code}]: {message}")
         elif code not in QUIET_WARNINGS:  # by default the warnings the `!` marks, one line each
             which = "plan" + ("s" if len(which_plans) > 1 else "")
-            out.print(Text(f"! {which} {numbers_text(which_plans)}: {_warning_clause(message)} "
-                           f"[{code}]", style="yellow"))
-    for label, words in footer or []:
-        out.print(Text("\n".join(command_lines(label, words, out.width))), no_wrap=True,
-                  overflow="ignore", crop=False)
+            lines.append(f"! {which} {numbers_text(which_plans)}: {_warning_clause(message)} "
+                         f"[{code}]")
+    return lines
 
 
 def command_lines(label: str, words: list[str], width: int) -> list[str]:
@@ -759,30 +778,36 @@ def render_validation(report, out: Console) -> None:
 
 
 def render_calibration(result, out: Console, output: str | None) -> None:
-    """The fit: each factor before and after, each run's error before and after."""
-    table = Table(box=box.SIMPLE_HEAD, title=f"Calibration of {result.hardware}",
-                  title_justify="left")
-    for col in ("factor", "before", "after", "status", "why"):
-        table.add_column(col, overflow="fold", max_width=60 if col == "why" else None)
-    for f in result.factors:
-        table.add_row(f.path, f"{f.before:.4g} {f.unit}".strip(), f"{f.after:.4g} {f.unit}".strip(),
-                      f.status, f.reason)
-    out.print(table)
-    runs = Table(box=box.SIMPLE_HEAD, title="Runs: predicted vs measured step time",
-                 title_justify="left")
-    for col in ("run", "layout", "measured s", "before s", "error", "after s", "error"):
-        runs.add_column(col, justify="left" if col in ("run", "layout") else "right")
-    for r in result.runs:
-        runs.add_row(r.id, r.layout, step_seconds(r.measured_s),
-                     step_seconds(r.predicted_before_s), f"{r.error_before:+.1%}",
-                     step_seconds(r.predicted_after_s),
-                     f"{r.error_after:+.1%}")
-    out.print(runs)
-    out.print(f"median |error| {result.median_abs_error_before:.1%} → "
-              f"{result.median_abs_error_after:.1%}, max {result.max_abs_error_before:.1%} → "
-              f"{result.max_abs_error_after:.1%}")
+    """The fit, answer first: the runs' error before and after; each factor before and after
+    with its status, then each one's reason in a line of words (a reason runs to a few sentences:
+    in a column it would fold into a narrow strip, or widen the table past 80 columns); each
+    run's error before and after, its model and layout where the width allows them."""
+    out.print(f"Calibration of {result.hardware}: median |error| "
+              f"{result.median_abs_error_before:.1%} → {result.median_abs_error_after:.1%}, max "
+              f"{result.max_abs_error_before:.1%} → {result.max_abs_error_after:.1%}",
+              width=prose_width(out))
+    factors = result.factors
+    out.print(fitted_table(out, [
+        Column("factor", [f.path for f in factors], justify="left"),
+        Column("before", [f"{f.before:.4g} {f.unit}".strip() for f in factors]),
+        Column("after", [f"{f.after:.4g} {f.unit}".strip() for f in factors]),
+        Column("status", [f.status for f in factors], justify="left")]))
+    out.print(Text("\n".join(f"{f.path}: {f.reason}" for f in factors)),
+              width=prose_width(out))
+    out.print()
+    runs = result.runs
+    out.print(fitted_table(out, [
+        Column("run", [r.id for r in runs], justify="left", fold=True),
+        Column("measured\ns", [step_seconds(r.measured_s) for r in runs]),
+        Column("before\ns", [step_seconds(r.predicted_before_s) for r in runs]),
+        Column("error", [f"{r.error_before:+.1%}" for r in runs]),
+        Column("after\ns", [step_seconds(r.predicted_after_s) for r in runs]),
+        Column("error", [f"{r.error_after:+.1%}" for r in runs]),
+        Column("model", [r.model for r in runs], priority=1, justify="left"),
+        Column("layout", [r.layout for r in runs], priority=2, justify="left"),
+    ], "Runs: predicted vs measured step time"))
     for w in result.warnings:
-        out.print(Text(f"warning: {w}", style="yellow"))
+        out.print(Text(f"warning: {w}", style="yellow"), width=prose_width(out))
     if output:
         out.print(f"wrote {output}: use it with --hw {output}")
     else:

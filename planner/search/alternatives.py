@@ -88,7 +88,7 @@ def step_differences(plan: Time, other: Time, most: int | None = None,
     step difference — so that the arithmetic can be checked: 'exposed DP/ZeRO −1.130 s, compute
     +0.476 s, optimizer −0.002 s = −0.656 s' ('' when no part differs). Parts under half a
     millisecond are left out of the words (not of the sum). With `most`, only the `most` largest
-    parts are named and the others summed as one ('4 smaller −0.051 s'), so the words still add
+    parts are named and the others summed as one ('4 others −0.051 s'), so the words still add
     up to the difference. With `unit_once`, the seconds are named once, after the sum
     ('compute −6.739, exposed TP −2.863 = −9.602 s'), for a line that must stay short."""
     terms = difference_terms(plan, other)
@@ -101,7 +101,7 @@ def step_differences(plan: Time, other: Time, most: int | None = None,
         return f"{terms[0][0]} {_signed(terms[0][1])}"
     if most is not None and len(shown) > most + 1:
         rest = [d for _, d in terms[most:]]  # the parts under half a millisecond too
-        shown = shown[:most] + [f"{len(rest)} smaller {_signed(sum(rest), unit)}"]
+        shown = shown[:most] + [f"{len(rest)} others {_signed(sum(rest), unit)}"]
     return ", ".join(shown or ["parts under 1 ms"]) + f" = {_signed(total)}"
 
 
@@ -165,20 +165,22 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
                  if k.verdict in ("wins", "ties", "loses") else k for k in kinds]
     out += kinds
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
-    out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band))
+    out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band,
+                                budget))
     out.append(_partial_recompute(req, cols, plan_at, fastest, band))  # fit
     if FRAMEWORKS[req.framework].memory.searches_partitioned_checkpoints:  # fit
         out += _partitioned_checkpoints(req, cols, plan_at, fastest, band)
     if req.precision is Precision.FP8 and len(fits):  # fit
-        out.append(_fp8_recipes(model, hw, req, cols, fits, step, plan_at, band))
+        out.append(_fp8_recipes(model, hw, req, cols, fits, step, plan_at, band, budget))
     return out
 
 
-def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band) -> Alternative:
+def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band, budget) -> Alternative:
     """fit: the other fp8 recipes, and the quantised weights as the parameters
     (--fp8-param-gather), on row 1's layout: each the framework and the GPU run, costed by
-    explain's model; the fastest that fits against row 1. The search does not switch recipes by
-    itself (each is a numerics choice), so they are tried on the fastest plan only."""
+    explain's model; the fastest that fits in `budget` (with the memory margin, as row 1 must)
+    against row 1. The search does not switch recipes by itself (each is a numerics choice), so
+    they are tried on the fastest plan only."""
     from ..formulas.choices import QuantRecipe
     from ..model.estimate import check_config, estimate
     from .space import config_at
@@ -200,11 +202,12 @@ def _fp8_recipes(model, hw, req, cols, fits, step, plan_at, band) -> Alternative
             except PlanError:
                 continue  # the framework or the GPU does not run it
             plan = estimate(model, hw, candidate)
-            if plan.memory.fits:
+            if plan.memory.total_bytes <= budget:  # fits with the margin, as row 1
                 tried.append(plan)
     if not tried:
         return Alternative(option=option, verdict="none fits", why=(
-            "no other recipe the framework and the GPU run fits on row 1's layout."))
+            "no other recipe the framework and the GPU run fits on row 1's layout with the "
+            "memory margin."))
     with_plan = min(tried, key=lambda p: p.time.step_s)
     return _verdict(option, with_plan, plan_at(first), band,
                     tried=f" (of {len(tried)} that fit on row 1's layout; a numerics choice, "
@@ -394,10 +397,23 @@ def _verdict(option: str, with_plan: Plan, without: Plan, band: float,
     return alt
 
 
-def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -> Alternative:
+def _fastest_first(step: np.ndarray, k: int) -> np.ndarray:
+    """The places of the k smallest steps, smallest first, equal steps in order of place: what
+    np.argsort(step, kind="stable")[:k] gives, without sorting every candidate (a partition
+    finds the k-th step; only the steps up to it are sorted)."""
+    kth = np.partition(step, k - 1)[k - 1] if len(step) > k else np.nan
+    if np.isnan(kth):  # few candidates, or NaN among the k first: the sort itself
+        return np.argsort(step, kind="stable")[:k]
+    near = np.flatnonzero(step <= kth)
+    return near[np.argsort(step[near], kind="stable")[:k]]
+
+
+def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band,
+                     budget) -> Alternative:
     """HSDP: read off the search when --dp-shard put it in the space; otherwise tried, with up to
     PROBED_SHARDS of the shard groups `--dp-shard auto` would try, on the PROBED_LAYOUTS fastest
-    fitting layouts."""
+    fitting layouts, a tried plan counted where it fits in `budget` (with the memory margin, as
+    the search would rank it)."""
     from ..model.estimate import check_config, estimate
     from .space import config_at, dp_shard_candidates
 
@@ -406,7 +422,7 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
         uses = cols["dp_shard"] < cols["dp"]
         return _compare(option, fastest(uses), fastest(~uses), plan_at, band,
                         none_fit="no hybrid plan fits")
-    best = fits[np.argsort(step[fits], kind="stable")[:PROBED_LAYOUTS]]
+    best = fits[_fastest_first(step[fits], PROBED_LAYOUTS)]
     tried, refusal = [], ""
     for i in best:
         config = config_at(model, req, cols, int(i))
@@ -422,7 +438,7 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
                 refusal = refusal or str(exc)
                 continue
             plan = estimate(model, hw, candidate)
-            if plan.memory.fits:
+            if plan.memory.total_bytes <= budget:  # fits with the margin, as row 1
                 tried.append(plan)
     if not tried:
         # the framework's reason, without its advice about --dp-shard: the user did not give it
@@ -430,7 +446,7 @@ def _hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band) -
             "--dp-shard", "hybrid sharding")
         why = (f"refused: {refusal}" if refusal else
                f"on the {len(best)} fastest layouts, no hybrid shard group (whole NVLink "
-               "domains) fits")
+               "domains) fits with the memory margin")
         return Alternative(option=option, verdict="not run" if refusal else "none fits",
                            why=why.rstrip(".") + ".")
     with_plan = min(tried, key=lambda p: p.time.step_s)

@@ -29,6 +29,7 @@ from .ranking import (
     offloaded,
     rank,
 )
+from .reach import sizes_within_reach
 from .request import PlanRequest
 from .space import CONSTRAINTS, config_at, gpu_counts
 from .summary import memory_summary, summary, why
@@ -99,27 +100,42 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
     req = req.model_copy(update={"gbs": req.global_batch(model)})  # the same batch at every size
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
     check_headroom(headroom)
+    # the sizes where even MFU = 1 cannot reach the target are not searched (reach.py)
+    reach = sizes_within_reach(model, hw, req, sizes, target_step_s)
     for n in sizes:
         sized = req.model_copy(update={"gpus": n})
         _check_request(model, hw, sized, "time")
-        try:
-            cols, costs, fits = _space_that_fits(model, hw, sized, headroom)
-        except NoFeasiblePlan:
+        found = _row_one(model, hw, sized, headroom) if n in reach else None
+        if found is None:
             continue
-        # row 1, the recommendation at this size, estimated alone: the table, its other rows and
-        # the options weighed only for the size that answers
-        step = estimate(model, hw, config_at(model, sized, cols, _table(
-            hw, sized, cols, costs, fits, 1, headroom).rows[0])).time.step_s
+        cols, costs, fits, step = found
         best_seen = (n, step)
         if step <= target_step_s:
             result = _ranked(model, hw, sized, cols, costs, fits, top, len(cols["tp"]), headroom)
             return result.model_copy(update={"answer": (
                 f"{n:,} GPUs: the smallest size tried ({', '.join(f'{k:,}' for k in sizes)}) "
                 f"whose row 1 steps in ≤ {target_step_s:,.4g} s ({step:,.3f} s).")})
+    for n in [n for n in sizes if n not in reach] if best_seen is None else []:
+        # none fits where searched: the best found, as searching every size finds it
+        found = _row_one(model, hw, req.model_copy(update={"gpus": n}), headroom)
+        best_seen = best_seen if found is None else (n, found[3])
     seen = (f"; the best found is {best_seen[1]:.3g} s on {best_seen[0]} GPUs" if best_seen
             else "; no size fits in memory")
     raise NoFeasiblePlan(f"no cluster of up to {req.gpus} GPUs reaches a {target_step_s:g} s "
                          f"step for {model.name} at global batch {req.global_batch(model)}{seen}")
+
+
+def _row_one(model: ModelSpec, hw: HardwareProfile, sized: PlanRequest, headroom: float):
+    """--sort gpus at one size: (columns, costs, the candidates that fit, row 1's step), or None
+    where nothing fits. Row 1, the recommendation at this size, is estimated alone: the table,
+    its other rows and the options weighed only for the size that answers."""
+    try:
+        cols, costs, fits = _space_that_fits(model, hw, sized, headroom)
+    except NoFeasiblePlan:
+        return None
+    step = estimate(model, hw, config_at(model, sized, cols, _table(
+        hw, sized, cols, costs, fits, 1, headroom).rows[0])).time.step_s
+    return cols, costs, fits, step
 
 
 def search(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, top: int = 10,

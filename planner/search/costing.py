@@ -10,6 +10,7 @@ import numpy as np
 
 from ..model.cost import Choices, layout_costs, zero_costs
 from ..model.states import stage_memory
+from .grid import Grid, grid_of
 
 # what the ranking, the diagnosis and the agreement tests read of each candidate
 KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction", "dp_bytes",
@@ -26,6 +27,9 @@ half) evaluate at 2.0 M/s in chunks of 16,384 against 1.7 M/s in chunks of 4,096
 DeepSeek-V3 search on 16,384 GB200 (its NCCL pricing makes more, smaller array operations per
 chunk) spends ~15 % less in chunks of 16,384 (benchmarks/bench_search.py)."""
 
+GRID_CHUNK = 65536
+"""Cells of the grid (planner/search/grid.py) per evaluation: whole layouts, this many cells."""
+
 
 def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices,
                     zeros=None, keys: tuple[str, ...] = KEPT_COSTS) -> list[dict[str, np.ndarray]]:
@@ -34,6 +38,10 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
     the float64 arrays they differ in; evaluated CHUNK rows at a time. The layout half of the
     model (cost.layout_costs) is evaluated once and shared by the stages."""
     zeros = [choices.zero_stage] if zeros is None else list(zeros)
+    grid = grid_of(columns)  # moe: once per layout what depends on the layout alone
+    if grid is not None:
+        return _grid_costs(base, grid, choices, zeros, keys)
+    columns = {k: v for k, v in columns.items() if not k.startswith("_")}  # the space's ids
     n = len(next(iter(columns.values())))
     # each chunk's costs written into the stage's columns (no list of chunks to concatenate)
     parts = [{k: np.empty(n) for k in keys} for _ in zeros]
@@ -46,6 +54,25 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
             for k in keys:
                 part[k][start:start + rows] = out[k]  # a scalar fills the chunk's rows
     return parts
+
+
+def _grid_costs(base: dict, grid: Grid, choices: Choices, zeros: list,
+                keys: tuple[str, ...]) -> list[dict[str, np.ndarray]]:
+    """costs_in_chunks on the grid (planner/search/grid.py): the model on GRID_CHUNK cells at a
+    time (whole layouts), each candidate's costs read from its cell. The cells no candidate
+    holds may divide by zero or overflow: numpy is told not to warn of them (a candidate's own
+    cell computes as in the flat evaluation)."""
+    cells = [{k: np.empty(grid.shape) for k in keys} for _ in zeros]
+    step = max(1, GRID_CHUNK // (grid.shape[1] * grid.shape[2]))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, grid.shape[0], step):
+            x = SimpleNamespace(**base, **grid.columns(start, start + step))
+            layout = layout_costs(x, choices)
+            for z, part in zip(zeros, cells):
+                out = zero_costs(x, replace(choices, zero_stage=z), layout)
+                for k in keys:
+                    part[k][start:start + step] = out[k]  # broadcast over the crossed axes
+    return [{k: v.reshape(-1)[grid.cell] for k, v in part.items()} for part in cells]
 
 
 def costs_by_stage(base: dict, columns: dict[str, np.ndarray], choices: Choices,
@@ -84,6 +111,10 @@ def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choice
     stage's memory (model.states.stage_memory, the first concern of cost.zero_costs, which reads
     nothing of the data-parallel traffic or the step), in chunks as costs_in_chunks; the same
     numbers as costs_in_chunks(…, keys=("total_bytes",)) without the time half."""
+    grid = grid_of(columns)  # moe: once per layout what depends on the layout alone
+    if grid is not None:
+        return _grid_memory(base, grid, choices)
+    columns = {k: v for k, v in columns.items() if not k.startswith("_")}  # the space's ids
     n = len(next(iter(columns.values())))
     parts = []
     for start in range(0, n, CHUNK):
@@ -92,3 +123,14 @@ def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choice
         v = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
         parts.append(v if np.ndim(v) else np.full(rows, float(v)))
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _grid_memory(base: dict, grid: Grid, choices: Choices) -> np.ndarray:
+    """memory_in_chunks on the grid, as _grid_costs."""
+    cells = np.empty(grid.shape)
+    step = max(1, GRID_CHUNK // (grid.shape[1] * grid.shape[2]))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, grid.shape[0], step):
+            x = SimpleNamespace(**base, **grid.columns(start, start + step))
+            cells[start:start + step] = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
+    return cells.reshape(-1)[grid.cell]

@@ -156,7 +156,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         if not mask.any():
             continue
         sub = {k: v[mask] for k, v in group.items()}
-        f = {k: v.astype(np.float64) for k, v in sub.items()}
+        f = {k: v if k.startswith("_") else v.astype(np.float64)  # the ids stay integers
+             for k, v in sub.items()}
         group_choices = _group_choices(req, framework, base, (r, sp, sched, zeros),
                                        offload_fixed)
         partial, split = _recompute_variants(req, framework, r, sp, offload_fixed)  # fit

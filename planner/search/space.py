@@ -27,6 +27,21 @@ MAX_OPEN_VPP = 8
 MAX_OPEN_CP = 16
 
 
+LAYOUT_ID = "_layout"
+"""The space's column that numbers its layouts: each row's degrees, micro-batch, vpp, shard
+group and all-to-all group (LAYOUT_COLUMNS), the same number exactly where they are the same;
+the expert columns crossed in (CROSSED) are left out of it, so the search evaluates what depends
+on the layout alone once per layout (planner/search/grid.py)."""
+
+LAYOUT_COLUMNS = ("tp", "cp", "pp", "mbs", "vpp", "dp", "n_micro", "dp_shard", "dp_replicate",
+                  "cp_a2a")
+"""The space's columns that are functions of its LAYOUT_ID (numeric_space builds them so)."""
+
+CROSSED = {"_experts": ("ep", "etp"), "_dispatch": ("deepep", "a2a_overlap")}
+"""The space's columns crossed with every layout (_with_expert_degrees), each group of them
+numbered by its own id column: the expert degrees, and the dispatcher and its overlap."""
+
+
 def divisors(n: int, limit: int | None = None) -> list[int]:
     """Divisors of n in increasing order, up to limit."""
     top = n if limit is None else min(n, limit)
@@ -64,6 +79,7 @@ def numeric_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> di
         ok &= np.isin(dp, req.dp)
     n_micro = gbs // np.maximum(dp * mbs, 1)
     cols = dict(tp=tp, cp=cp, pp=pp, mbs=mbs, vpp=vpp, dp=dp, n_micro=n_micro)
+    cols[LAYOUT_ID] = np.cumsum(ok) - 1  # each layout's number (dense over those kept)
     return _with_cp_kinds(hw, req, _with_dp_shard(hw, req, _with_expert_degrees(
         model, hw, req, {k: v[ok] for k, v in cols.items()})))  # cp-kind: + cp_a2a
 
@@ -141,7 +157,17 @@ def _with_cp_kinds(hw: HardwareProfile, req: PlanRequest,
     # each row's place among its layout's copies picks its c_a
     place = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
     out["cp_a2a"] = options[np.repeat(inverse, counts), place]
+    out[LAYOUT_ID] = _copies_numbered(cols[LAYOUT_ID], counts)  # an all-to-all group: a layout
     return out
+
+
+def _copies_numbered(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The layout numbers of rows repeated `counts` times each, where each copy is a layout of
+    its own (a shard group, an all-to-all group): the row's number × the most copies + the
+    copy's place. The copies' options depend on the layout alone, so a copy's place names the
+    same option in every row of one layout (whatever its expert columns)."""
+    place = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(ids, counts) * max(int(counts.max(initial=1)), 1) + place
 
 
 def dp_shard_candidates(dp: int, inner: int, domain: int) -> list[int]:
@@ -172,6 +198,7 @@ def _with_dp_shard(hw: HardwareProfile, req: PlanRequest,
         options = [req.dp_shard] * len(dp)
     counts = np.array([len(o) for o in options], dtype=np.int64)
     out = {key: np.repeat(v, counts) for key, v in cols.items()}
+    out[LAYOUT_ID] = _copies_numbered(cols[LAYOUT_ID], counts)  # a shard group: a layout
     out["dp_shard"] = np.array([s for o in options for s in o], dtype=np.int64)
     fits = out["dp"] % out["dp_shard"] == 0
     out["dp_replicate"] = np.where(fits, out["dp"] // np.where(fits, out["dp_shard"], 1), 1)
@@ -201,6 +228,9 @@ def _with_expert_degrees(model: ModelSpec, hw: HardwareProfile, req: PlanRequest
     out = {key: np.repeat(v, k) for key, v in cols.items()}
     for j, key in enumerate(("ep", "etp", "deepep", "a2a_overlap")):
         out[key] = np.tile(table[:, j], n)
+    for (id_name, _), part in zip(CROSSED.items(), (table[:, :2], table[:, 2:])):
+        # each row's place among the distinct values of the crossed columns (grid.py's axes)
+        out[id_name] = np.tile(np.unique(part, axis=0, return_inverse=True)[1].reshape(-1), n)
     return out
 
 

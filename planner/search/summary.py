@@ -5,6 +5,9 @@ up to the step difference (alternatives.step_differences)."""
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable
+
 from ..results import Plan
 from ..units import share_text
 from .alternatives import Alternative, step_differences, step_parts
@@ -17,10 +20,11 @@ def _name(plan: Plan) -> str:
     return plan.config.short_label()
 
 
-def _vs(plan: Plan, other: Plan, than: str = "") -> str:
-    """'0.2% slower: exposed CP +0.017 s' — other against plan (`than`: ' than row 8')."""
+def _vs(plan: Plan, other: Plan, than: str = "", most: int | None = None) -> str:
+    """'0.2% slower: exposed CP +0.017 s' — other against plan (`than`: ' than row 8'); with
+    `most`, the short form: that many parts named, the rest summed, the seconds named once."""
     ratio = other.time.step_s / plan.time.step_s - 1
-    diff = step_differences(plan.time, other.time)
+    diff = step_differences(plan.time, other.time, most=most, unit_once=most is not None)
     word = "slower" if ratio >= 0 else "faster"
     return f"{abs(ratio):.1%} {word}{than}" + (f": {diff}" if diff else
                                          f", the same step time; {gib(other)} GiB")
@@ -43,8 +47,29 @@ SHORT_PART = 0.05
 """The parts of row 1's step the short output names, 5 % or more (--why names every part of 1 %
 or more)."""
 SHORT_TERMS = 3
-"""The parts of a step difference the short output names, the rest summed as one (--why names
-every part)."""
+"""The parts of a step difference the short output names at the most, the rest summed as one
+(--why names every part); fewer where the line would take more than SHORT_LINES lines."""
+SHORT_WIDTH = 78
+"""The width the short lines are written for: 80 columns less a margin of 2, so that no line
+ends in a terminal's last column (outputs.render wraps them at the console's width less 2)."""
+SHORT_LINES = 2
+"""How many lines at SHORT_WIDTH a short line that weighs one plan against row 1 may take."""
+WHY_HINT = "--why weighs each row and option."
+"""The way to the rest, which the renderer puts on the line of row 1's margin (summary's second
+line), else on a line of its own; WHY_ROWS_HINT where no option was weighed (--sort memory)."""
+WHY_ROWS_HINT = "--why weighs each row."
+
+
+def _short(line_of: Callable[[int], str], after: str = "") -> str:
+    """line_of(most), a line weighing a plan against row 1 with its `most` largest parts named
+    (SHORT_TERMS, then fewer), the first that wraps, followed by `after`, into SHORT_LINES lines
+    at SHORT_WIDTH; the one with a single part named where none does."""
+    for most in range(SHORT_TERMS, 0, -1):
+        line = line_of(most)
+        if len(textwrap.wrap(line + after, SHORT_WIDTH, break_long_words=False,
+                             break_on_hyphens=False)) <= SHORT_LINES:
+            break
+    return line
 
 
 def margin_legend(headroom: float) -> str:
@@ -86,24 +111,30 @@ def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
     elif ties:
         lines.append(f"{ties} more tie with it (1=: a step within ±{band:.0%}).")
     elif ranked:
-        i = ranked[0]
-        lines.append(f"Row {labels[i]} is {_vs(best, plans[i])}.")
+        i = ranked[0]  # the renderer adds WHY_HINT to this line
+        lines.append(_short(lambda most: f"Row {labels[i]} is {_vs(best, plans[i], most=most)}.",
+                            " " + WHY_HINT))
     if MARGIN_MARK in labels:  # the mark's legend; --why weighs each such row against row 1
         lines.append(margin_legend(headroom))
     for a in alternatives:  # an option whose plan beats row 1 beyond a tie: it changes the answer
         if (a.step_s is not None and a.step_s < best.time.step_s * (1 - band)
                 and a.plan != _name(best)):
             # against row 1 part by part (the parts sum to the step difference), the seconds
-            # named once so that the line takes two lines at 80 columns, not three
-            diff = (step_differences(best.time, a._time, most=SHORT_TERMS, unit_once=True)
-                    if a._time is not None else "")
-            faster = f"{1 - a.step_s / best.time.step_s:.1%} faster" + (f": {diff}" if diff
-                                                                        else "")
-            flag = CHANGE_FLAGS.get(a.option)
-            lines.append(f"With {flag}, {a.plan} is {faster}." if flag else
-                         f"{a.option[0].upper()}{a.option[1:]} would change the answer: "
-                         f"{a.plan}, {faster} (--why says more).")
+            # named once, in two lines at 80 columns
+            lines.append(_short(lambda most, a=a: _option_line(best, a, most)))
     return lines
+
+
+def _option_line(best: Plan, a: Alternative, most: int) -> str:
+    """An option weighed whose plan beats row 1: the flag that ranks it (or its name), its plan,
+    how much faster, and its `most` largest parts against row 1 (the rest summed)."""
+    diff = (step_differences(best.time, a._time, most=most, unit_once=True)
+            if a._time is not None else "")
+    faster = f"{1 - a.step_s / best.time.step_s:.1%} faster" + (f": {diff}" if diff else "")
+    flag = CHANGE_FLAGS.get(a.option)
+    return (f"With {flag}, {a.plan} is {faster}." if flag else
+            f"{a.option[0].upper()}{a.option[1:]} would change the answer: {a.plan}, {faster} "
+            "(--why says more).")
 
 
 def memory_summary(plans: list[Plan]) -> list[str]:

@@ -47,24 +47,36 @@ def test_calibrate_writes_0644_and_refuses_what_it_cannot_tell(tmp_path, umask_0
     assert other.exists() and stat.S_IMODE(other.stat().st_mode) == 0o644
 
 
-def test_calibrate_refuses_an_exactly_determined_fit(tmp_path, umask_022):
+@pytest.mark.parametrize("step_s, fit, refusal, forced", [
     # one 8b dp8 run at 3.42 s, 15 % slower than h100-nvlink predicts (2.98 s), --fit hbm: HBM
     # efficiency 0.89 → 0.30053 reproduces it exactly (zero residual degrees of freedom, nothing
-    # checks it): exit 2, one line, nothing written; --force writes it
+    # checks it)
+    ("3.42", "hbm", "exactly determined: 1 run for 1 fitted factor (efficiency.hbm 0.89 → "
+     "0.30053) leaves no run to check it, so the model's own error goes into the fit unseen",
+     ("hbm", 0.30053)),
+    # the same run at 0.5 s, a sixth of the model's 2.98 s, --fit gemm: no GEMM efficiency ≤ 1
+    # explains it, the fit stops on the bound 1.0 ("at-bound")
+    ("0.5", "gemm", "efficiency.gemm.bf16 ran into its bound (1): no physical value explains "
+     "the runs", ("gemm", 1.0)),
+])
+def test_calibrate_refuses_a_fit_the_runs_cannot_check(tmp_path, umask_022, step_s, fit, refusal,
+                                                       forced):
+    # exit 2, one line on stderr, nothing written; --force writes it, 0644
     one = tmp_path / "one.csv"
-    one.write_text("id,model,dp,tp,pp,mbs,gbs,seq_len,step_s\nslow,8b,8,1,1,1,64,4096,3.42\n")
-    out = tmp_path / "exact.toml"
-    args = ["calibrate", str(one), "--hw", "h100-nvlink", "--fit", "hbm", "-o", str(out)]
+    one.write_text(f"id,model,dp,tp,pp,mbs,gbs,seq_len,step_s\nrun,8b,8,1,1,1,64,4096,{step_s}\n")
+    out = tmp_path / "fitted.toml"
+    args = ["calibrate", str(one), "--hw", "h100-nvlink", "--fit", fit, "-o", str(out)]
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and not out.exists()
     assert r.stderr.strip().splitlines() == [
-        "plan3d: error: not written: exactly determined: 1 run for 1 fitted factor "
-        "(efficiency.hbm 0.89 → 0.30053) leaves no run to check it, so the model's own error "
-        "goes into the fit unseen — add runs with other layouts, or give --force to write it "
-        "anyway"]
+        f"plan3d: error: not written: {refusal} — add runs with other layouts, or give --force "
+        "to write it anyway"]
     r = runner.invoke(app, [*args, "--force"])
     assert r.exit_code == 0, r.output
-    assert load_hardware(str(out)).efficiency.hbm == 0.30053
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    efficiency = load_hardware(str(out)).efficiency
+    key, value = forced
+    assert (efficiency.hbm if key == "hbm" else efficiency.gemm.bf16) == value
 
 
 def test_compare_chart_without_matplotlib_fails_before_computing(monkeypatch, tmp_path):

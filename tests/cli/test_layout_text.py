@@ -78,6 +78,9 @@ def test_a_string_that_contradicts_a_flag_names_both():
     ("", "empty layout"), ("tp8 pp2 z1", "leaves out dp"), ("dp8 tp8 pp1", "ZeRO stage"),
     ("dp8 tp8 pp1 z1 turbo", "'turbo' is not part of a layout"),
     ("dp8 tp8 pp1 z1 sel full", "'full' repeats a setting"),
+    # the stage named as the string spells it (it read "--zero: '9' is not one of …", a flag the
+    # user never gave)
+    ("dp8 tp8 pp1 z9", r"^--plan 'dp8 tp8 pp1 z9': 'z9': the ZeRO stage is z0, z1, z2 or z3$"),
 ])
 def test_bad_strings_say_what_is_wrong(text, expected):
     with pytest.raises(PlanError, match=expected):

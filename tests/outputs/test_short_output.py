@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.outputs.render import numbers_text
+from planner.search.summary import SHORT_TERMS, SHORT_WIDTH, _short
 
 runner = CliRunner()
 
@@ -43,11 +44,14 @@ def test_the_text_under_the_table_fits_in_a_few_lines(args):
     assert r.exit_code == 0, r.output
     _, under = _under_the_table(r.stdout)
     assert 1 <= len(under) <= MOST_LINES, "\n".join(under)
-    assert max(len(line) for line in under) <= 80
+    # 78: the words wrap two columns short of the width, never in its last column
+    assert max(len(line.rstrip()) for line in under) <= SHORT_WIDTH
     assert under[0].startswith("Row 1")
     # the command that runs row 1, and where the rest is
     assert any(line.startswith("Run row 1: plan3d explain") for line in under)
-    assert "--why: each row and option weighed." in " ".join(" ".join(under).split())
+    # (--sort memory weighs no option: its --why weighs the rows)
+    hint = "--why weighs each row." if "memory" in args else "--why weighs each row and option."
+    assert hint in " ".join(" ".join(under).split())
     # the reasoning and the options weighed are behind --why
     assert "Also weighed:" not in r.stdout and "Ties:" not in r.stdout
     why = runner.invoke(app, [*args, "--why"], env={"COLUMNS": "80"})
@@ -64,15 +68,49 @@ def test_an_option_that_changes_the_answer_takes_two_lines_at_80_columns():
                             "torchtitan"], env={"COLUMNS": "80"})
     assert r.exit_code == 0, r.output
     _, under = _under_the_table(r.stdout)
-    assert len(under) <= MOST_LINES and max(len(line) for line in under) <= 80, "\n".join(under)
+    assert len(under) <= MOST_LINES, "\n".join(under)
+    assert max(len(line.rstrip()) for line in under) <= SHORT_WIDTH, "\n".join(under)
     start = next(i for i, line in enumerate(under) if line.startswith("With --offload auto, "))
     assert under[start + 1].rstrip().endswith(" s.") and under[start + 2].startswith("Run row 1")
     # the words still add up: every named part and the rest summed, to the step difference
     text = " ".join(" ".join(under[start:start + 2]).split())
     head, _, total = text.split("faster: ", 1)[1].rpartition(" = ")
     parts = [float(v.replace("−", "-")) for v in re.findall(r"([−+]\d+\.\d{3})", head)]
-    assert len(parts) == 4  # compute, exposed DP/ZeRO, exposed TP, the 6 smaller summed
+    assert len(parts) == 4  # compute, exposed DP/ZeRO, exposed TP, the 6 others summed
     assert sum(parts) == pytest.approx(float(total.split()[0].replace("−", "-")), abs=2e-3)
+
+
+def test_a_long_layout_names_fewer_parts_to_stay_in_two_lines():
+    # DeepSeek-V2 (its Hugging Face config) on 64 H100: row 2 does not tie with row 1 and
+    # offloading would win, both on layouts of 40-odd characters. Each weighing takes two lines
+    # at 78 columns (with all 8 or 9 parts named, four and three lines before): row 2 keeps the
+    # three largest parts, the option with the longer layout one, the rest summed as one
+    r = runner.invoke(app, ["search", "--model", "tests/data/hf/DeepSeek-V2", "--gpus", "64"],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    _, under = _under_the_table(r.stdout)
+    assert max(len(line.rstrip()) for line in under) <= SHORT_WIDTH, "\n".join(under)
+    for head, named in (("Row 2 is ", 3), ("With --offload auto, ", 1)):
+        start = next(i for i, line in enumerate(under) if line.startswith(head))
+        two = " ".join(" ".join(under[start:start + 2]).split())
+        assert under[start + 2][:4] in ("m: f", "! pl")  # the next line is another's
+        diff, _, total = two.split(": ", 1)[1].partition(" = ")
+        parts = diff.split(", ")
+        assert len(parts) == named + 1 and re.fullmatch(r"\d+ others [−+]\d+\.\d{3}", parts[-1])
+        values = [float(p.rsplit(" ", 1)[1].replace("−", "-")) for p in parts]
+        step = float(total.split()[0].replace("−", "-"))
+        assert sum(values) == pytest.approx(step, abs=5e-4 * (named + 2))
+
+
+def test_the_short_form_drops_parts_until_the_line_takes_two_lines():
+    # a line of 40 characters a part: three parts (≈ 160) take three lines at 78, two (≈ 120)
+    # take two; one part is the floor, however long
+    def line(most: int) -> str:
+        return " ".join(["part of forty characters, give or take."] * (most + 1))
+
+    assert _short(line) == line(2)
+    assert _short(lambda most: "word " * 60 + str(most)) == "word " * 60 + "1"
+    assert _short(lambda most: f"short {most}") == f"short {SHORT_TERMS}"
 
 
 def test_sort_gpus_answers_first():

@@ -64,6 +64,31 @@ def test_every_command_fits_the_terminal_without_truncating(args, columns):
     assert not too_long, too_long
 
 
+def test_calibrate_reads_at_80_columns():
+    # the answer first (the runs' error before → after); each factor on one row of its table, its
+    # reason in words under it, not folded into a strip a few characters wide; each run on one
+    # row, its model beside it where the width allows it (its long layout at 140)
+    runs = ["calibrate", str(ROOT / "tests" / "data" / "calibrate" / "runs.csv"), "--hw",
+            "h100-nvlink"]
+    lines = run(*runs, columns=80).stdout.splitlines()
+    assert lines[0] == ("Calibration of h100-nvlink: median |error| 35.1% → 32.2%, max 40.5% → "
+                        "48.0%")
+    assert max(len(line.rstrip()) for line in lines) <= 78
+    factors = ["efficiency.gemm.bf16", "efficiency.gemm.fp16", "efficiency.gemm.fp8",
+               "efficiency.hbm", "fast.busbw_gb_per_s", "network.busbw_gb_per_s"]
+    rows = [line.split() for line in lines if line.split()[:1] in ([f] for f in factors)]
+    assert [r[0] for r in rows] == factors and rows[0][1:] == ["0.63", "0.5385", "fitted"]
+    assert rows[4][1:] == ["370", "GB/s", "450", "GB/s", "at-bound"]
+    reasons = [line for line in lines if line.split(":")[0] in factors]
+    assert [r.split(":")[0] for r in reasons] == factors
+    assert reasons[1] == "efficiency.gemm.fp16: no run uses fp16"
+    assert [line.split()[:2] for line in lines if line.startswith(" 8b-")] == [
+        ["8b-tp8", "3.100"], ["8b-dp8", "4.200"]]
+    assert "llama-3.1-8b" in next(line for line in lines if line.startswith(" 8b-tp8"))
+    wide = run(*runs, columns=140).stdout
+    assert "dp1 tp8 pp1 mbs1 gbs32 s8192 z1 selective bf16 sp" in wide
+
+
 def test_search_keeps_the_layout_and_decisive_numbers_at_80_columns():
     r = run(*SEARCH, "--top", "3", columns=80)
     header = " ".join(r.stdout.splitlines()[2:4])

@@ -220,3 +220,15 @@ def test_fp8_searches_weigh_the_other_recipes_on_row_one():
     assert recipes.plan.split()[:-1] == recipes.versus.split()  # row 1's layout, recipe added
     assert "mxfp8" not in recipes.plan  # Blackwell's recipe is refused on H100
     assert "other fp8 recipes and --fp8-param-gather" not in _verdicts("70b", 64)[0]  # bf16
+
+
+def test_fastest_first_is_the_stable_sorts_head():
+    """alternatives._fastest_first: the first k of a stable argsort, ties in order of place."""
+    from planner.search.alternatives import _fastest_first
+
+    rng = np.random.default_rng(0)
+    for n, k in ((1000, 3), (5, 3), (3, 3), (2, 3), (50, 1)):
+        step = rng.integers(0, 7, n).astype(float)  # many ties
+        assert _fastest_first(step, k).tolist() == np.argsort(step, kind="stable")[:k].tolist()
+    step = np.array([np.nan, 2.0, np.nan, 1.0])
+    assert _fastest_first(step, 3).tolist() == [3, 1, 0]

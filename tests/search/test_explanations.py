@@ -52,14 +52,14 @@ def test_the_terms_of_any_two_plans_sum_to_their_step_difference(i, j):
         # rounding each shown term to 1 ms; terms under 0.5 ms are left out of the words
         assert sum(values) == pytest.approx(b.time.step_s - a.time.step_s,
                                             abs=5e-4 * (len(terms) + 1))
-    # the short output's form: the 3 largest parts named, the others summed as one ('5 smaller
+    # the short output's form: the 3 largest parts named, the others summed as one ('5 others
     # −0.971 s'); the words add up to the same difference, rounding 5 numbers at most
     short = step_differences(a.time, b.time, most=3)
     named = [t for t in terms if abs(t[1]) >= 5e-4]
     if len(named) > 4:
         *shown, total = re.split(r", | = ", short)
         assert [s.rsplit(" ", 2)[0] for s in shown[:3]] == [n for n, _ in terms[:3]]
-        assert re.fullmatch(rf"{len(terms) - 3} smaller [−+]\d+\.\d{{3}} s", shown[3])
+        assert re.fullmatch(rf"{len(terms) - 3} others [−+]\d+\.\d{{3}} s", shown[3])
         values = [float(s.rsplit(" ", 2)[-2].replace("−", "-")) for s in shown]
         assert sum(values) == pytest.approx(b.time.step_s - a.time.step_s, abs=5e-4 * 5)
     else:

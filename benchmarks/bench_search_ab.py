@@ -1,0 +1,54 @@
+"""Two versions of plan3d, alternating: each README search (and the default) run end to end, process
+start included, once with each source tree on PYTHONPATH in turn, so that a shared machine's load
+falls on both alike; the median (min) CPU time, user + system, of each:
+    python benchmarks/bench_search_ab.py BEFORE_TREE AFTER_TREE [--repeat N]
+(each tree a checkout of the repository; `git archive <commit> | tar -x -C DIR` makes one)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+
+from bench_search import ENV, README_SEARCHES, SEARCH
+
+CASES = {"70b / 512 / h100-nvlink (the default)": SEARCH, **README_SEARCHES}
+
+
+def cpu_s(tree: str, args: list[str]) -> float:
+    """CPU time, user + system, of `python -m planner ARGS` with `tree` on PYTHONPATH."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-m", "planner", *args], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**ENV, "PYTHONPATH": tree, "NUMPY_MADVISE_HUGEPAGE": "0"})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("before")
+    parser.add_argument("after")
+    parser.add_argument("--repeat", type=int, default=5)
+    a = parser.parse_args()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    times = {name: {"before": [], "after": []} for name in CASES}
+    for name, args in CASES.items():
+        for tree in (a.before, a.after):  # warm: bytecode written, files cached
+            cpu_s(tree, args)
+        for _ in range(a.repeat):
+            for label, tree in (("before", a.before), ("after", a.after)):
+                times[name][label].append(cpu_s(tree, args))
+    print(f"CPU time (user + system), median (min) of {a.repeat}, alternating; load average "
+          f"{load} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end:")
+    for name, t in times.items():
+        b, f = (statistics.median(t[k]) for k in ("before", "after"))
+        print(f"  {name:<52} {b:.3f} ({min(t['before']):.3f}) → {f:.3f} "
+              f"({min(t['after']):.3f}) s  ({f / b - 1:+.0%})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The MoE search's grid (planner/search/grid.py): the model evaluated once per layout and
+broadcast over the crossed expert and dispatcher columns gives every candidate exactly the
+costs of the flat evaluation, row by row; the space's id columns number what they say."""
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_hardware, load_model
+from planner.formulas.choices import Recompute, Schedule
+from planner.frameworks import FRAMEWORKS
+from planner.search import costing
+from planner.search.evaluate import _group_choices, _group_runs, _group_space, base_numbers
+from planner.search.grid import grid_of, numbered
+from planner.search.masks import RuleMasks
+from planner.search.request import PlanRequest
+from planner.search.space import (
+    CROSSED,
+    LAYOUT_COLUMNS,
+    LAYOUT_ID,
+    choice_groups,
+    numeric_space,
+)
+
+KEYS = costing.KEPT_COSTS + ("stage_layers", "optimizer_bytes")
+
+
+def _groups(model, gpus, framework="megatron", **extra):
+    """Each choice group's candidates (float64 columns with the space's ids), choices, runs."""
+    m, h = load_model(model), load_hardware("h100-nvlink")
+    req = PlanRequest(gpus=gpus, framework=framework, **extra)
+    fw = FRAMEWORKS[framework]
+    base = base_numbers(m, h, req, fw)
+    space, parts, masks = numeric_space(m, h, req), {}, RuleMasks(m)
+    for r, sp, sched, zeros in choice_groups(req):
+        group = _group_space(space, sched is Schedule.INTERLEAVED, r, parts)
+        runs = _group_runs(m, req, fw, masks, group, (r, sp, sched, zeros))
+        mask = np.logical_or.reduce(list(runs.values()))
+        if not mask.any():
+            continue
+        cols = {k: v[mask] if k.startswith("_") else v[mask].astype(np.float64)
+                for k, v in group.items()}
+        yield base, cols, _group_choices(req, fw, base, (r, sp, sched, zeros), False), zeros
+
+
+def _flat(columns):
+    return {k: v for k, v in columns.items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("model, gpus, framework", [("deepseek-v3", 128, "megatron"),
+                                                    ("mixtral-8x7b", 64, "torchtitan"),
+                                                    ("mixtral-8x7b", 64, "deepspeed")])
+def test_the_grid_gives_every_candidate_the_flat_costs(model, gpus, framework):
+    """costs_in_chunks on the grid equals the flat evaluation (the ids left out, so that no grid
+    is made) exactly, every kept cost, every ZeRO stage, in every choice group."""
+    gridded = 0
+    for base, cols, choices, zeros in _groups(model, gpus, framework):
+        if grid_of(cols) is None:  # one ep and one dispatcher left by the rules: flat
+            assert len(np.unique(cols["ep"])) == len(np.unique(cols["deepep"])) == 1
+            continue
+        on_grid = costing.costs_in_chunks(base, cols, choices, zeros, KEYS)
+        flat = costing.costs_in_chunks(base, _flat(cols), choices, zeros, KEYS)
+        for a, b in zip(on_grid, flat):
+            for k in KEYS:
+                assert np.array_equal(a[k], b[k]), k
+        gridded += 1
+        if gridded == 6:  # recompute none and selective, with and without sp, two schedules
+            break
+    assert gridded >= 3
+
+
+def test_a_column_of_each_candidates_own_is_a_layout_of_its_own():
+    """A column that is neither a layout's nor crossed (partial recompute's layers, one per
+    candidate) refines the layouts: the grid's costs still equal the flat ones, and its memory
+    (memory_in_chunks) too."""
+    base, cols, choices, zeros = next(
+        g for g in _groups("deepseek-v3", 256, recompute=[Recompute.FULL]))
+    n = len(cols["tp"])
+    layers = 1.0 + np.arange(n) % 3  # differs among the candidates of one layout
+    shared = {k: v for k, v in base.items() if k != "recompute_layers"}
+    cols = {**cols, "recompute_layers": layers}
+    grid = grid_of(cols)
+    assert grid.shape[0] > len(np.unique(cols[LAYOUT_ID]))  # the layers made more layouts
+    on_grid = costing.costs_in_chunks(shared, cols, choices, zeros, KEYS)
+    flat = costing.costs_in_chunks(shared, _flat(cols), choices, zeros, KEYS)
+    for a, b in zip(on_grid, flat):
+        for k in KEYS:
+            assert np.array_equal(a[k], b[k]), k
+    assert np.array_equal(costing.memory_in_chunks(shared, cols, choices),
+                          costing.memory_in_chunks(shared, _flat(cols), choices))
+
+
+@pytest.mark.parametrize("extra", [{}, {"dp_shard": "auto"}, {"cp_kind": "auto"}])
+def test_the_space_numbers_its_layouts_and_crossed_columns(extra):
+    """Within one layout id every LAYOUT_COLUMNS column holds one value, and within one crossed
+    id its columns hold one value; two rows that differ in no layout column share the id."""
+    m, h = load_model("deepseek-v3"), load_hardware("h100-nvlink")
+    space = numeric_space(m, h, PlanRequest(gpus=64, **extra))
+    codes, rows = numbered(space[LAYOUT_ID])
+    present = [k for k in LAYOUT_COLUMNS if k in space]
+    for k in present:
+        assert np.array_equal(space[k], space[k][rows][codes]), k
+    distinct = np.unique(np.stack([space[k] for k in present], axis=1), axis=0)
+    assert len(rows) == len(distinct)  # one id per distinct layout
+    for id_name, names in CROSSED.items():
+        codes, rows = numbered(space[id_name])
+        for k in names:
+            assert np.array_equal(space[k], space[k][rows][codes]), k
+
+
+def test_a_dense_model_is_evaluated_flat():
+    """Nothing is crossed in a dense model's space (ep = etp = 1, one dispatcher): no grid."""
+    m, h = load_model("70b"), load_hardware("h100-nvlink")
+    space = numeric_space(m, h, PlanRequest(gpus=64))
+    assert grid_of(space) is None
+
+
+def test_numbered_sparse_ids_as_dense_ones():
+    """numbered: the same codes by the dense pass and by the sort (ids far apart)."""
+    ids = np.array([5, 3, 5, 9, 3])
+    codes, rows = numbered(ids)
+    assert codes.tolist() == [1, 0, 1, 2, 0] and ids[rows].tolist() == [3, 5, 9]
+    codes, rows = numbered(ids * 10**9)
+    assert codes.tolist() == [1, 0, 1, 2, 0] and (ids * 10**9)[rows].tolist() == [3e9, 5e9, 9e9]
+
