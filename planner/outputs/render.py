@@ -54,8 +54,9 @@ def console(stderr: bool = False) -> Console:
 PLAIN_WIDTH = 160  # not a terminal: wide enough that no table wraps a row
 PLAIN_MIN_WIDTH = 40
 PROSE_MARGIN = 2
-"""The words under a table wrap this many columns short of the console's width, so that no line
-of them ends in a terminal's last column (at 80 columns: 78, search.summary.SHORT_WIDTH)."""
+"""The words around a table (search's short lines, explain's verdict, calibrate's reasons, the
+warnings) wrap this many columns short of the console's width, so that no line of them ends in a
+terminal's last column (at 80 columns: 78, search.summary.SHORT_WIDTH)."""
 
 
 def prose_width(out: Console) -> int:
@@ -294,7 +295,7 @@ def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = Fal
     """The answer first (verdict_lines and the warnings), then the breakdown a person can check by
     hand, section by section (`sections`: names of SECTIONS, default all; `brief`: none)."""
     for line in verdict_lines(plan, mfu_convention):
-        out.print(line)
+        out.print(line, width=prose_width(out))
     render_warnings(plan, out, mfu_convention)
     if brief:
         return
@@ -482,7 +483,8 @@ def render_timeline(timeline, out: Console, width: int | None = None, head_s: fl
 
 def render_warnings(plan: Plan, out: Console, mfu_convention: str = "causal") -> None:
     for w in _shown_warnings(plan, mfu_convention):
-        out.print(Text(f"warning [{w.code}]: {w.message}", style="yellow"))
+        out.print(Text(f"warning [{w.code}]: {w.message}", style="yellow"),
+                  width=prose_width(out))
 
 
 # ---------------------------------------------------------------------------------------------

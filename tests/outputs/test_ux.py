@@ -64,6 +64,13 @@ def test_every_command_fits_the_terminal_without_truncating(args, columns):
     assert not too_long, too_long
 
 
+def test_explains_verdict_wraps_short_of_the_width():
+    # the verdict's words wrap at 78 at 80 columns (the width less 2): the peak line, 80
+    # columns before, now breaks before 'the rest'
+    lines = run(*EXPLAIN, "--brief", columns=80).stdout.splitlines()
+    assert lines and max(len(line.rstrip()) for line in lines) <= 78, lines
+
+
 def test_calibrate_reads_at_80_columns():
     # the answer first (the runs' error before → after); each factor on one row of its table, its
     # reason in words under it, not folded into a strip a few characters wide; each run on one
