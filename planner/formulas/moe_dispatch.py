@@ -41,12 +41,6 @@ DEEPEP_SMS = {"v1": 24, "v2": 6}
 tests' default; DeepSeek-V3 §3.2.2 reports 20 for its own kernels), 4–6 for V2 (README @
 dd758caf45, "SM usage reduced from 24 to 4 - 6"); the upper end is taken."""
 
-DEEPEP_LOW_LATENCY_GB_PER_S = {8: 98, 16: 63, 32: 48, 64: 43, 128: 39, 256: 39}
-"""DeepEP V1 low-latency dispatch, achieved RDMA bandwidth by EP size (128 tokens, h = 7168,
-top-8, FP8): DeepEP docs/legacy.md @ dd758caf45. Pure RDMA, no NVLink forwarding, no
-de-duplication: meant for inference decoding."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Where the copies go
 
@@ -69,7 +63,7 @@ def nodes_reached(top_k, n_nodes, max_nodes):
 
 def nccl_a2a_copies(tokens, top_k, ep, load=1):
     """Token copies an NCCL all-to-all sends off the GPU: every copy for an expert on another
-    rank, none de-duplicated:  λ·T·k·(ep − 1)/ep  (moe.all_to_all_bytes in rows)."""
+    rank, none de-duplicated:  λ·T·k·(ep − 1)/ep."""
     return load * tokens * top_k * (ep - 1) / ep
 
 
@@ -154,13 +148,6 @@ def allgather_dispatch_bytes(tokens, hidden, group, act_bytes=2):
     Megatron's combine reduce-scatters in the probabilities' dtype (fp32 with
     --moe-router-dtype fp32): pass act = 4 for it."""
     return (group - 1) * tokens * hidden * act_bytes
-
-
-def low_latency_time_s(tokens, top_k, hidden, act_bytes, achieved_bw):
-    """DeepEP's low-latency dispatch: every copy by RDMA, at the bandwidth its README measured
-    for the EP size (DEEPEP_LOW_LATENCY_GB_PER_S, which already folds in the latency):
-    T·k·h·act / B_ll."""
-    return tokens * top_k * hidden * act_bytes / achieved_bw
 
 
 # ---------------------------------------------------------------------------------------------
