@@ -150,12 +150,13 @@ def _shown(value: Any) -> str:
 
 
 def explain_args(model: str, hw: str, config, framework: str | None = None,
-                 seq_len_given: bool = False) -> list[str]:
+                 seq_len_given: bool = False, headroom: float | None = None) -> list[str]:
     """The `plan3d explain` arguments that reproduce `config` (a PlanConfig the search costed):
     the model and profile as the user named them, its GPU count, the layout as the table spells
     it (`--plan`), the global batch, and each setting the layout string does not carry where it
     differs from explain's default. `framework`: the one the user asked for (None: the default).
-    seq_len_given: whether the search was given --seq-len (then explain is given it too)."""
+    seq_len_given: whether the search was given --seq-len (then explain is given it too).
+    headroom: the search's --headroom, if given (explain then judges the margin as it did)."""
     c = config
     args = ["explain", "--model", model, "--gpus", str(c.n_gpus), "--hw", hw,
             "--plan", c.short_label(), "--gbs", str(c.gbs)]
@@ -163,6 +164,8 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
         args += ["--seq-len", str(c.seq_len)]
     if framework:
         args += ["--framework", framework]
+    if headroom is not None:
+        args += ["--headroom", f"{headroom:g}"]
     for flag, value, default in (("--precision", c.precision.value, "bf16"),
                                  ("--grad-dtype", c.grad_dtype, "fp32"),
                                  ("--attention", c.attention.value, "flash")):

@@ -65,7 +65,7 @@ def explain(
     model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink", plan: PlanOpt = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
     gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None, flags: PlanFlags = None,
-    json_: JsonOpt = False, emit: EmitOpt = None,
+    headroom: HeadroomOpt = None, json_: JsonOpt = False, emit: EmitOpt = None,
     timeline: Annotated[bool, typer.Option(
         "--timeline", help="Draw the pipeline schedule, to scale.",
         rich_help_panel=PANELS.output)] = False,
@@ -108,6 +108,10 @@ def _explained(o) -> SimpleNamespace:
                         f"got '{o.timeline_out}'")
     run = SimpleNamespace(convention=_mfu_convention(o.mfu_convention),
                           sections=_sections(o.section), picture=None, svg=None)
+    if o.headroom is not None:  # the margin the verdict names (search's --headroom)
+        from ..search.ranking import check_headroom
+
+        check_headroom(o.headroom)
     if o.plan is not None:
         _apply_layout(o)
     if o.recompute is None:
@@ -211,7 +215,8 @@ def _show_explained(o, run) -> None:
         # with --emit, stdout carries the settings alone; what explains them goes to stderr
         out = render.console(stderr=launch is not None)
         render.render_explain(plan, out, sections=run.sections, brief=o.brief,
-                              mfu_convention=run.convention, constants=run.constants)
+                              mfu_convention=run.convention, constants=run.constants,
+                              headroom=o.headroom)
         if picture is not None and o.timeline:
             values = {t.key: t.value for t in plan.terms}
             render.render_timeline(picture, out, head_s=values.get("head_s", 0.0),
@@ -292,7 +297,7 @@ def _searched(o) -> SimpleNamespace:
     plans = [_extras(plan, o.model, o.hw, None, o.train_tokens, o.gpu_hour_price, o.gpu_power_w,
                      o.goodput)[0] for plan in result.plans]
     run.result = result.model_copy(update={"plans": plans, "explain_args": [
-        explain_args(o.model, o.hw, p.config, o.framework, o.seq_len is not None)
+        explain_args(o.model, o.hw, p.config, o.framework, o.seq_len is not None, o.headroom)
         for p in plans]})
     run.launch = None
     if o.emit:

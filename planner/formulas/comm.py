@@ -354,6 +354,18 @@ def link_share(own_bytes, concurrent_bytes, sends):
     return (own_bytes + 1 - sends) / (own_bytes + sends * concurrent_bytes + 1 - sends)
 
 
+def flow_delay_s(own_s, flow_s, window_s):
+    """Time an exposed flow (one the compute waits for: the expert exchange, flow_s alone on the
+    link) loses to a collective hidden beside it on the same link (own_s: its own bytes alone on
+    the link) in a phase of window_s of compute: the collective's pieces spread over the phase,
+    whose wall time the flow lengthens by its own, so they meet for flow/(window + flow) of the
+    collective's time, and a fair link gives the two half each while they do (max-min
+    fairness): the flow waits as long, at most its own time:
+        min(own·flow/(window + flow), flow)
+    0 where nothing flows beside it."""
+    return _ops.minimum(own_s * flow_s / _ops.maximum(window_s + flow_s, 1e-12), flow_s)
+
+
 OVERLAP_COMPUTE_SLOWDOWN = 0.189
 """Compute running beside an NCCL collective runs slower: the collective's kernels hold SMs
 (one CTA per channel) and share HBM bandwidth. Lee et al. 2025, "Characterizing

@@ -104,31 +104,7 @@ def moe_dispatch_activation_bytes(seq_len, mbs, hidden, n_experts, top_k, tp, cp
 
 
 # ---------------------------------------------------------------------------------------------
-# The all-to-all
-
-
-def all_to_all_bytes(tokens, top_k, hidden, ep, act_bytes=2, imbalance=1):
-    """Bytes one GPU sends in one all-to-all of a MoE layer (dispatch, or the combine of the
-    same size back): T·k token copies of h values, of which the share (ep − 1)/ep goes to
-    other ranks (experts spread evenly, tokens routed uniformly), times the load imbalance for
-    the busiest rank:  imbalance·T·k·h·act·(ep − 1)/ep. Per layer and micro-batch the forward
-    runs dispatch and combine, the backward their two transposes: 4 of these. ep = 1 sends
-    nothing."""
-    return imbalance * tokens * top_k * hidden * act_bytes * (ep - 1) / ep
-
-
-def all_to_all_time_s(bytes_sent, ep, ranks_in_domain, fast_bw, net_bw, latency_s):
-    """Time of one all-to-all of bytes_sent per GPU over an ep-rank group of which
-    ranks_in_domain (g ≤ ep) share the GPU's NVLink domain. The peers are addressed evenly, so
-    the share (g − 1)/(ep − 1) rides NVLink and (ep − g)/(ep − 1) the network; both run at once
-    and the slower governs, at the links' bus bandwidth (nccl-tests defines all-to-all busbw as
-    algbw·(n − 1)/n, the same per-GPU measure as the all-reduce's; doc/PERFORMANCE.md):
-        max(bytes·(g−1)/(ep−1) / B_fast, bytes·(ep−g)/(ep−1) / B_net) + latency
-    ep = 1 costs nothing (bytes_sent = 0; the divisor is kept positive)."""
-    peers = _ops.maximum(ep - 1, 1)
-    inside = bytes_sent * (ranks_in_domain - 1) / peers / fast_bw
-    outside = bytes_sent * (ep - ranks_in_domain) / peers / net_bw
-    return _ops.maximum(inside, outside) + (1 - _ops.le(ep, 1)) * latency_s
+# Expert-parallel groups
 
 
 def ep_ranks_in_domain(ep, etp, domain):
@@ -136,14 +112,6 @@ def ep_ranks_in_domain(ep, etp, domain):
     (megatron/core/parallel_state.py, order "tp-ep-dp-pp" for the expert groups), so an EP
     group's members sit etp apart and min(ep, domain/etp) of them share a domain (at least 1)."""
     return _ops.maximum(_ops.minimum(ep, domain / etp), 1)
-
-
-def overlapped_all_to_all_s(a2a_s, overlappable_compute_s, overlap):
-    """With overlap = 1 (DualPipe-style: one micro-batch's dispatch/combine runs under another's
-    compute, DeepSeek-AI 2024, DeepSeek-V3 §3.2.1 Figure 4; Megatron-Core's
-    --overlap-moe-expert-parallel-comm) only what the compute cannot cover shows:
-    max(0, a2a − compute); overlap = 0 exposes it all."""
-    return overlap * _ops.maximum(0, a2a_s - overlappable_compute_s) + (1 - overlap) * a2a_s
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,12 +41,6 @@ DEEPEP_SMS = {"v1": 24, "v2": 6}
 tests' default; DeepSeek-V3 §3.2.2 reports 20 for its own kernels), 4–6 for V2 (README @
 dd758caf45, "SM usage reduced from 24 to 4 - 6"); the upper end is taken."""
 
-DEEPEP_LOW_LATENCY_GB_PER_S = {8: 98, 16: 63, 32: 48, 64: 43, 128: 39, 256: 39}
-"""DeepEP V1 low-latency dispatch, achieved RDMA bandwidth by EP size (128 tokens, h = 7168,
-top-8, FP8): DeepEP docs/legacy.md @ dd758caf45. Pure RDMA, no NVLink forwarding, no
-de-duplication: meant for inference decoding."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Where the copies go
 
@@ -69,7 +63,7 @@ def nodes_reached(top_k, n_nodes, max_nodes):
 
 def nccl_a2a_copies(tokens, top_k, ep, load=1):
     """Token copies an NCCL all-to-all sends off the GPU: every copy for an expert on another
-    rank, none de-duplicated:  λ·T·k·(ep − 1)/ep  (moe.all_to_all_bytes in rows)."""
+    rank, none de-duplicated:  λ·T·k·(ep − 1)/ep."""
     return load * tokens * top_k * (ep - 1) / ep
 
 
@@ -90,6 +84,56 @@ def deepep_nvlink_copies(tokens, top_k, ep, gpus_per_node, load=1):
 # Time of one dispatch (or combine)
 
 
+DEEPEP_SOURCE_META_BYTES = 8
+"""Bytes of the routing metadata each token carries across nodes in DeepEP's normal kernels:
+`SourceMeta` (its source node and a bit per NVLink peer it goes to, two int32), in every token
+slot of the dispatch and the combine (csrc/kernels/legacy/internode.cu
+`get_num_bytes_per_token` @ dd758caf45)."""
+
+DEEPEP_SCALE_BLOCK = 128
+"""Values per FP8 scale in a dispatched token: one fp32 scale per 128 hidden values
+(DeepEP's FP8 dispatch, docs/legacy.md @ dd758caf45: `x` as (FP8 data, scales of h/128))."""
+
+
+def deepep_token_bytes(hidden, top_k, act_bytes, fp8_scales, dispatch):
+    """Bytes one token copy occupies in a DeepEP normal kernel's RDMA and NVLink buffers, each
+    slot sent whole (internode.cu `get_num_bytes_per_token` @ dd758caf45), rounded up to 16 B:
+      dispatch:  h·act + 8 (SourceMeta) + fp8·4·h/128 (scales) + 4k (top-k indices, int32)
+                 + 4k (top-k probabilities, fp32)
+      combine:   h·2 (BF16) + 8 + 4k (the probabilities' gradient rides back with it)
+    So the probabilities and the routing metadata travel with the tokens: DeepEP issues no
+    separate collective for them (Megatron's NCCL dispatcher does: EXCHANGE_CALLS).
+    `fp8_scales` and `dispatch` are 0 or 1."""
+    payload = (dispatch * (hidden * act_bytes + fp8_scales * 4 * hidden / DEEPEP_SCALE_BLOCK
+                           + 8 * top_k)
+               + (1 - dispatch) * (hidden * 2 + 4 * top_k))
+    return 16 * _ops.ceil((payload + DEEPEP_SOURCE_META_BYTES) / 16)
+
+
+DEEPEP_NOTIFY_SYNCS = {False: (3, 1, 3), True: (2, 0, 2)}
+"""DeepEP's synchronisations before a normal kernel moves data, by whether the call reuses a
+layout (a `handle`: the combine, and the backward's dispatch), as (network barriers, network
+count puts, NVLink barriers) (csrc/kernels/legacy/internode.cu @ dd758caf45):
+`notify_dispatch` — the forward dispatch, which must learn how many tokens each rank will
+receive — runs three `nvshmem_sync` barriers over the GPUs of the same index on every node, one
+round of puts of each node's token counts (8 + E/N + 1 int32 a node) and three NVLink
+`barrier_block`s; `cached_notify` two of each barrier and no put. Inside one node
+(intranode.cu: `notify_dispatch`, `cached_notify_dispatch`, `cached_notify_combine`) the
+NVLink barriers alone, three and two. The host then waits for the received counts
+(buffer.hpp `dispatch`, the README's "implicit CPU wait"): not priced — plan3d does not model the
+host."""
+
+
+def deepep_sync_latency_s(n_nodes, cached: bool, net_latency_s, nvlink_latency_s):
+    """Latency of DeepEP's synchronisations before one normal-kernel call (DEEPEP_NOTIFY_SYNCS):
+    each network barrier and count put one network latency, each NVLink barrier one NVLink
+    latency, the network's only when the EP group spans more than one node:
+        [N > 1]·(b_net + puts)·α_net + b_nvl·α_nvl
+    `cached` is a bool (it picks the expression)."""
+    b_net, puts, b_nvl = DEEPEP_NOTIFY_SYNCS[cached]
+    return (1 - _ops.le(n_nodes, 1)) * (b_net + puts) * net_latency_s + b_nvl * nvlink_latency_s
+
+
 def deepep_time_s(rdma_bytes, nvlink_bytes, rdma_bw, nvlink_bw, latency_s):
     """DeepEP's normal kernels run the RDMA sends and the NVLink forwarding at once, pipelined
     (DeepSeek-V3 §3.2.2), so the slower link governs, each at DeepEP's measured efficiency:
@@ -104,13 +148,6 @@ def allgather_dispatch_bytes(tokens, hidden, group, act_bytes=2):
     Megatron's combine reduce-scatters in the probabilities' dtype (fp32 with
     --moe-router-dtype fp32): pass act = 4 for it."""
     return (group - 1) * tokens * hidden * act_bytes
-
-
-def low_latency_time_s(tokens, top_k, hidden, act_bytes, achieved_bw):
-    """DeepEP's low-latency dispatch: every copy by RDMA, at the bandwidth its README measured
-    for the EP size (DEEPEP_LOW_LATENCY_GB_PER_S, which already folds in the latency):
-    T·k·h·act / B_ll."""
-    return tokens * top_k * hidden * act_bytes / achieved_bw
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """One MoE layer's terms on one GPU per micro-batch, composed from formulas/moe_layer.py and
 formulas/moe_dispatch.py: the busiest rank's load, the memory-bound router and permutation, the
-kernels they launch, one dispatch (or combine) by dispatcher on its links, and what the
+kernels they launch, one DeepEP dispatch (or combine) on its links, and what the
 framework's overlap leaves exposed. Pure: floats, arrays and symbols alike; the dispatcher and
 the overlap kind are discrete choices that pick the expression.
 
@@ -17,7 +17,6 @@ from enum import Enum
 from . import _ops
 from . import moe_dispatch as D
 from . import moe_layer as L
-from .moe import all_to_all_bytes, all_to_all_time_s
 from .moe_layer import Dispatcher
 
 ROUTER_KERNELS = {(Dispatcher.ALL_TO_ALL, False): 72, (Dispatcher.ALL_TO_ALL, True): 31,
@@ -96,33 +95,34 @@ def node_limit(n_nodes, n_expert_groups, topk_groups):
     return _ops.minimum(n_nodes, topk_groups * _ops.maximum(1, n_nodes / n_expert_groups))
 
 
-def dispatch_time_s(dispatcher: Dispatcher, tokens, top_k, hidden, ep, ep_in_domain, tp,
-                    max_nodes, fast_bw, net_bw, fast_lat, net_lat, load=1, act_bytes=2,
-                    fast_link_bw=None, net_link_bw=None):
-    """One dispatch (or its combine) on the busiest GPU, by dispatcher:
-    all-to-all: moe.all_to_all_time_s of λ·T·k·h·act·(ep − 1)/ep, split NVLink/network by how
-      many of the ep ranks share the domain;
-    all-gather: the tp·ep group's all-gather of T tokens, on the network when the group leaves
-      the domain (moe_dispatch.allgather_dispatch_bytes over the slower link);
-    DeepEP: moe_dispatch.deepep_time_s of its de-duplicated RDMA copies (one per remote node
-      reached, node-limited) and its NVLink forwarding, inside a domain the NVLink part only, at
-      DeepEP's efficiency of the links' nominal rates (fast_link_bw, net_link_bw; the bus
-      bandwidths where not given). fast_bw, net_bw are NCCL's bus bandwidths."""
-    inside = _ops.le(ep, ep_in_domain)
-    lat = _ops.select(inside, fast_lat, net_lat)
-    if dispatcher is Dispatcher.ALL_GATHER:
-        group = tp * ep
-        bw = _ops.select(_ops.le(group, ep_in_domain * tp), fast_bw, net_bw)
-        return D.allgather_dispatch_bytes(tokens, hidden, group, act_bytes) / bw + lat
-    if dispatcher is Dispatcher.DEEPEP:
-        nodes = ep_nodes(ep, ep_in_domain)
-        row = hidden * act_bytes
-        rdma = row * D.deepep_rdma_copies(tokens, top_k, nodes, max_nodes, load)
-        nvl = row * D.deepep_nvlink_copies(tokens, top_k, ep, ep_in_domain, load)
-        return D.deepep_time_s(rdma, nvl, net_bw if net_link_bw is None else net_link_bw,
-                               fast_bw if fast_link_bw is None else fast_link_bw, lat)
-    sent = all_to_all_bytes(tokens, top_k, hidden, ep, act_bytes, load)
-    return all_to_all_time_s(sent, ep, ep_in_domain, fast_bw, net_bw, lat)
+def deepep_call_bytes(tokens, top_k, hidden, ep, ep_in_domain, max_nodes, load=1, act_bytes=2,
+                      fp8_scales=0, dispatch=1):
+    """(RDMA bytes, NVLink bytes) one DeepEP normal-kernel call sends from the busiest GPU: its
+    de-duplicated RDMA copies (moe_dispatch.deepep_rdma_copies: one per remote node reached,
+    node-limited to M) and its NVLink forwarding (deepep_nvlink_copies), each copy a token slot
+    of moe_dispatch.deepep_token_bytes (the dispatch's, dispatch = 1, or the combine's):
+        rdma = slot·λ·T·nodes·(N − 1)/N,   nvl = slot·λ·T·G·(g − 1)/g"""
+    slot = D.deepep_token_bytes(hidden, top_k, act_bytes, fp8_scales, dispatch)
+    rdma = slot * D.deepep_rdma_copies(tokens, top_k, ep_nodes(ep, ep_in_domain), max_nodes, load)
+    return rdma, slot * D.deepep_nvlink_copies(tokens, top_k, ep, ep_in_domain, load)
+
+
+def deepep_call_latency_s(n_nodes, cached: bool, fast_latency_s, net_latency_s):
+    """The latency of one DeepEP normal-kernel call: the data's first hop — NVLink inside one
+    node, the network across — and its synchronisations (moe_dispatch.deepep_sync_latency_s;
+    `cached`, a bool, for a call on a known layout):  α_first + sync latency."""
+    first = _ops.select(_ops.le(n_nodes, 1), fast_latency_s, net_latency_s)
+    return first + D.deepep_sync_latency_s(n_nodes, cached, net_latency_s, fast_latency_s)
+
+
+def deepep_call_time_s(rdma_bytes, nvlink_bytes, n_nodes, cached: bool, rdma_bw, nvlink_bw,
+                       fast_latency_s, net_latency_s):
+    """One DeepEP normal-kernel call: moe_dispatch.deepep_time_s (the slower of its pipelined
+    RDMA sends and NVLink forwarding, at DeepEP's measured efficiency of the links' nominal
+    rates) with deepep_call_latency_s:
+        max(rdma/(η_r·B_net), nvl/(η_n·B_nvl)) + α_first + sync latency"""
+    return D.deepep_time_s(rdma_bytes, nvlink_bytes, rdma_bw, nvlink_bw, deepep_call_latency_s(
+        n_nodes, cached, fast_latency_s, net_latency_s))
 
 
 def shared_overlap_exposed_s(exposed_s, shared_forward_s, overlap):

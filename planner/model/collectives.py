@@ -11,7 +11,6 @@ from ..formulas import _ops
 from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import context as CX
-from ..formulas import moe as MO
 from ..formulas import timing as T
 from ..formulas.choices import ContextKind, Schedule
 from . import moe as MOE
@@ -52,6 +51,10 @@ def link_shares(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
         _ops.le(cp_traffic[0][0], cp_traffic[1][0]), shares[1], shares[0]))
     pp_share = note("pp_share", C.link_share(pp_mb_bytes, cp_beside(pp_inside),
                                              1 - _ops.le(p, 1)))
+    # moe: the expert exchange's bytes per micro-batch by link and pass, for the collectives
+    # that run beside it (MOE.beside_dp_bytes); PP's sends beside it are priced once, as PP's
+    # own exposed time (MOE.pp_beside_exchange)
+    ep = expert_traffic(x, c, k, g.domain)
     # each link's busy time per micro-batch from TP, CP and PP, at their own bandwidths
     # cp-kind: each part on its own link
     busy = [tp_mb_bytes / g.tp.bw, *(v / link.bw for v, link in cp_traffic),
@@ -63,9 +66,24 @@ def link_shares(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
         cp_shares=cp_shares, cp_share=cp_share, pp_share=pp_share,
         nvlink_busy_mb=sum(i * b for i, b in zip(inside, busy)),
         network_busy_mb=sum((1 - i) * b for i, b in zip(inside, busy)),
-        # what runs beside the data-parallel collectives on their link, per micro-batch
+        # what runs beside the data-parallel collectives on their link, per micro-batch (the
+        # expert exchange's by phase: MOE.beside_dp_bytes)
         dp_concurrent_bytes=C.same_link(dp_inside, pp_inside) * pp_mb_bytes
-        + cp_beside(dp_inside))
+        + cp_beside(dp_inside), ep_traffic=ep.by_pass)
+
+
+def expert_traffic(x, c: Choices, k: SimpleNamespace, domain) -> SimpleNamespace:
+    """moe: the bytes one GPU's expert exchange sends per micro-batch on NVLink (nvl) and the
+    network (net), summed over the stage's MoE layers, and by pass (by_pass:
+    MOE.exchange_traffic's fields, the same sums); zeros for a dense model."""
+    if not k.moe_model:
+        zero = SimpleNamespace(fwd_nvl=0, fwd_net=0, bwd_nvl=0, bwd_net=0)
+        return SimpleNamespace(nvl=0, net=0, by_pass=zero)
+    t = MOE.exchange_traffic(x, c.moe_dispatcher, domain, k.moe_tokens, k.lam, k.fwd_passes)
+    layers = x.moe * k.moe_last
+    by_pass = SimpleNamespace(**{name: layers * v for name, v in vars(t).items()})
+    return SimpleNamespace(nvl=by_pass.fwd_nvl + by_pass.bwd_nvl,
+                           net=by_pass.fwd_net + by_pass.bwd_net, by_pass=by_pass)
 
 
 def tensor_and_context_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -114,24 +132,25 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     0 for a dense model."""
     if not k.moe_model:
         return SimpleNamespace(ep_mb_s=0, ep_bytes=0, ep_inside=0)
-    h, m, g, moe_tokens, lam = k.h, k.m, k.links, k.moe_tokens, k.lam
-    a2a_bytes = MO.all_to_all_bytes(moe_tokens, x.top_k, h, x.ep, x.act_bytes, lam)
-    etp_bytes = (x.etp - 1) * moe_tokens * x.top_k * lam * h * x.act_bytes
+    m, g, moe_tokens, lam = k.m, k.links, k.moe_tokens, k.lam
     ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
-    one, layer, calls = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam, k.t,
+    one, layer, calls = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
                                        k.fwd_passes)
     a2a_s = note("all_to_all_s", one)  # one token dispatch, as before
     layer_s = note("ep_layer_s", layer)
-    note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, moe_tokens, lam, one,
-                                        calls, k.fwd_passes, k.moe_last * m))
+    note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, calls, k.moe_last * m))
     ep_layer_exposed = x.moe * MOE.shared_overlap_exposed_s(x, k, MOE.exposed_exchange_s(
         x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, layer_s, k.fwd_s + k.bwd_s))
+    # the share of the exchange compute hides (what crowds the window of the data-parallel
+    # collectives beside it: MOE.beside_dp_bytes)
+    ep_hidden = MOE.hidden_share(x, layer_s, ep_layer_exposed)
     # the exchange keeps its link busy too (on NVLink when the ep·etp group fits a domain, else
     # counted on the network, whose NICs it leaves on)
     ep_busy_mb = x.moe * k.moe_last * layer_s
+    t = k.ep_traffic  # the stage's MoE layers' bytes per micro-batch, from the calls priced
     return SimpleNamespace(
-        ep_mb_s=k.moe_last * ep_layer_exposed, all_to_all_s=a2a_s,
-        ep_bytes=note("ep_bytes", x.moe * m * k.moe_last * 4 * (a2a_bytes + etp_bytes)),
+        ep_mb_s=k.moe_last * ep_layer_exposed, all_to_all_s=a2a_s, ep_hidden=ep_hidden,
+        ep_bytes=note("ep_bytes", m * (t.fwd_nvl + t.fwd_net + t.bwd_nvl + t.bwd_net)),
         ep_inside=ep_span_inside,
         nvlink_busy_mb=k.nvlink_busy_mb + ep_span_inside * ep_busy_mb,
         network_busy_mb=k.network_busy_mb + (1 - ep_span_inside) * ep_busy_mb)

@@ -14,6 +14,7 @@ from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import overlap as O
+from . import moe as MOE
 from .links import collective_group, dp_replicate_of
 from .nccl import Call, nccl_s, tuner_link
 from .numbers import Choices, any_row, same
@@ -158,10 +159,27 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
     reduction and gather), the calls the framework issues in each, and the ledger."""
     z, group, concurrent = int(c.zero_stage), k.links.dp, k.dp_concurrent_bytes
     ledger = []
+    # moe: each phase's (own seconds alone on the link, exposed exchange seconds beside it) per
+    # group, for the exchange's delay (dp_times, comm.flow_delay_s)
+    beside = {"fwd": [], "bwd": [], C.When.STEP_REDUCE: [], C.When.STEP_GATHER: []}
 
     def dp_time(when, params=dp.held_params, ranks=k.d_shard, on=group, experts=False):
+        # moe: the expert exchange beside it where the schedule runs them together: its
+        # hidden part shares the compute's window with the collective, its exposed part (which
+        # lengthens the window by its own time) is delayed by it (MOE.beside_dp_bytes)
+        flow = MOE.beside_dp_bytes(x, k, when, on.inside) if k.moe_model else 0
+        hidden = k.ep_hidden if k.moe_model else 0
         share, t, calls, fwd, first, last, last_s = zero_collective_s(
-            x, c, k, when, params, ranks, on, concurrent, dp.zero_rounds, experts=experts)
+            x, c, k, when, params, ranks, on, concurrent + hidden * flow, dp.zero_rounds,
+            experts=experts)
+        if k.moe_model:
+            f_s, b_s = MOE.exposed_beside_s(x, k, when, on.inside)
+            keep = _ops.select(x.moe, 1, 0) if experts else 1
+            if when is C.When.MICRO_BATCH:
+                beside["fwd"].append((keep * share * fwd, f_s))
+                beside["bwd"].append((keep * share * (t - fwd), b_s))
+            else:
+                beside[when].append((keep * share * t, f_s + b_s))
         ledger.extend(calls)
         return share, t, fwd, first, last, last_s
 
@@ -191,7 +209,15 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         zero_bwd_s=zero_mb_s - zero_fwd_s, zero_rs_s=zero_rs_s, reduce_s=reduce_s,
         gather_s=gather_s, held_params=dp.held_params,
         fwd_calls=fwd_calls, bwd_calls=bwd_calls, reduce_calls=reduce_calls,
-        gather_calls=gather_calls, ledger=ledger)
+        gather_calls=gather_calls, ledger=ledger,
+        beside=beside)
+
+
+def exchange_delay_s(pairs, window_s):
+    """moe: what the collectives of one phase (pairs of their own seconds on the link and the
+    exposed exchange's beside them, per group) delay the exchange by in a window of compute
+    (comm.flow_delay_s)."""
+    return sum(C.flow_delay_s(own, flow, window_s) for own, flow in pairs)
 
 
 def overlap_windows(x, c: Choices, k: SimpleNamespace, t: SimpleNamespace) -> SimpleNamespace:
@@ -209,16 +235,20 @@ def overlap_windows(x, c: Choices, k: SimpleNamespace, t: SimpleNamespace) -> Si
                            first_params=x.vocab * k.h / k.t)
 
 
-def exposed_with_slowdown_s(comm_s, phase, slowdown, noted=lambda e: e):
+def exposed_with_slowdown_s(comm_s, phase, slowdown, noted=lambda e: e, delayed_s=0):
     """A collective run as `phase` says (frameworks.base.DPPhase, DPPiecePhase): the part the
     compute does not hide (formulas.overlap.pipelined_exposed_s or exposed_piece_s, handed to
     `noted`), and with it the slowdown the hidden part causes the compute it runs beside
-    (comm.overlap_slowdown_s)."""
+    (comm.overlap_slowdown_s) and — moe — `delayed_s`, the exposed expert exchange's delay
+    beside it (exchange_delay_s), at most its hidden part."""
     piece_s = getattr(phase, "exposed_s", None)  # a DPPiecePhase names its exposed piece
     exposed = noted(O.pipelined_exposed_s(comm_s, phase.window_s, phase.pieces)
                     if piece_s is None else
                     O.exposed_piece_s(comm_s, phase.window_s, piece_s, phase.pieces))
-    return exposed + C.overlap_slowdown_s(comm_s - exposed, phase.window_s, slowdown)
+    slowed = exposed + C.overlap_slowdown_s(comm_s - exposed, phase.window_s, slowdown)
+    if isinstance(delayed_s, int) and delayed_s == 0:  # nothing beside it (a dense model)
+        return slowed
+    return slowed + _ops.minimum(delayed_s, comm_s - exposed)
 
 
 def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
@@ -236,8 +266,10 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     if z >= 2:  # the micro-batch's gathers beside its forward, the rest beside its backward
         fwd_phase, bwd_phase = c.framework.dp_microbatch_phases(w)
         zero3_mb_s = note("zero_microbatch_exposed_s", (
-            exposed_with_slowdown_s(t.zero_fwd_s, fwd_phase, x.overlap_slow)
-            + exposed_with_slowdown_s(t.zero_bwd_s, bwd_phase, x.overlap_slow))) * dp.zero_rounds / m
+            exposed_with_slowdown_s(t.zero_fwd_s, fwd_phase, x.overlap_slow, delayed_s=(
+                exchange_delay_s(t.beside["fwd"], fwd_phase.window_s)))
+            + exposed_with_slowdown_s(t.zero_bwd_s, bwd_phase, x.overlap_slow, delayed_s=(
+                exchange_delay_s(t.beside["bwd"], bwd_phase.window_s))))) * dp.zero_rounds / m
     note("dp_tail_s", reduce_s + gather_s)
     # the reduction beside the last micro-batch's backward, the gather of the updated weights
     # (after the optimizer step) beside the next step's first forward, each as the framework
@@ -246,11 +278,18 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     reduce_phase = reduce_phase._replace(pieces=note("dp_reduce_pieces", reduce_phase.pieces))
     gather_phase = gather_phase._replace(pieces=note("dp_gather_pieces", gather_phase.pieces))
     inline = O.inline_gathers_s(gather_s, gather_phase.inline_stages)
+    # moe: the exposed exchange's wait for each beside it (0 for a dense model)
+    delays = [exchange_delay_s(t.beside[when], phase.window_s) for when, phase in (
+        (C.When.STEP_REDUCE, reduce_phase), (C.When.STEP_GATHER, gather_phase))]
+    if k.moe_model:
+        delays = [note("dp_reduce_ep_delay_s", delays[0]),
+                  note("dp_gather_ep_delay_s", delays[1])]
     dp_tail_exposed = note("dp_tail_exposed_s", (
         exposed_with_slowdown_s(reduce_s, reduce_phase, x.overlap_slow,
-                                lambda e: note("dp_reduce_exposed_s", e))
+                                lambda e: note("dp_reduce_exposed_s", e), delays[0])
         + exposed_with_slowdown_s(gather_s, gather_phase, x.overlap_slow,
-                                  lambda e: note("dp_gather_exposed_s", e)) + inline))
+                                  lambda e: note("dp_gather_exposed_s", e), delays[1])
+        + inline))
     return SimpleNamespace(dp_share=dp_share, zero3_mb_s=zero3_mb_s,
                            dp_tail_exposed=dp_tail_exposed,
                            dp_collectives=note("collectives", t.ledger))

@@ -144,76 +144,230 @@ def ep_link(x, domain) -> SimpleNamespace:
                            bw=x.fast_bw)
 
 
-def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes) -> list:
-    """The collectives the dispatcher issues in one MoE layer per micro-batch (moe_dispatch
-    .EXCHANGE_CALLS, Megatron-Core's dispatchers), each as (Call, time of one call): the
-    all-to-alls on the EP group's links (ep_link; K.all_to_all_split_time_s: NCCL's per-peer
-    rounds and protocol), the all-gathers and reduce-scatters over the tp·ep or etp ranks as
-    NCCL's tuner picks them (nccl_s on the group's tuner_link). Call.calls holds the calls per
-    layer and micro-batch: forward ones × fwd_passes (full recompute reruns them), backward
-    ones once."""
-    groups = {D.Group.TP_EP: x.ep * x.etp, D.Group.ETP: x.etp}
-    links = {name: tuner_link(x, collective_group(x, n, 1, domain), 1)
-             for name, n in groups.items()}
-    ep = ep_link(x, domain)
-    out = []
+def on_link(inside, nvlink, network):
+    """The NVLink value where `inside` = 1, the network's where 0: i·nvlink + (1 − i)·network."""
+    return inside * nvlink + (1 - inside) * network
+
+
+def _nccl_rows(x, dispatcher: Dispatcher, tokens, lam):
+    """EXCHANGE_CALLS of the NCCL dispatchers with the bytes of one call: (name, collective,
+    group, bytes one rank sends to the others in one call, forward calls, backward calls). An
+    all-to-all's are its rows for other ranks (moe_dispatch.exchange_rows); an all-gather's or
+    reduce-scatter's the (n − 1)/n of its n·rows buffer that leaves the rank."""
+    groups = {D.Group.EP: x.ep, D.Group.TP_EP: x.ep * x.etp, D.Group.ETP: x.etp}
     for name, coll, group, row, fwd, bwd in D.EXCHANGE_CALLS[dispatcher.value]:
-        sent = D.exchange_rows(row, group, tokens, x.top_k, x.ep, lam) * D.exchange_row_bytes(
+        per_rank = D.exchange_rows(row, group, tokens, x.top_k, x.ep, lam) * D.exchange_row_bytes(
             row, x.hidden, x.n_experts, x.act_bytes, MO.ROUTER_SCORE_BYTES)
-        calls = fwd * fwd_passes + bwd
-        if coll == "all-to-all":
-            one = K.all_to_all_split_time_s(sent, x.ep, ep.in_domain, ep.fast_bw, ep.net_bw,
-                                            x.sr_base, x.sr_step_nvl, x.sr_step_net)
-            out.append((Call(None, sent, calls, x.ep, ep, name, p2p="all-to-all"), one))
-            continue
-        kind = K.Coll(coll)
-        buffer = groups[group] * sent  # an all-gather's output, a reduce-scatter's input
-        out.append((Call(kind, buffer, calls, groups[group], links[group], name),
-                    nccl_s(kind, buffer, groups[group], links[group])))
+        sent = per_rank if coll == "all-to-all" else (groups[group] - 1) * per_rank
+        yield name, coll, group, groups[group], per_rank, sent, fwd, bwd
+
+
+DEEPEP_CALLS = (("EP DeepEP dispatch", 1, False, 1, 0), ("EP DeepEP combine", 0, True, 1, 0),
+                ("EP DeepEP dispatch bwd", 0, True, 0, 1),
+                ("EP DeepEP combine bwd", 1, True, 0, 1))
+"""DeepEP's normal-kernel calls per MoE layer and micro-batch, as (name, whether its slots are
+the dispatch's, cached layout, forward calls, backward calls): forward the dispatch (its layout
+notified anew) and the combine; backward the dispatch's gradient by a combine kernel and the
+combine's by a dispatch kernel, both on the forward's handle (DeepEP docs/legacy.md @
+dd758caf45, `dispatch_backward`/`combine_backward`: "the backward process of MoE dispatch is
+actually a combine"; the combine's backward dispatches BF16 gradients)."""
+
+
+def deepep_calls(x, domain, tokens, lam):
+    """DeepEP's calls of one MoE layer and micro-batch for the busiest rank (DEEPEP_CALLS), each
+    as (name, forward calls, backward calls, RDMA bytes, NVLink bytes of one call, whether its
+    layout is cached): its de-duplicated RDMA copies (one per remote node reached, node-limited)
+    and NVLink forwarding of DeepEP's token slots (moe_step.deepep_call_bytes: the
+    probabilities and routing metadata ride with each token; BF16, no FP8 scales)."""
+    in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
+    max_nodes = S.node_limit(S.ep_nodes(x.ep, in_domain), x.expert_groups, x.topk_groups)
+    out = []
+    for name, slots, cached, fwd, bwd in DEEPEP_CALLS:
+        rdma, nvl = S.deepep_call_bytes(tokens, x.top_k, x.hidden, x.ep, in_domain, max_nodes,
+                                        lam, x.act_bytes, 0, slots)
+        out.append((name, fwd, bwd, rdma, nvl, cached))
     return out
 
 
-def deepep_exchange_s(x, domain, tokens, lam, tp):
-    """One DeepEP dispatch (or combine) of the busiest rank (moe_step.dispatch_time_s), with the
-    EP ranks that share an NVLink domain and the node limit of group-limited routing; with
-    etp > 1, the all-gather of the tokens over the etp ranks on NVLink beside it."""
-    in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
-    max_nodes = S.node_limit(S.ep_nodes(x.ep, in_domain), x.expert_groups, x.topk_groups)
-    one = S.dispatch_time_s(
-        Dispatcher.DEEPEP, tokens, x.top_k, x.hidden, x.ep, in_domain, tp, max_nodes, x.fast_bw,
-        x.net_bw, x.fast_lat, x.net_lat, lam, x.act_bytes, x.fast_link_bw, x.net_link_bw)
-    etp = ((x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes / x.fast_bw
-           + (1 - _ops.le(x.etp, 1)) * x.fast_lat)
-    return one + etp
+def deepep_etp_bytes(x, tokens, lam):
+    """With etp > 1, the bytes one rank sends in the all-gather of its λ·T·k received tokens
+    over the etp ranks after each DeepEP call (on NVLink): (etp − 1)·λ·T·k·h·act."""
+    return (x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes
 
 
-def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, tp, fwd_passes=1):
-    """(one token dispatch, the layer's whole exchange per micro-batch, the calls) by
-    dispatcher: NCCL's calls (exchange_calls) for the all-to-all and all-gather dispatchers,
-    summed over a layer's calls; DeepEP's dispatch (deepep_exchange_s), 2·fwd_passes + 2 of them
-    a layer (dispatch and combine, forward and backward) — or DeepEP's where the candidate's
-    `deepep` column says so. The calls, each with the time of one, are what noted_calls lists."""
-    one_d = deepep_exchange_s(x, domain, tokens, lam, tp)
-    layer_d = (2 * fwd_passes + 2) * one_d
+def exchange_traffic(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes):
+    """Bytes one GPU sends in one MoE layer's exchange per micro-batch, by link and pass, from
+    the calls priced (the NCCL dispatchers' EXCHANGE_CALLS, DeepEP's DEEPEP_CALLS, or DeepEP's
+    where the candidate's `deepep` column says so): an all-to-all's split over its NVLink and
+    network peers, (g − 1)/(ep − 1) and (ep − g)/(ep − 1); an all-gather's or reduce-scatter's
+    on its group's link; DeepEP's RDMA copies on the network and its forwarding on NVLink. The
+    forward's × fwd_passes (full recompute reruns them). Returns SimpleNamespace(fwd_nvl,
+    fwd_net, bwd_nvl, bwd_net)."""
+    deepep, etp = [0, 0, 0, 0], deepep_etp_bytes(x, tokens, lam)
+    for _, fwd, bwd, rdma, nvl, _ in deepep_calls(x, domain, tokens, lam):
+        nvl = nvl + etp
+        for i, calls in ((0, fwd * fwd_passes), (2, bwd)):
+            deepep[i], deepep[i + 1] = deepep[i] + calls * nvl, deepep[i + 1] + calls * rdma
     if dispatcher is Dispatcher.DEEPEP:
-        return one_d, layer_d, []
-    calls = exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes)
+        return SimpleNamespace(**dict(zip(("fwd_nvl", "fwd_net", "bwd_nvl", "bwd_net"), deepep)))
+    in_domain = MO.ep_ranks_in_domain(x.ep, x.etp, domain)
+    peers = _ops.maximum(x.ep - 1, 1)
+    nccl = [0, 0, 0, 0]
+    for _, coll, _, n, _, sent, fwd, bwd in _nccl_rows(x, dispatcher, tokens, lam):
+        if coll == "all-to-all":
+            nvl, net = sent * (in_domain - 1) / peers, sent * (x.ep - in_domain) / peers
+        else:
+            inside = C.inside_domain(n, domain)
+            nvl, net = inside * sent, (1 - inside) * sent
+        for i, calls in ((0, fwd * fwd_passes), (2, bwd)):
+            nccl[i], nccl[i + 1] = nccl[i] + calls * nvl, nccl[i + 1] + calls * net
+    return SimpleNamespace(**{name: _ops.select(x.deepep, d, n) for name, d, n in zip(
+        ("fwd_nvl", "fwd_net", "bwd_nvl", "bwd_net"), deepep, nccl)})
+
+
+def traffic_bytes(traffic) -> object:
+    """All the bytes of exchange_traffic: forward and backward, NVLink and network."""
+    return traffic.fwd_nvl + traffic.fwd_net + traffic.bwd_nvl + traffic.bwd_net
+
+
+# Why the pipeline's sends take no share from the expert exchange (and it none from them).
+# Megatron-Core's interleaved schedule runs them together by default
+# (--overlap-p2p-communication, on unless --no-overlap-p2p-communication, forced off without
+# virtual stages: training/arguments.py @ d98e8a64dd): forward_backward_pipelining_with_
+# interleaving issues each chunk's send and receive asynchronously after its pass
+# (pp_post_forward/pp_post_backward, send_forward_recv_forward(overlap_p2p_comm=True)) and waits
+# for them only before the pass that needs them, so they cross the NICs during the next pass,
+# whose MoE layers exchange tokens. On a fair link the exchange, which the compute waits for, is
+# slowed by at most the sends' own bytes (max-min fairness), while the sends hide under
+# that pass; plan3d already prices the sends once, exposed (model/collectives.py
+# pipeline_sends_s), so the step holds t_ep + t_pp either way — a share on both would count the
+# sends' bytes two or three times, more than a serial link costs. Elsewhere they do not meet:
+# with --overlap-moe-expert-parallel-comm the merged 1F1B sends after the merged layers
+# (models/common/model_chunk_schedule_plan.py `run`: the forward's on the communication stream
+# behind the all-to-alls, the backward's beside the first layer's weight gradient); 1F1B without
+# virtual stages waits for every send before the next pass (p2p_communication.py wait_on_reqs),
+# as torch.distributed.pipelining's schedules, which torchtitan runs, do at each step's end
+# (`_wait_batch_p2p`).
+
+
+def hidden_share(x, layer_s, exposed_s):
+    """The share of a layer's exchange that compute hides (the a2a overlaps, the shared experts),
+    1 − min(1, exposed/exchange); 0 where nothing hides it."""
+    return 1 - _ops.minimum(1, exposed_s / _ops.maximum(x.moe * layer_s, 1e-12))
+
+
+def exchange_on_link(k, inside):
+    """The stage's exchange bytes per micro-batch on one link (NVLink where `inside` = 1, the
+    network where 0), (forward, backward) (k.ep_traffic: exchange_traffic over the stage's MoE
+    layers)."""
+    t = k.ep_traffic
+    return on_link(inside, t.fwd_nvl, t.fwd_net), on_link(inside, t.bwd_nvl, t.bwd_net)
+
+
+def beside_dp_bytes(x, k, when, inside):
+    """The expert exchange's bytes per micro-batch on a data-parallel group's link (NVLink where
+    `inside` = 1) that run beside its collectives at `when` (comm.When; Megatron-Core @
+    d98e8a64dd): with --overlap-grad-reduce each bucket's reduction starts in the last
+    micro-batch's backward as its gradients are ready (param_and_grad_buffer.py
+    register_grad_ready), beside that backward's exchange; with --overlap-param-gather the
+    next step's gathers run beside the first forward's (the forward pre-hook dispatches the
+    next bucket's); without the overlap (x.overlap = 0) they run after the backward or in the
+    optimizer step, beside nothing. ZeRO-2/3's per-micro-batch collectives run beside a whole
+    micro-batch's. One micro-batch's bytes, as link_shares counts PP's and CP's beside them.
+    model/data_parallel.py splits them by what compute does of the exchange (hidden_share): the
+    part it hides runs in the collective's window and takes a share of its link
+    (comm.link_share); the exposed part lengthens that window by its own time, so it takes
+    none, and is itself delayed by the collective (exposed_beside_s)."""
+    fwd, bwd = exchange_on_link(k, inside)
+    if when is C.When.MICRO_BATCH:
+        return fwd + bwd
+    return x.overlap * (bwd if when is C.When.STEP_REDUCE else fwd)
+
+
+def exposed_beside_s(x, k, when, inside):
+    """(forward, backward) seconds of the exposed exchange per micro-batch on a data-parallel
+    group's link beside its collectives at `when` (beside_dp_bytes by pass): the exposed
+    exchange k.ep_mb_s apportioned by its bytes, the exposed share of those on the link."""
+    fwd, bwd = exchange_on_link(k, inside)
+    per_byte = k.ep_mb_s / _ops.maximum(traffic_bytes(k.ep_traffic), 1)
+    if when is C.When.MICRO_BATCH:
+        return per_byte * fwd, per_byte * bwd
+    on = x.overlap * per_byte
+    return (0, on * bwd) if when is C.When.STEP_REDUCE else (on * fwd, 0)
+
+
+def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, link) -> list:
+    """The collectives the dispatcher issues in one MoE layer per micro-batch (moe_dispatch
+    .EXCHANGE_CALLS, Megatron-Core's dispatchers), each as (Call, time of one call): the
+    all-to-alls on the EP group's links (`link`: ep_link; K.all_to_all_split_time_s: NCCL's
+    per-peer rounds and protocol), the all-gathers and reduce-scatters over the tp·ep or etp
+    ranks as NCCL's tuner picks them (nccl_s on the group's tuner_link). Call.calls holds the
+    calls per layer and micro-batch: forward ones × fwd_passes (full recompute reruns them),
+    backward ones once."""
+    links = {name: tuner_link(x, collective_group(x, n, 1, domain), 1)
+             for name, n in ((D.Group.TP_EP, x.ep * x.etp), (D.Group.ETP, x.etp))}
+    out = []
+    for name, coll, group, n, per_rank, _, fwd, bwd in _nccl_rows(x, dispatcher, tokens, lam):
+        calls = fwd * fwd_passes + bwd
+        if coll == "all-to-all":
+            one = K.all_to_all_split_time_s(per_rank, x.ep, link.in_domain, link.fast_bw,
+                                            link.net_bw, x.sr_base, x.sr_step_nvl, x.sr_step_net)
+            out.append((Call(None, per_rank, calls, x.ep, link, name, p2p="all-to-all"), one))
+            continue
+        kind = K.Coll(coll)
+        buffer = n * per_rank  # an all-gather's output, a reduce-scatter's input
+        out.append((Call(kind, buffer, calls, n, links[group], name),
+                    nccl_s(kind, buffer, n, links[group])))
+    return out
+
+
+def deepep_exchange_s(x, domain, tokens, lam, fwd_passes):
+    """DeepEP's calls of one MoE layer and micro-batch for the busiest rank: each of
+    deepep_calls as (name, calls per layer and micro-batch, latency, time of one call, bytes it
+    sends), by moe_step.deepep_call_time_s at DeepEP's efficiency of the links' nominal rates,
+    with its synchronisations' latencies (deepep_call_latency_s); with etp > 1, after each, the
+    all-gather of the tokens over the etp ranks on NVLink (deepep_etp_bytes at NVLink's bus
+    bandwidth, one NVLink latency)."""
+    nodes = S.ep_nodes(x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))
+    etp_bytes = deepep_etp_bytes(x, tokens, lam)
+    etp_lat = (1 - _ops.le(x.etp, 1)) * x.fast_lat
+    runs = 1 - _ops.le(x.ep, 1)  # ep = 1 exchanges nothing: no kernel, no latency
+    out = []
+    for name, fwd, bwd, rdma, nvl, cached in deepep_calls(x, domain, tokens, lam):
+        lat = S.deepep_call_latency_s(nodes, cached, x.fast_lat, x.net_lat)
+        one = S.deepep_call_time_s(rdma, nvl, nodes, cached, x.net_link_bw, x.fast_link_bw,
+                                   x.fast_lat, x.net_lat)
+        out.append((name, fwd * fwd_passes + bwd, runs * lat + etp_lat,
+                    runs * one + etp_bytes / x.fast_bw + etp_lat, rdma + nvl + etp_bytes))
+    return out
+
+
+def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes):
+    """(one token dispatch, the layer's whole exchange per micro-batch, the calls) by
+    dispatcher: NCCL's calls (exchange_calls, each (Call, time of one)) for the all-to-all
+    and all-gather dispatchers, summed over a layer's calls; DeepEP's (deepep_exchange_s) — or
+    DeepEP's where the candidate's `deepep` column says so. The calls are what noted_calls
+    lists."""
+    deepep = deepep_exchange_s(x, domain, tokens, lam, fwd_passes)
+    one_d, layer_d = deepep[0][3], sum(n * t for _, n, _, t, _ in deepep)
+    if dispatcher is Dispatcher.DEEPEP:
+        return one_d, layer_d, deepep
+    calls = exchange_calls(x, dispatcher, domain, tokens, lam, fwd_passes, ep_link(x, domain))
     first = calls[0][1]  # the tokens' all-to-all or all-gather
     layer = sum(call.calls * one for call, one in calls)
     return _ops.select(x.deepep, one_d, first), _ops.select(x.deepep, layer_d, layer), calls
 
 
-def noted_calls(x, dispatcher: Dispatcher, domain, tokens, lam, one_s, calls, fwd_passes,
-                per_step):
+def noted_calls(x, dispatcher: Dispatcher, domain, calls, per_step):
     """The step's expert-parallel calls for explain's table (model/nccl.py Call, calls per
     step = per layer and micro-batch × per_step): NCCL's for the all-to-all and all-gather
-    dispatchers (exchange_s's calls), DeepEP's dispatch and combine (one_s each) as one row."""
+    dispatchers, DeepEP's four kernels (the link holds one call's time and latency), as
+    exchange_s priced them."""
     if dispatcher is Dispatcher.DEEPEP:
-        sent = tokens * x.top_k * lam * x.hidden * x.act_bytes
-        return [Call(None, sent, (2 * fwd_passes + 2) * per_step, x.ep,
-                     SimpleNamespace(time_s=one_s, n_nodes=S.ep_nodes(
-                         x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))),
-                     "EP DeepEP dispatch/combine", p2p="deepep")]
+        nodes = S.ep_nodes(x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))
+        return [Call(None, sent, n * per_step, x.ep, SimpleNamespace(
+            time_s=one, latency_s=lat, n_nodes=nodes), name, p2p="deepep")
+            for name, n, lat, one, sent in calls]
     return [call.named(call.name, call.calls * per_step) for call, _ in calls]
 
 

@@ -162,8 +162,9 @@ def priced(call: Call) -> Pick | None:
         return nccl_pick(call.coll, float(call.buffer_bytes), float(call.ranks), call.link)
     if float(call.ranks) <= 1 or float(call.calls) == 0:
         return None
-    if call.p2p == "deepep":  # DeepEP's kernels: one time, no NCCL protocol
-        return Pick(K.Algo.RING, K.Proto.SIMPLE, 0.0, float(call.link.time_s))
+    if call.p2p == "deepep":  # DeepEP's kernels: one time and its latency, no NCCL protocol
+        latency = float(getattr(call.link, "latency_s", 0.0))
+        return Pick(K.Algo.RING, K.Proto.SIMPLE, latency, float(call.link.time_s) - latency)
     if call.p2p == "all-to-all" and hasattr(call.link, "in_domain"):  # split NVLink/network
         parts = K.all_to_all_split_parts_s(
             float(call.buffer_bytes), float(call.ranks), float(call.link.in_domain),

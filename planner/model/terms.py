@@ -150,6 +150,14 @@ TERMS: dict[str, TermInfo] = {
                                     "when interleaved; DeepSpeed gathers in its optimizer step: "
                                     "none hidden); Megatron's later pipeline stages add "
                                     "(p − 1)·T_ag, each gathering whole before its first forward"),
+    "dp_reduce_ep_delay_s": TermInfo("T_rs,ep", "s", "time",
+                                     "moe: the exposed expert exchange's wait for the reduction "
+                                     "beside it on a shared link (fair link, the reduction "
+                                     "spread over the backward): T_rs's own time × the "
+                                     "exchange's F/(W + F) of the phase, at most F"),
+    "dp_gather_ep_delay_s": TermInfo("T_ag,ep", "s", "time",
+                                     "moe: the same for the gather beside the first forward's "
+                                     "exchange"),
     "dp_tail_exposed_s": TermInfo("T_dp,tail", "s", "time",
                                   "the part of T_rs and T_ag the backward and the next forward "
                                   "do not hide, and the slowdown σ of what they hide under"),
@@ -246,7 +254,11 @@ TERMS: dict[str, TermInfo] = {
                            "every expert-parallel call of a MoE layer per micro-batch, forward "
                            "and backward, before overlap"),
     "ep_bytes": TermInfo("V_ep", "bytes", "comm",
-                         "all-to-all traffic per GPU per step: 4 per MoE layer and micro-batch"),
+                         "bytes the expert exchange sends per GPU per step: every call priced, "
+                         "on NVLink and the network"),
+    "ep_share": TermInfo("σ_ep", "fraction", "comm",
+                         "share of its link the expert exchange gets beside PP's sends "
+                         "(Megatron's interleaved schedule overlaps them)"),
     "ep_exposed_s": TermInfo("T_ep,exp", "s", "time",
                              "all-to-all not overlapped with compute"),
     "nvlink_busy_s": TermInfo("T_nvl,busy", "s", "comm",

@@ -241,9 +241,11 @@ def _terms_table(title: str, rows: list[tuple[str, ...]], wide: bool, out: Conso
     return build(width)
 
 
-def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
-    """The answer, first: what runs where, whether it fits and with what margin, the step, the
-    throughput and MFU (its convention said), where the step goes, and days and cost if asked."""
+def verdict_lines(plan: Plan, mfu_convention: str = "causal",
+                  headroom: float | None = None) -> list[Text]:
+    """The answer, first: what runs where, whether it fits and with what margin (`headroom`, the
+    search's memory margin; None: its default), the step, the throughput and MFU (its convention
+    said), where the step goes, and days and cost if asked."""
     c, m, t = plan.config, plan.memory, plan.time
     other = "full" if mfu_convention == "causal" else "causal"
     lines = [Text(f"{plan.model.name} ({plan.model.n_params / 1e9:,.2f} billion parameters) on "
@@ -254,11 +256,12 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
         from ..search.ranking import DEFAULT_HEADROOM, in_margin
 
         # a plan search would mark m: fits, but only inside the memory margin
-        inside = bool(in_margin(m.total_bytes, m.capacity_bytes, DEFAULT_HEADROOM))
+        headroom = DEFAULT_HEADROOM if headroom is None else headroom
+        inside = bool(in_margin(m.total_bytes, m.capacity_bytes, headroom))
         lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
                           f"({share_of_capacity(m)}), {gib(spare)} GiB to spare "
                           f"on the most loaded ({m.stage}) pipeline stage"
-                          + (f", inside the {DEFAULT_HEADROOM:.0%} memory margin (search "
+                          + (f", inside the {headroom:.0%} memory margin (search "
                              "marks it m, never row 1)." if inside else "."),
                           style="yellow" if inside else "green"))
     else:
@@ -291,10 +294,11 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal") -> list[Text]:
 
 
 def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = False,
-                   mfu_convention: str = "causal", constants=None) -> None:
+                   mfu_convention: str = "causal", constants=None,
+                   headroom: float | None = None) -> None:
     """The answer first (verdict_lines and the warnings), then the breakdown a person can check by
     hand, section by section (`sections`: names of SECTIONS, default all; `brief`: none)."""
-    for line in verdict_lines(plan, mfu_convention):
+    for line in verdict_lines(plan, mfu_convention, headroom):
         out.print(line, width=prose_width(out))
     render_warnings(plan, out, mfu_convention)
     if brief:

@@ -122,3 +122,28 @@ def test_search_emit_never_writes_a_row_that_fits_only_inside_the_margin(monkeyp
                             "--top", "2", "--emit", "megatron"])
     assert r.exit_code == 2 and r.stdout == "", r.output
     assert "none of the plans shown can be expressed in megatron" in r.stderr
+
+
+def test_row_1_under_a_narrower_headroom_is_explained_with_the_same_margin():
+    # 70B on 512 H100 with --headroom 0.05: row 1 (dp32 tp4 pp4 v8 z1 full1) holds 74.8 of
+    # 79.6 GiB, 94 %: outside a 5 % margin (94 < 95), inside the default 10 % one (94 > 90).
+    # The footer's command carries --headroom 0.05, so explain does not call it "inside the
+    # margin, search marks it m" — what it said before explain took --headroom.
+    r = runner.invoke(app, ["search", "--model", "70b", "--gpus", "512", "--hw", "h100-nvlink",
+                            "--headroom", "0.05", "--top", "1"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("Run row 1: plan3d explain"))
+    argv = shlex.split(line.removeprefix("Run row 1: plan3d "))
+    assert argv[argv.index("--headroom") + 1] == "0.05"
+    text = " ".join(runner.invoke(app, [*argv, "--brief"]).stdout.split())
+    assert "(94%)" in text and "margin" not in text
+    default = [a for i, a in enumerate(argv) if "--headroom" not in argv[max(i - 1, 0):i + 1]]
+    text = " ".join(runner.invoke(app, [*default, "--brief"]).stdout.split())
+    assert "inside the 10% memory margin (search marks it m, never row 1)." in text
+
+
+def test_explain_refuses_a_headroom_outside_0_to_1():
+    r = runner.invoke(app, ["explain", "--model", "8b", "--gpus", "8", "--headroom", "1.5"])
+    assert r.exit_code == 2
+    assert "--headroom is the fraction of memory a recommended plan leaves free, in [0, 1)" \
+        in r.output and "Traceback" not in r.output

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.formulas import moe as MO
+from planner.formulas import moe_dispatch as D
 from planner.formulas import moe_step as S
 from planner.formulas.moe_layer import Dispatcher
 from planner.formulas.moe_step import A2AOverlap
@@ -29,39 +29,45 @@ def test_node_limit():
     assert S.ep_nodes(64, 8) == 8
 
 
+def test_deepep_token_slots():
+    # DeepEP's slot per token copy (internode.cu get_num_bytes_per_token), rounded up to 16 B:
+    # BF16 dispatch: 7168·2 + 8 (SourceMeta) + 4·8 (indices) + 4·8 (probabilities) = 14,408
+    # → 16·⌈900.5⌉ = 14,416
+    assert D.deepep_token_bytes(H, K, 2, 0, 1) == 14_416
+    # FP8 dispatch: 7168 + 8 + 4·7168/128 = 224 (scales) + 64 = 7,464 → 16·⌈466.5⌉ = 7,472
+    assert D.deepep_token_bytes(H, K, 1, 1, 1) == 7_472
+    # combine (BF16, the probabilities' gradient with it): 14,336 + 8 + 32 = 14,376 → 14,384
+    assert D.deepep_token_bytes(H, K, 2, 0, 0) == 14_384
+
+
+def test_deepep_sync_latency():
+    # 8 nodes, a fresh layout (notify_dispatch): 3 barriers + 1 count put on the network at
+    # 5 µs, 3 NVLink barriers at 1 µs: 20 + 3 = 23 µs; on a cached layout 2·5 + 2·1 = 12 µs
+    assert D.deepep_sync_latency_s(8, False, LAT_N, LAT_F) == pytest.approx(23e-6)
+    assert D.deepep_sync_latency_s(8, True, LAT_N, LAT_F) == pytest.approx(12e-6)
+    # one node: the NVLink barriers alone, 3 and 2 µs
+    assert D.deepep_sync_latency_s(1, False, LAT_N, LAT_F) == pytest.approx(3e-6)
+    assert D.deepep_sync_latency_s(1, True, LAT_N, LAT_F) == pytest.approx(2e-6)
+
+
 def test_dispatch_inside_one_domain_is_nvlink_only():
-    # EP8 in one node, DeepEP: no RDMA; NVLink copies 4096·G·7/8 with G = 8·(1 − (7/8)^8)
-    # = 5.251129; bytes ·2·7168 over (153/160)·450e9, + 1 µs
+    # EP8 in one node: no RDMA; NVLink copies 4096·G·7/8 with G = 8·(1 − (7/8)^8) = 5.251129,
+    # each a 14,416 B slot, over (153/160)·450e9; + 1 µs first hop + 3 µs of NVLink barriers
     g = 8 * (1 - (7 / 8) ** 8)
-    expect = 4096 * g * 7 / 8 * 2 * H / (153 / 160 * NVL) + LAT_F
-    got = S.dispatch_time_s(Dispatcher.DEEPEP, T, K, H, 8, 8, 1, 1, NVL, NET, LAT_F, LAT_N)
-    assert got == pytest.approx(expect)
-    # the NCCL all-to-all in the same node: 4096·8·7/8 copies · 14,336 B over NVLink + 1 µs
-    nccl = S.dispatch_time_s(Dispatcher.ALL_TO_ALL, T, K, H, 8, 8, 1, 1, NVL, NET, LAT_F, LAT_N)
-    assert nccl == pytest.approx(4096 * 7 * 2 * H / NVL + LAT_F)
+    rdma, nvl = S.deepep_call_bytes(T, K, H, 8, 8, 1)
+    assert rdma == 0 and nvl == pytest.approx(4096 * g * 7 / 8 * 14_416)
+    got = S.deepep_call_time_s(rdma, nvl, 1, False, NET, NVL, LAT_F, LAT_N)
+    assert got == pytest.approx(nvl / (153 / 160 * NVL) + 4 * LAT_F)
 
 
-def test_deepep_beats_nccl_across_nodes():
-    # EP64 over 8 nodes, node-limited to 4: DeepEP sends half NCCL's network copies
-    # (test_moe_layer_terms) at 0.86 of the link; NCCL's network part: 32,256·56/63 copies
-    deepep = S.dispatch_time_s(Dispatcher.DEEPEP, T, K, H, 64, 8, 1, 4, NVL, NET, LAT_F, LAT_N)
-    nccl = S.dispatch_time_s(Dispatcher.ALL_TO_ALL, T, K, H, 64, 8, 1, 8, NVL, NET, LAT_F, LAT_N)
-    assert deepep == pytest.approx(14_336 * 2 * H / (0.86 * NET) + LAT_N)
-    assert nccl == pytest.approx(28_672 * 2 * H / NET + LAT_N)
-    assert deepep / nccl == pytest.approx(0.5 / 0.86, rel=1e-3)
-
-
-def test_allgather_dispatch():
-    # tp·ep = 8 inside the node: 7·4096·7168·2 B over NVLink
-    got = S.dispatch_time_s(Dispatcher.ALL_GATHER, T, K, H, 8, 8, 1, 1, NVL, NET, LAT_F, LAT_N)
-    assert got == pytest.approx(7 * 4096 * 7168 * 2 / NVL + LAT_F)
-
-
-def test_nccl_dispatch_is_the_existing_formula():
-    load = 1.1
-    sent = MO.all_to_all_bytes(T, K, H, 32, 2, load)
-    assert S.dispatch_time_s(Dispatcher.ALL_TO_ALL, T, K, H, 32, 8, 1, 4, NVL, NET, LAT_F, LAT_N,
-                             load) == MO.all_to_all_time_s(sent, 32, 8, NVL, NET, LAT_N)
+def test_deepep_across_nodes():
+    # EP64 over 8 nodes, node-limited to 4: 14,336 RDMA copies (test_moe_layer_terms) of the
+    # combine's 14,384 B slot over 0.86·50e9 govern (NVLink: 4096·7.5759·7/8 copies over
+    # 0.956·450e9 is 3× faster); + 5 µs first hop + 12 µs of a cached layout's barriers
+    rdma, nvl = S.deepep_call_bytes(T, K, H, 64, 8, 4, dispatch=0)
+    assert rdma == 14_336 * 14_384
+    got = S.deepep_call_time_s(rdma, nvl, 8, True, NET, NVL, LAT_F, LAT_N)
+    assert got == pytest.approx(14_336 * 14_384 / (0.86 * NET) + 5e-6 + 12e-6)
 
 
 def test_overlap_kinds():
@@ -91,9 +97,9 @@ def test_kernels_and_bytes():
 
 def test_arrays():
     ep = np.array([8.0, 16.0, 64.0])
-    t = S.dispatch_time_s(Dispatcher.DEEPEP, T, K, H, ep, np.minimum(ep, 8), 1,
-                          S.node_limit(S.ep_nodes(ep, np.minimum(ep, 8)), 8, 4), NVL, NET,
-                          LAT_F, LAT_N)
+    nodes = S.ep_nodes(ep, np.minimum(ep, 8))
+    rdma, nvl = S.deepep_call_bytes(T, K, H, ep, np.minimum(ep, 8), S.node_limit(nodes, 8, 4))
+    t = S.deepep_call_time_s(rdma, nvl, nodes, False, NET, NVL, LAT_F, LAT_N)
     assert t.shape == (3,) and t[0] < t[1]
 
 

@@ -59,10 +59,12 @@ def test_deepseek_expert_memory_by_hand():
 def test_deepseek_all_to_all_by_hand():
     r = costs("deepseek-v3", **DSV3, moe_imbalance=1.25)
     # T = b·s/(c·t) = 4096/2 = 2048 tokens per GPU; per all-to-all 1.25·2048·8·7168·2·63/64 =
-    # 288,964,608·... = 1.25·2048·8·7168·2·63/64 bytes; 4 per MoE layer and micro-batch;
-    # the last stage's 4 MoE layers, 16 micro-batches
+    # 1.25·2048·8·7168·2·63/64 bytes; V_ep counts every call priced (below): per MoE layer and
+    # micro-batch 4 of these, 2 of the probabilities' (80,640 B) and one counts' all-gather
+    # (63 peers · 256·8 B = 129,024 B); the last stage's 4 MoE layers, 16 micro-batches
     per_a2a = 1.25 * 2048 * 8 * 7168 * 2 * 63 / 64
-    assert r["ep_bytes"] == pytest.approx(16 * 4 * 4 * per_a2a, rel=1e-12)
+    assert r["ep_bytes"] == pytest.approx(16 * 4 * (4 * per_a2a + 2 * 80_640 + 129_024),
+                                          rel=1e-12)
     # ep 64 with etp 1 spans 8 nodes of 8 GPUs. Per MoE layer and micro-batch Megatron's
     # all-to-all dispatcher issues (formulas/moe_dispatch.EXCHANGE_CALLS): the tokens'
     # all-to-all 4 times (dispatch and combine, forward and backward), the probabilities' twice,
@@ -181,7 +183,11 @@ def test_capacity_factor_caps_the_imbalance():
     assert PlanConfig(**DSV3, moe_forced_balance=True).moe_load_factor == 1.0
     r1 = costs("deepseek-v3", **DSV3, moe_capacity_factor=1.0)
     r2 = costs("deepseek-v3", **DSV3, moe_imbalance=1.25)
-    assert r1["ep_bytes"] == pytest.approx(r2["ep_bytes"] / 1.25, rel=1e-12)
+    # V_ep per MoE layer and micro-batch: λ·(4 token all-to-alls + 2 probabilities') + the
+    # counts' all-gather (129,024 B, test_deepseek_all_to_all_by_hand), which λ does not scale
+    a2a = 4 * 2048 * 8 * 7168 * 2 * 63 / 64 + 2 * 2048 * 8 * 4 * 63 / 64
+    assert r1["ep_bytes"] == pytest.approx(16 * 4 * (a2a + 129_024), rel=1e-12)
+    assert r2["ep_bytes"] == pytest.approx(16 * 4 * (1.25 * a2a + 129_024), rel=1e-12)
     assert r1["moe_load"] == 1.0  # the derived λ (1.04, below) capped at 1
 
 
@@ -191,8 +197,10 @@ def test_derived_load_deepseek_v3():
     # √(2·ln 64·64/1,048,576) = 0.0225323 → λ = 1.0398528
     r = costs("deepseek-v3", **DSV3)
     assert r["moe_load"] == pytest.approx(1.0398528, rel=1e-6)
-    per_a2a = r["moe_load"] * 2048 * 8 * 7168 * 2 * 63 / 64
-    assert r["ep_bytes"] == pytest.approx(16 * 4 * 4 * per_a2a, rel=1e-12)
+    # V_ep: λ·(4 token all-to-alls + 2 probabilities') + the counts' all-gather, per MoE layer
+    # and micro-batch (test_capacity_factor_caps_the_imbalance)
+    a2a = 4 * 2048 * 8 * 7168 * 2 * 63 / 64 + 2 * 2048 * 8 * 4 * 63 / 64
+    assert r["ep_bytes"] == pytest.approx(16 * 4 * (r["moe_load"] * a2a + 129_024), rel=1e-12)
     # forced balance (a benchmark setting) is exactly the mean
     assert costs("deepseek-v3", **DSV3, moe_forced_balance=True)["moe_load"] == 1.0
 

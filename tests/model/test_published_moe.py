@@ -32,7 +32,11 @@ moved the all-to-all rows by under 1 point: median 7.6 → 8.0 %. Costing the Qw
 it ran, on Megatron-Core's un-fused permutation (`permute_fusion` false: its script sets no
 --moe-permute-fusion), whose un-permutation scatter-adds atomically (moe_layer.SCATTER_ADD_BYTES_PER_S,
 TileOPs' H200 measurement), moved it −24.2 → −15.4 %; the other rows ran fused and did not move
-(median 8.0 %)."""
+(median 8.0 %). The exchange sharing its link with the data-parallel collectives beside it
+(its exposed part delayed by them), V_ep from the calls, DeepEP's token slots and barriers
+moved the rows by under 1 point, the median not at all (8.035 %, the pp32 all-to-all row):
+DeepSeek-V3's report +81.5 → +82.0 %, Qwen3-235B EP32 +23.4 → +24.2 %, its overlapped run
+−0.1 → +0.1 %, Qwen3-235B TP4 EP8 −34.1 → −33.9 %, Qwen3-30B-A3B −15.4 → −15.3 %."""
 
 from __future__ import annotations
 
