@@ -1,6 +1,6 @@
 """Published MoE training runs (planner/reference/published_moe.json: Megatron-Core's MoE model
-zoo, Megatron-LM's DeepSeek-V3 GB200 write-up, the DeepSeek-V3 report, a community Qwen3-30B-A3B
-run) against the time model. Nothing is fitted to them.
+zoo, Megatron-LM's DeepSeek-V3 GB200 write-up, the DeepSeek-V3 report, two community Qwen3-30B-A3B
+runs) against the time model. Nothing is fitted to them.
 
 Each run is costed with its stated layout, dispatcher, overlap, forced balance and capacity
 factor, and what the source leaves out as the row's `assumed` says (ZeRO-1, 16-bit gradient
@@ -10,7 +10,7 @@ Megatron counts causal attention, and where a row gives both, plan3d's causal FL
 agree with Megatron's to 1 % (test_flop_convention_matches_megatron), so the conversion adds no
 error of its own.
 
-Tolerance, and why. With the MoE terms of issue 23 the ten rows come out −43 … +78 %; before
+Tolerance, and why. With the MoE terms of issue 23 the ten first rows come out −43 … +78 %; before
 them (flat λ = 1.25, NCCL all-to-all only, DualPipe-style overlap) −50 … +53 %. Three rows are
 outside what the model can express and are held to their direction only: the GB200 baseline
 (−43 %: its source names host overhead — kernel launch gaps — as the loss the later rows remove,
@@ -19,8 +19,8 @@ than the same job with recompute and a smaller TP in the same table, which no co
 explains), and DeepSeek-V3's own run (+78 %: DualPipe hides its exchange, which plan3d can only
 express through Megatron's 1F1B merge, which needs virtual stages this batch cannot group; costed
 exposed, an upper bound; and its MTP module's extra head pass is costed on the fullest stage,
-as the head is). The seven others (−22 … +23 %, median |error| 8 %) must keep a median
-|error| ≤ 15 % and each within ±30 % (the spread of unstated settings: recompute modules, uneven
+as the head is). The seven others (−22 … +23 %, median |error| 8 %; eight with the eleventh
+row below) must keep a median |error| ≤ 15 % and each within ±30 % (the spread of unstated settings: recompute modules, uneven
 pipeline layouts, dropless imbalance of a benchmark's first steps).
 
 Transformer Engine's grouped GEMM (one cuBLAS GEMM per local expert over 4 streams) moved the
@@ -36,7 +36,14 @@ TileOPs' H200 measurement), moved it −24.2 → −15.4 %; the other rows ran f
 (its exposed part delayed by them), V_ep from the calls, DeepEP's token slots and barriers
 moved the rows by under 1 point, the median not at all (8.035 %, the pp32 all-to-all row):
 DeepSeek-V3's report +81.5 → +82.0 %, Qwen3-235B EP32 +23.4 → +24.2 %, its overlapped run
-−0.1 → +0.1 %, Qwen3-235B TP4 EP8 −34.1 → −33.9 %, Qwen3-30B-A3B −15.4 → −15.3 %."""
+−0.1 → +0.1 %, Qwen3-235B TP4 EP8 −34.1 → −33.9 %, Qwen3-30B-A3B −15.4 → −15.3 %.
+
+Small-expert rows. The eleventh row is the same source's second Qwen3-30B-A3B measurement (tp1
+pp4 ep4, GBS 256, 20.992 s), added as its table gives it and costed as the first: −14.8 %.
+No cost term moved for it; the kept rows' median |error| goes 8.0 → 11.4 % (eight rows,
+−22 … +24 %), inside the 15 % bound. Both small-expert rows sit at −15 %: one source, one
+script (un-fused permutation, capacity 1.0), so they agree with each other rather than show
+whether the bias holds elsewhere."""
 
 from __future__ import annotations
 
@@ -93,7 +100,7 @@ def errors() -> dict[str, float]:
 
 
 def test_every_row_is_costed_and_sourced(errors):
-    assert len(errors) == len(DATA["runs"]) == 10
+    assert len(errors) == len(DATA["runs"]) == 11
     for r in DATA["runs"]:
         assert r["source"] and r["stated"] and r["assumed"], r["id"]
     assert {r["model"] for r in DATA["runs"]} == {"deepseek-v3", "qwen3-235b-a22b",
