@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from planner.catalog import load_hardware
-from planner.model.nccl_tests import ALGOS, COLLS, bench_call, predict_row, with_overrides
+from planner.model.nccl_tests import compared, row_call, with_overrides
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "nccl_at_scale.json"
 
@@ -30,14 +30,13 @@ def _source(key: str) -> str:
 
 def _line(row: dict) -> tuple[str, float | None]:
     hw = with_overrides(load_hardware(row["profile"]), row.get("overrides", {}))
-    got = predict_row(row, hw)
+    call = row_call(row, hw)
     unit = "GB/s" if "measured_busbw_gb_s" in row else "us"
     label = (f"{_source(row['source']):12} {SHORT[row['collective']]} "
              f"{(row['algo'] or 'default')[:9]:9} {row['gpus']:4}")
-    if got is None:
+    if call is None:
         return f"{label}  {'(not offered)':>15}", None
-    call = bench_call(hw, COLLS[row["collective"]], row["size_bytes"], row["gpus"],
-                      ALGOS[row["algo"]] if row.get("algo") else None)
+    got = compared(row, call)
     err = got[0] / got[1] - 1
     flag = "x" if "xfail" in row else " "
     return (f"{label} {got[0]:6.1f} {got[1]:6.1f} {unit:4} {err:+6.1%} {flag} "

@@ -65,19 +65,24 @@ def with_overrides(hw: HardwareProfile, overrides: dict) -> HardwareProfile:
     return HardwareProfile.model_validate(data)
 
 
-COLLS = {c.value: c for c in K.Coll}
-ALGOS = {a.value: a for a in K.Algo}
+def row_call(row: dict, hw: HardwareProfile) -> BenchCall | None:
+    """A published nccl-tests line (tests/data/nccl_at_scale.json's row form) as plan3d calls it
+    on `hw` (the row's profile with its overrides); None where plan3d does not offer the forced
+    algorithm."""
+    return bench_call(hw, K.Coll(row["collective"]), row["size_bytes"], row["gpus"],
+                      K.Algo(row["algo"]) if row.get("algo") else None)
 
 
-def predict_row(row: dict, hw: HardwareProfile) -> tuple[float, float] | None:
-    """A published nccl-tests line (tests/data/nccl_at_scale.json's row form) as plan3d prices
-    it on `hw` (the row's profile with its overrides): (predicted, measured), both bus bandwidths
-    in GB/s where the row gives one, else both times in µs; None where plan3d does not offer the
-    forced algorithm."""
-    call = bench_call(hw, COLLS[row["collective"]], row["size_bytes"], row["gpus"],
-                      ALGOS[row["algo"]] if row.get("algo") else None)
-    if call is None:
-        return None
+def compared(row: dict, call: BenchCall) -> tuple[float, float]:
+    """(predicted, measured) for a row's call: both bus bandwidths in GB/s where the row gives
+    one, else both times in µs."""
     if "measured_busbw_gb_s" in row:
         return call.busbw_bytes_per_s / 1e9, row["measured_busbw_gb_s"]
     return call.time_s * 1e6, row["measured_time_us"]
+
+
+def predict_row(row: dict, hw: HardwareProfile) -> tuple[float, float] | None:
+    """A published nccl-tests line as plan3d prices it on `hw`: compared(row, row_call(row, hw)),
+    None where plan3d does not offer the forced algorithm."""
+    call = row_call(row, hw)
+    return None if call is None else compared(row, call)
