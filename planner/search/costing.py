@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model.cost import Choices, layout_costs, zero_costs
 from ..model.states import stage_memory
-from .grid import Grid, grid_of
+from .grid import Grid, grid_blocks, grid_of, model_columns
 
 # what the ranking, the diagnosis and the agreement tests read of each candidate
 KEPT_COSTS = ("step_s", "total_bytes", "mfu", "tokens_per_s", "bubble_fraction", "dp_bytes",
@@ -41,7 +41,7 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
     grid = grid_of(columns)  # moe: once per layout what depends on the layout alone
     if grid is not None:
         return _grid_costs(base, grid, choices, zeros, keys)
-    columns = {k: v for k, v in columns.items() if not k.startswith("_")}  # the space's ids
+    columns = model_columns(columns)
     n = len(next(iter(columns.values())))
     # each chunk's costs written into the stage's columns (no list of chunks to concatenate)
     parts = [{k: np.empty(n) for k in keys} for _ in zeros]
@@ -59,19 +59,14 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
 def _grid_costs(base: dict, grid: Grid, choices: Choices, zeros: list,
                 keys: tuple[str, ...]) -> list[dict[str, np.ndarray]]:
     """costs_in_chunks on the grid (planner/search/grid.py): the model on GRID_CHUNK cells at a
-    time (whole layouts), each candidate's costs read from its cell. The cells no candidate
-    holds may divide by zero or overflow: numpy is told not to warn of them (a candidate's own
-    cell computes as in the flat evaluation)."""
+    time (whole layouts, grid_blocks), each candidate's costs read from its cell."""
     cells = [{k: np.empty(grid.shape) for k in keys} for _ in zeros]
-    step = max(1, GRID_CHUNK // (grid.shape[1] * grid.shape[2]))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for start in range(0, grid.shape[0], step):
-            x = SimpleNamespace(**base, **grid.columns(start, start + step))
-            layout = layout_costs(x, choices)
-            for z, part in zip(zeros, cells):
-                out = zero_costs(x, replace(choices, zero_stage=z), layout)
-                for k in keys:
-                    part[k][start:start + step] = out[k]  # broadcast over the crossed axes
+    for start, stop, x in grid_blocks(base, grid, GRID_CHUNK):
+        layout = layout_costs(x, choices)
+        for z, part in zip(zeros, cells):
+            out = zero_costs(x, replace(choices, zero_stage=z), layout)
+            for k in keys:
+                part[k][start:stop] = out[k]  # broadcast over the crossed axes
     return [{k: v.reshape(-1)[grid.cell] for k, v in part.items()} for part in cells]
 
 
@@ -114,7 +109,7 @@ def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choice
     grid = grid_of(columns)  # moe: once per layout what depends on the layout alone
     if grid is not None:
         return _grid_memory(base, grid, choices)
-    columns = {k: v for k, v in columns.items() if not k.startswith("_")}  # the space's ids
+    columns = model_columns(columns)
     n = len(next(iter(columns.values())))
     parts = []
     for start in range(0, n, CHUNK):
@@ -128,9 +123,6 @@ def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choice
 def _grid_memory(base: dict, grid: Grid, choices: Choices) -> np.ndarray:
     """memory_in_chunks on the grid, as _grid_costs."""
     cells = np.empty(grid.shape)
-    step = max(1, GRID_CHUNK // (grid.shape[1] * grid.shape[2]))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for start in range(0, grid.shape[0], step):
-            x = SimpleNamespace(**base, **grid.columns(start, start + step))
-            cells[start:start + step] = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
+    for start, stop, x in grid_blocks(base, grid, GRID_CHUNK):
+        cells[start:stop] = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
     return cells.reshape(-1)[grid.cell]

@@ -19,6 +19,7 @@ its own on the first axis."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -41,6 +42,23 @@ class Grid:
         """The columns of layouts start..stop as arrays that broadcast to (stop − start, E, D)."""
         return {**{k: v[start:stop, None, None] for k, v in self.layouts.items()},
                 **self.crossed}
+
+
+def model_columns(columns: dict) -> dict:
+    """The columns the model reads: all but the space's id columns (named with a leading _)."""
+    return {k: v for k, v in columns.items() if not k.startswith("_")}
+
+
+def grid_blocks(base: dict, grid: Grid, cells_per_block: int):
+    """The grid's layouts in blocks of about `cells_per_block` cells: (start, stop, numbers the
+    model reads), the block's columns broadcasting over the crossed axes. Runs with numpy's
+    divide/invalid/overflow warnings off: the cells no candidate holds may divide by zero or
+    overflow (a candidate's own cell computes as in the flat evaluation)."""
+    step = max(1, cells_per_block // (grid.shape[1] * grid.shape[2]))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, grid.shape[0], step):
+            stop = start + step
+            yield start, stop, SimpleNamespace(**base, **grid.columns(start, stop))
 
 
 def numbered(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,10 +104,9 @@ def grid_of(columns: dict) -> Grid | None:
     if sizes[0] * sizes[1] < MIN_CELLS_PER_LAYOUT:
         return None
     plain = set(LAYOUT_COLUMNS) | {k for names in CROSSED.values() for k in names}
-    extra = [k for k in columns if k not in plain and not k.startswith("_")]
+    extra = [k for k in model_columns(columns) if k not in plain]
     layout, rows = numbered(_layout_ids(columns, extra))
-    layouts = {k: v[rows] for k, v in columns.items()
-               if not k.startswith("_") and k not in crossed}
+    layouts = {k: v[rows] for k, v in model_columns(columns).items() if k not in crossed}
     shape = (len(rows), *sizes)
     cell = (layout * sizes[0] + codes[0]) * sizes[1] + codes[1]
     return Grid(layouts=layouts, crossed=crossed, cell=cell, shape=shape)
