@@ -213,11 +213,17 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         beside=beside)
 
 
-def exchange_delay_s(pairs, window_s):
+def exchange_delay_s(pairs, window_s, note=same, term="", phase=""):
     """moe: what the collectives of one phase (pairs of their own seconds on the link and the
-    exposed exchange's beside them, per group) delay the exchange by in a window of compute
-    (comm.flow_delay_s)."""
-    return sum(C.flow_delay_s(own, flow, window_s) for own, flow in pairs)
+    exposed exchange's beside them, per group: the dp group's, then the expert shards' edp
+    group's) delay the exchange by in a window of compute (comm.flow_delay_s). Each pair is
+    noted as sub-terms of `term` (O and F of `phase` and the group, terms.SUB_TERMS), so that
+    the delay's formula reads min(O·F/(W + F), F) per group (0 where either is 0)."""
+    total = 0
+    for group, (own, flow) in zip(("dp", "edp"), pairs):
+        own, flow = note(f"{term}:own,flow:{phase},{group}", (own, flow))
+        total = total + C.flow_delay_s(own, flow, window_s)
+    return total
 
 
 def overlap_windows(x, c: Choices, k: SimpleNamespace, t: SimpleNamespace) -> SimpleNamespace:
@@ -246,7 +252,9 @@ def exposed_with_slowdown_s(comm_s, phase, slowdown, noted=lambda e: e, delayed_
                     if piece_s is None else
                     O.exposed_piece_s(comm_s, phase.window_s, piece_s, phase.pieces))
     slowed = exposed + C.overlap_slowdown_s(comm_s - exposed, phase.window_s, slowdown)
-    if isinstance(delayed_s, int) and delayed_s == 0:  # nothing beside it (a dense model)
+    # nothing beside it (a dense model; explain's 0 where a pair's sub-terms dropped out)
+    if getattr(delayed_s, "is_zero", None) is True or (isinstance(delayed_s, int)
+                                                        and delayed_s == 0):
         return slowed
     return slowed + _ops.minimum(delayed_s, comm_s - exposed)
 
@@ -261,15 +269,22 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     reduce_s = note("dp_reduce_s", t.reduce_s)
     gather_s = note("dp_gather_s", t.gather_s)
     dp_share = note("dp_share", t.mb_share if z >= 2 else t.tail_share)
-    w = overlap_windows(x, c, k, t)
     zero3_mb_s = 0
     if z >= 2:  # the micro-batch's gathers beside its forward, the rest beside its backward
+        if z >= 3:
+            t.zero_fwd_s = note("zero_fwd_s", t.zero_fwd_s)
+        t.zero_bwd_s = note("zero_bwd_s", t.zero_bwd_s)
+        t.zero_rs_s = note("zero_rs_s", t.zero_rs_s)
+    w = overlap_windows(x, c, k, t)
+    if z >= 2:
         fwd_phase, bwd_phase = c.framework.dp_microbatch_phases(w)
         zero3_mb_s = note("zero_microbatch_exposed_s", (
             exposed_with_slowdown_s(t.zero_fwd_s, fwd_phase, x.overlap_slow, delayed_s=(
-                exchange_delay_s(t.beside["fwd"], fwd_phase.window_s)))
+                exchange_delay_s(t.beside["fwd"], fwd_phase.window_s, note,
+                                 "zero_microbatch_exposed_s", "fwd")))
             + exposed_with_slowdown_s(t.zero_bwd_s, bwd_phase, x.overlap_slow, delayed_s=(
-                exchange_delay_s(t.beside["bwd"], bwd_phase.window_s))))) * dp.zero_rounds / m
+                exchange_delay_s(t.beside["bwd"], bwd_phase.window_s, note,
+                                 "zero_microbatch_exposed_s", "bwd"))))) * dp.zero_rounds / m
     note("dp_tail_s", reduce_s + gather_s)
     # the reduction beside the last micro-batch's backward, the gather of the updated weights
     # (after the optimizer step) beside the next step's first forward, each as the framework
@@ -279,11 +294,12 @@ def dp_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     gather_phase = gather_phase._replace(pieces=note("dp_gather_pieces", gather_phase.pieces))
     inline = O.inline_gathers_s(gather_s, gather_phase.inline_stages)
     # moe: the exposed exchange's wait for each beside it (0 for a dense model)
-    delays = [exchange_delay_s(t.beside[when], phase.window_s) for when, phase in (
-        (C.When.STEP_REDUCE, reduce_phase), (C.When.STEP_GATHER, gather_phase))]
+    delays = [0, 0]
     if k.moe_model:
-        delays = [note("dp_reduce_ep_delay_s", delays[0]),
-                  note("dp_gather_ep_delay_s", delays[1])]
+        delays = [note(term, exchange_delay_s(t.beside[when], phase.window_s, note, term, label))
+                  for term, when, phase, label in (
+                      ("dp_reduce_ep_delay_s", C.When.STEP_REDUCE, reduce_phase, "rs"),
+                      ("dp_gather_ep_delay_s", C.When.STEP_GATHER, gather_phase, "ag"))]
     dp_tail_exposed = note("dp_tail_exposed_s", (
         exposed_with_slowdown_s(reduce_s, reduce_phase, x.overlap_slow,
                                 lambda e: note("dp_reduce_exposed_s", e), delays[0])

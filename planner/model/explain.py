@@ -28,7 +28,7 @@ from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from .cost import Choices, numbers, plan_costs
 from .estimate import check_config, plan_from_costs
 from .nccl import Call, priced
-from .terms import TERMS
+from .terms import SUB_TERMS, TERMS
 
 # The papers' symbols (Narayanan 2021, Korthikanti 2022, Rajbhandari 2020), and the profile's
 # constants under names of their own.
@@ -218,6 +218,30 @@ def _fold(symbol: str, expr, values: dict, start: int = 0):
     return formula_text(expr), subs
 
 
+def _named_sub_terms(name: str, exprs: tuple, values: dict, named: dict):
+    """Quantities the cost path named together as sub-terms of a term ("term:kinds:label", kinds
+    comma-separated, terms.SUB_TERMS): each a symbol (the kind's prefix, the label as
+    subscript) with the plan's value, kept for the term's rows; where one of them is 0 the
+    formula they enter is taken to vanish, and they drop out as 0s."""
+    import sympy
+
+    term, kinds, label = name.split(":")
+    if term not in TERMS:
+        return exprs
+    found = [float(_resolve(e, values).xreplace(values).doit())
+             if isinstance(e, sympy.Basic) else float(e) for e in exprs]
+    if 0 in found:
+        return tuple(0 for _ in exprs)
+    out = []
+    for kind, value in zip(kinds.split(","), found):
+        prefix, unit, text = SUB_TERMS[kind]
+        symbol = sympy.Symbol(f"{prefix}_{label}", positive=True)
+        values[symbol] = value
+        named.setdefault(term, []).append((str(symbol), text, value, unit))
+        out.append(symbol)
+    return tuple(out)
+
+
 def _atoms_decided(expr, values: dict):
     """max/min of plain inputs (max(1, N_SM)) decided by the plan's numbers; max(0, T − …) stays."""
     import sympy
@@ -230,9 +254,30 @@ def _atoms_decided(expr, values: dict):
         pick = max if isinstance(e, sympy.Max) else min
         return e.args[vals.index(pick(vals))]
 
-    return expr.replace(
-        lambda e: isinstance(e, (sympy.Max, sympy.Min)) and all(simple(a) for a in e.args),
-        decide)
+    found = {e: decide(e) for e in expr.atoms(sympy.Max, sympy.Min)
+             if all(simple(a) for a in e.args)}
+    return _rebuilt(expr, found, {}) if found else expr
+
+
+def _rebuilt(expr, found: dict, memo: dict):
+    """expr with `found`'s sub-expressions replaced, each distinct node rebuilt once; the min
+    and max above them kept as they are (evaluating one again compares its arguments by
+    factoring their difference: seconds for a collective's time)."""
+    import sympy
+
+    if expr in found:
+        return found[expr]
+    if not expr.args or expr in memo:
+        return memo.get(expr, expr)
+    args = tuple(_rebuilt(a, found, memo) for a in expr.args)
+    if args == expr.args:
+        out = expr
+    elif isinstance(expr, (sympy.Min, sympy.Max)) and not all(a.is_Number for a in args):
+        out = expr.func(*args, evaluate=False)
+    else:
+        out = expr.func(*args)
+    memo[expr] = out
+    return out
 
 
 def symbolic_terms(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
@@ -249,8 +294,11 @@ def symbolic_terms(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
             values[sympy.Symbol(info.symbol, positive=True)] = numeric[key]
     formulas: dict[str, str] = {}
     folded: dict[str, list] = {}
+    named: dict[str, list] = {}  # sub-terms a formula named for itself, by term
 
     def note(name, expr):
+        if ":" in name:
+            return _named_sub_terms(name, expr, values, named)
         if name not in TERMS:
             return expr
         expr = _resolve(expr, values)
@@ -263,8 +311,11 @@ def symbolic_terms(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
         subs = []
         if len(text) > FOLD_CHARS and isinstance(expr, sympy.Basic):
             text, subs = _fold(TERMS[name].symbol, expr, values, len(picks))
-        if picks or subs:
-            folded[name] = picks + subs
+        picks = [(*p, TERMS[name].unit) for p in picks]
+        subs = [(*f, "count") for f in subs]  # the ceilings: tile and wave counts
+        subs = named.pop(name, []) + picks + subs
+        if subs:
+            folded[name] = subs
         formulas[name] = text
         return sympy.Symbol(TERMS[name].symbol, positive=True)
 
@@ -346,6 +397,8 @@ def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
         if name == "collectives":  # the step's collectives as priced (model/nccl.py Call)
             ledger.extend(value)
             return value
+        if ":" in name:  # sub-terms: their values come with their formulas (_named_sub_terms)
+            return value
         recorded[name] = float(value)
         return value
 
@@ -363,8 +416,7 @@ def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
             continue
         terms.append(Term(key=k, symbol=info.symbol, group=info.group, unit=info.unit,
                           formula=formulas.get(k, ""), value=recorded[k], why=info.why))
-        for i, (symbol, text, value) in enumerate(folded.get(k, []), 1):
-            unit = info.unit if text == NCCL_PICK_TEXT else "count"  # a call's time, or a count
+        for i, (symbol, text, value, unit) in enumerate(folded.get(k, []), 1):
             terms.append(Term(key=f"{k}:{i}", symbol=symbol, group=info.group, unit=unit,
                               formula=text, value=value, why=f"sub-term of {info.symbol}"))
     plan = plan_from_costs(model, hw, config, costs)

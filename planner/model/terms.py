@@ -161,6 +161,15 @@ TERMS: dict[str, TermInfo] = {
     "dp_tail_exposed_s": TermInfo("T_dp,tail", "s", "time",
                                   "the part of T_rs and T_ag the backward and the next forward "
                                   "do not hide, and the slowdown σ of what they hide under"),
+    "zero_fwd_s": TermInfo("T_z,fwd", "s", "time",
+                           "ZeRO-3's weight gathers of one micro-batch's forward, every group "
+                           "(the experts' edp group too), alone on their links"),
+    "zero_bwd_s": TermInfo("T_z,bwd", "s", "time",
+                           "ZeRO-2/3's collectives of one micro-batch's backward: ZeRO-3's "
+                           "regathers and the gradients' reduce-scatter, every group"),
+    "zero_rs_s": TermInfo("T_z,rs", "s", "time",
+                          "the gradients' reduce-scatter of one micro-batch's backward (the "
+                          "dense group's), of which the last bucket waits after the backward"),
     "zero_microbatch_exposed_s": TermInfo("T_z,mb", "s", "time",
                                           "ZeRO-2/3's collectives per micro-batch that its "
                                           "compute does not hide (the forward's gathers beside "
@@ -288,4 +297,14 @@ TERMS: dict[str, TermInfo] = {
                                   "bytes per step copied back to the GPU over the host link"),
     "offload_s": TermInfo("T_off", "s", "time",
                           "the step time offload adds: T_off,step + m·T_off,mb"),
+}
+
+# Sub-terms a formula names for itself, noted together as "term:kinds:label" (kinds
+# comma-separated; label: the phase and the group, "rs,dp"); explain shows each under its term
+# as `prefix_label`, with this text.
+SUB_TERMS: dict[str, tuple[str, str, str]] = {  # kind: (prefix, unit, text)
+    "own": ("O", "s", "the collective's own seconds on this group's link at its share of it "
+                 "(NCCL's pick × the share), for the exchange beside it"),
+    "flow": ("F", "s", "the exposed expert exchange's seconds per micro-batch on the same link, "
+                  "apportioned by its bytes there"),
 }
