@@ -100,6 +100,7 @@ CONSTANT_MEANINGS = {
 OFFLOAD_CONSTANTS = ("host_bw", "dram_bw")
 
 CACHE_ENTRIES = 256  # plans whose formulas the cache keeps (~10 kB each)
+GUARD = 1e-9  # max(GUARD-sized number, x): a guard against dividing by zero, not a choice
 FOLD_CHARS = 110  # a formula longer than this is folded into named sub-terms
 SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
@@ -243,20 +244,24 @@ def _named_sub_terms(name: str, exprs: tuple, values: dict, named: dict):
 
 
 def _atoms_decided(expr, values: dict):
-    """max/min of plain inputs (max(1, N_SM)) decided by the plan's numbers; max(0, T − …) stays."""
+    """max/min of plain inputs (max(1, N_SM)) and the guards against a zero divisor
+    (max(10⁻¹², W + F)) decided by the plan's numbers, inner ones first; max(0, T − …) stays."""
     import sympy
 
-    def simple(e):
-        return e.is_Number or e.is_Symbol
+    def decidable(e):
+        guard = any(a.is_Number and 0 < abs(float(a)) <= GUARD for a in e.args)
+        return guard or all(a.is_Number or a.is_Symbol for a in e.args)
 
     def decide(e):
         vals = [float(a.xreplace(values)) for a in e.args]
         pick = max if isinstance(e, sympy.Max) else min
         return e.args[vals.index(pick(vals))]
 
-    found = {e: decide(e) for e in expr.atoms(sympy.Max, sympy.Min)
-             if all(simple(a) for a in e.args)}
-    return _rebuilt(expr, found, {}) if found else expr
+    while True:
+        found = {e: decide(e) for e in expr.atoms(sympy.Max, sympy.Min) if decidable(e)}
+        if not found:
+            return expr
+        expr = _rebuilt(expr, found, {})
 
 
 def _rebuilt(expr, found: dict, memo: dict):
