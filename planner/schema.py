@@ -592,6 +592,11 @@ class PlanConfig(_Strict):
         False, description="The quantised weights are the parameters (no 16-bit copy) and are "
         "gathered quantised (Megatron --fp8-param-gather; torchtitan's "
         "enable_fsdp_float8_all_gather).")
+    compile_loss: bool = Field(
+        False, description="torchtitan: the loss is compiled (compile.components has 'loss'), "
+        "its peak the 16-bit logits and their 16-bit gradient instead of eager PyTorch's three "
+        "fp32 vocabulary-wide tensors; other frameworks ignore it. Library and fit tables only, "
+        "no command-line flag yet.")
     recompute_layers: NonNegativeInt = Field(
         0, description="With full recompute: only this many layers of each pipeline stage are "
         "recomputed, the rest keep every activation (Megatron --recompute-method block "

@@ -203,6 +203,22 @@ def torchtitan_loss_peak_bytes(seq_len, mbs, vocab_padded, tp, cp):
     return 3 * FP32_BYTES * seq_len / cp * mbs * vocab_padded / tp
 
 
+def compiled_loss_peak_bytes(seq_len, mbs, vocab_padded, tp, cp, logit_bytes=2):
+    """Peak bytes of torchtitan's loss compiled alone (`compile.components = ["loss"]`,
+    `torch.compile(cross_entropy_loss)`, components/loss.py @ 0cfbd0b3c):
+
+        2·act·s·b·V/t = 4·s·b·V/t
+
+    The compiled graph saves its 16-bit input, the logits (so torchtitan's `del pred` frees
+    nothing), with two fp32 values per row, and its backward writes the 16-bit gradient of the
+    logits in one fused kernel: the fp32 upcast, the softmax and their gradients never exist as
+    vocabulary-wide tensors.  The forward holds only the logits.  With t > 1 assumed per
+    vocabulary shard under loss parallelism (not measured).  Source: measured on the CPU
+    (Inductor, torch 2.13) by tests/oracle/test_torchtitan_moe_sac.py: the saved tensors and
+    the backward kernel's one vocabulary-wide buffer; Triton on CUDA fuses the same graph."""
+    return 2 * logit_bytes * seq_len / cp * mbs * vocab_padded / tp
+
+
 def vocab_parallel_loss_peak_bytes(seq_len, mbs, vocab_padded, tp, cp, logit_bytes=2):
     """Peak bytes of Megatron-Core's vocab-parallel cross entropy on 16-bit logits:
 

@@ -17,6 +17,8 @@ the other's gradient needs, an index keeps its indices, a cast nothing.
 
 from __future__ import annotations
 
+from . import _ops
+
 INDEX_BYTES = 8
 """int64 indices (topk, argsort)."""
 
@@ -102,3 +104,39 @@ def mla_saved_bytes(tokens, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim
             + rmsnorm_saved_bytes(tokens, kv_lora_rank, act_bytes)
             + tokens * (act_bytes * n_heads * (2 * qk + qk_nope_head_dim + 2 * v_head_dim)
                         + FP32 * n_heads))
+
+
+def torchtitan_flex_sac_block_bytes(tokens, rows_in, rows_out, hidden, shared_ffn,
+                                    n_shared_experts, tp=1, sequence_parallel=False, act_bytes=2):
+    """What a torchtitan DeepSeek-V3 MoE block keeps for backward under per-op selective AC on a
+    flavour with flex attention (16B, 236B, 671B) and the model not compiled, T tokens of the
+    block on the GPU, R_in routed rows the dispatch all-to-all brings it, R_out = T·k it sends:
+
+        T·(2·(act·h + 4)/t_sp + 2·act·h + act·(n_s·f_s/t + h)·[n_s > 0]) + act·h·(R_in + R_out)
+
+    `_apply_op_sac_to_transformer_block_with_flex` wraps the `moe` module in op SAC and the MLA
+    `attention` in full AC, leaving the two `nn.RMSNorm`s and the residual adds outside: each norm
+    keeps its input and fp32 rstd (PyTorch >= 2.9 runs `rms_norm` on CUDA as `_fused_rms_norm`,
+    whose autograd node keeps input, weight, rstd); the attention keeps its input, the MLA
+    tensors are recomputed; the MoE keeps its input and the outputs the op policy saves: no
+    router mm (`per_op_sac_force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]` recomputes
+    it uncounted), the shared experts' first and third mm (w1, n_s·f_s wide; w2, h wide; every
+    second mm is recomputed), and the outputs of both `all_to_all_single`s with expert
+    parallelism (R_in·h dispatched rows, R_out·h combined; 0 without it); the grouped GEMMs
+    (`torch._grouped_mm`, not in the save list), the router's scores and the fp32-scored
+    combine are recomputed.  At DeepSeek-V3 16B's shape (h 2048, n_s·f_s 2816, k 6; T 16384,
+    λ 1.19, ep 8) 1.22 GiB a layer, where the Korthikanti-style MLA set is 3.24 GiB.
+
+    Assumptions: bf16 activations (FSDP2 mixed precision); t = 1 measured; for t > 1 the norms
+    run on the sequence shard (t_sp = t with sequence parallelism) and the attention and MoE
+    inputs are gathered to the full sequence, derived from the TP plan, not measured.
+    Source: pytorch/torchtitan @ 0cfbd0b3c (2025-10-02) torchtitan/distributed/
+    activation_checkpoint.py, models/deepseek_v3/infra/parallelize.py (`_op_sac_save_list`),
+    models/moe.py, distributed/expert_parallel.py, config/job_config.py; measured to the byte by
+    tests/oracle/test_torchtitan_moe_sac.py, whose oracle block equals torchtitan's own at
+    0cfbd0b3c run on the CPU without expert parallelism."""
+    sp = tp if sequence_parallel else 1
+    shared = _ops.minimum(1, n_shared_experts) * (n_shared_experts * shared_ffn / tp + hidden)
+    return (tokens * (2 * (act_bytes * hidden + FP32) / sp + 2 * act_bytes * hidden
+                      + act_bytes * shared)
+            + act_bytes * hidden * (rows_in + rows_out))

@@ -40,10 +40,15 @@ def saved_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute):
 
 def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute):
     """moe: an MLA layer's own tensors and a MoE layer's dispatcher (the k − 1 extra token copies
-    and the router's scores); 0 for a dense model."""
+    and the router's scores); 0 for a dense model. A torchtitan MLA + MoE block under selective
+    recompute is its per-op policy's whole set instead (torchtitan_sac_block_bytes)."""
     if not k.moe_model:
         return 0
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
+    if (c.framework.memory.activations is ActivationStyle.EAGER
+            and recompute is Recompute.SELECTIVE):
+        # fit: torchtitan's DeepSeek-V3 block keeps far less than the Korthikanti MLA set
+        return torchtitan_sac_block_bytes(x, c, k, routed_ffn)
     mla = MO.mla_layer_activation_bytes(
         s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
         x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
@@ -60,6 +65,26 @@ def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute
             s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, k.lam,
             x.act_bytes)
     return x.mla * mla + dispatch
+
+
+def torchtitan_sac_block_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn):
+    """fit: a torchtitan layer's MLA and MoE parts under its per-op selective AC. An MLA + MoE
+    block (DeepSeek-V3) is one set, formulas.moe_memory.torchtitan_flex_sac_block_bytes, with the
+    busiest rank's λ·T·k dispatched rows and its T·k combined rows where ep > 1; an MLA layer
+    without MoE keeps Korthikanti's MLA set, a MoE layer without MLA its dispatcher's eager set
+    beside the dense per-op set (moe_mla_layer_bytes)."""
+    s, b, h, t, cp, sp = k.s, k.b, k.h, k.t, k.cp, c.sequence_parallel
+    rows_out = (1 - _ops.le(x.ep, 1)) * k.moe_tokens * x.top_k
+    block = MM.torchtitan_flex_sac_block_bytes(
+        s / cp * b, k.lam * rows_out, rows_out, h, x.shared_ffn, x.n_shared, t, sp, x.act_bytes)
+    mla = MO.mla_layer_activation_bytes(
+        s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim,
+        routed_ffn, x.n_mlp, x.dropout, t, cp, sp, Recompute.SELECTIVE, c.attention,
+        x.act_bytes)
+    dispatch = x.moe * MM.dispatch_saved_bytes(
+        k.moe_tokens, k.lam * k.moe_tokens * x.top_k, h, x.router_experts, x.top_k, 1,
+        x.act_bytes)
+    return x.mla * (x.moe * block + (1 - x.moe) * mla) + (1 - x.mla) * dispatch
 
 
 def recompute_levels(x, c: Choices, k: SimpleNamespace, ffn, saved) -> dict:
@@ -220,10 +245,14 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     head_act = (A.eager_head_activation_bytes if conv.activations is ActivationStyle.EAGER
                 else A.fused_head_activation_bytes)(s, b, h, t, cp, c.sequence_parallel,
                                                     x.act_bytes)
-    loss_act = note("loss_bytes", head_act + (
-        A.torchtitan_loss_peak_bytes(s, b, k.vocab_padded, t, cp)
-        if conv.loss is LossKind.FP32_UPCAST
-        else A.vocab_parallel_loss_peak_bytes(s, b, k.vocab_padded, t, cp, x.act_bytes)))
+    # fit: torchtitan's compiled loss keeps the 16-bit logits and makes their 16-bit gradient
+    if conv.loss is LossKind.FP32_UPCAST and c.compile_loss:
+        loss_peak = A.compiled_loss_peak_bytes(s, b, k.vocab_padded, t, cp, x.act_bytes)
+    elif conv.loss is LossKind.FP32_UPCAST:
+        loss_peak = A.torchtitan_loss_peak_bytes(s, b, k.vocab_padded, t, cp)
+    else:
+        loss_peak = A.vocab_parallel_loss_peak_bytes(s, b, k.vocab_padded, t, cp, x.act_bytes)
+    loss_act = note("loss_bytes", head_act + loss_peak)
     act_first = (inflight_first * (layers * layer_act + embed_act) + k.both_ends * loss_act
                  + bwd_phase)
     act_last = inflight_last * layers * layer_act + loss_act + bwd_phase

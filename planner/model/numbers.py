@@ -58,6 +58,7 @@ class Choices:
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     moe_dispatcher: Dispatcher = MOE.DEFAULT_DISPATCHER  # moe: how tokens reach their experts
     moe_permute_fusion: bool = True  # moe: Megatron's fused token (un)permutation kernels
+    compile_loss: bool = False  # fit: torchtitan's torch.compile of the loss alone
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:

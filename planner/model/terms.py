@@ -44,7 +44,8 @@ TERMS: dict[str, TermInfo] = {
                                   "--recompute-num-layers r)"),
     "layer_activation_bytes": TermInfo("A_layer", "bytes", "memory",
                                        "one layer's saved activations for one micro-batch "
-                                       "(Korthikanti 2022 Table 2)"),
+                                       "(Korthikanti 2022 Table 2; torchtitan: what its per-op "
+                                       "policy keeps)"),
     "inflight_first": TermInfo("n_f", "micro-batches", "pipeline",
                                "micro-batches the first stage holds at its peak (schedule)"),
     "inflight_last": TermInfo("n_l", "micro-batches", "pipeline",
@@ -54,7 +55,8 @@ TERMS: dict[str, TermInfo] = {
     "loss_bytes": TermInfo("A_loss", "bytes", "memory",
                            "the loss at its peak on the last stage: the final norm's and LM "
                            "head's inputs and the framework's cross entropy (Megatron: 16-bit "
-                           "logits + fp32 softmax, 6·s·b·V/t; torchtitan: 12·s·b·V/t)"),
+                           "logits + fp32 softmax, 6·s·b·V/t; torchtitan: 12·s·b·V/t, "
+                           "compiled 4·s·b·V/t)"),
     "backward_gradient_bytes": TermInfo("A_grad", "bytes", "memory",
                                         "activation gradients of the layer under backward: the "
                                         "residual stream's (full sequence) and the MLP's f-wide "

@@ -56,3 +56,59 @@ def test_sac_keeps_less_than_korthikanti_selective(tp):
                                            A.Recompute.SELECTIVE, A.Attention.FLASH)
     sac = A.torchtitan_sac_layer_activation_bytes(S, B, H, HEADS, KV, D, F, tp, 1, True)
     assert sac < korthikanti
+
+
+# torchtitan's DeepSeek-V3 16B flavour (h 2048, 64 experts of 1408, top-6, two shared experts) at
+# pytorch/torchtitan#1789's local batch 4 × 4096 (T = 16384 tokens a GPU), EP 8, bf16
+T16, H16, FE16, K16 = 4 * 4096, 2048, 1408, 6
+
+
+def test_torchtitan_flex_sac_block_by_hand():
+    from planner.formulas import moe_memory as MM
+
+    # per token: two norms' inputs and fp32 rstd 2·(4096 + 4) = 8200; the attention's and the
+    # MoE's inputs 2·4096 = 8192; shared w1 2·2816 = 5632 and w2 4096 → 26,120 B. With EP at
+    # λ = 1.5: rows in 1.5·6 = 9 and out 6 a token, 4096 B each: 15·4096 = 61,440 B
+    # → 87,560 B a token, 1.336 GiB a layer (tests/oracle/test_torchtitan_moe_sac.py measures it)
+    rows_out = K16 * T16
+    assert MM.torchtitan_flex_sac_block_bytes(T16, 0, 0, H16, FE16, 2) == 26_120 * T16
+    assert MM.torchtitan_flex_sac_block_bytes(T16, 1.5 * rows_out, rows_out, H16, FE16, 2) \
+        == 87_560 * T16
+    # no shared experts: no mm in the MoE region is saved → 2·4100 + 2·4096 = 16,392 B a token
+    assert MM.torchtitan_flex_sac_block_bytes(T16, 0, 0, H16, FE16, 0) == 16_392 * T16
+    # the same on an array of λ and symbolically in the shared experts' count
+    lam = np.array([1.0, 1.5])
+    got = MM.torchtitan_flex_sac_block_bytes(T16, lam * rows_out, rows_out, H16, FE16, 2)
+    assert list(got) == [(26_120 + 4096 * 12) * T16, 87_560 * T16]
+    n_s = sp.Symbol("n_s", positive=True, integer=True)
+    assert float(MM.torchtitan_flex_sac_block_bytes(1, 0, 0, H16, FE16, n_s).subs(n_s, 2)) == 26_120
+
+
+def test_compiled_loss_peak_by_hand():
+    # the 16-bit logits the compiled graph keeps and their 16-bit gradient: 2·2·T·V, a third of
+    # eager's 12·T·V; at the 16B row's T = 16384, V = 102400: 6.25 GiB against 18.75 GiB
+    assert A.compiled_loss_peak_bytes(4096, 4, 102400, 1, 1) == 4 * T16 * 102400
+    assert A.compiled_loss_peak_bytes(4096, 4, 102400, 1, 1) / 2**30 == 6.25
+    assert A.compiled_loss_peak_bytes(4096, 4, 102400, 1, 1) * 3 \
+        == A.torchtitan_loss_peak_bytes(4096, 4, 102400, 1, 1)
+
+
+def test_torchtitan_dsv3_16b_layer_at_the_published_row():
+    """The model layer picks the op-SAC block for a torchtitan MLA + MoE layer under selective
+    recompute: T·(26,120 + 4096·6·(λ + 1)) with the plan's λ (explain's A_layer; 1.22 GiB at
+    λ = 1.19), where plan3d counted the Korthikanti-style MLA set before (3.24 GiB a layer)."""
+    from pathlib import Path
+
+    from planner.catalog import load_hardware, load_model
+    from planner.model.cost import Choices, numbers, plan_costs
+    from planner.schema import PlanConfig
+
+    model = load_model(str(Path(__file__).parents[2] / "planner" / "reference" / "models"
+                           / "torchtitan-deepseek-v3-16b.toml"))
+    config = PlanConfig(dp=8, ep=8, mbs=4, n_micro=1, gbs=32, seq_len=4096, zero_stage=3,
+                        recompute="selective", sequence_parallel=False, framework="torchtitan")
+    r = plan_costs(numbers(model, load_hardware("h100-nvlink"), config), Choices.of(config))
+    lam = r["moe_load"]
+    assert lam > 1
+    assert r["layer_activation_bytes"] == pytest.approx(T16 * (26_120 + 4096 * 6 * (lam + 1)),
+                                                        rel=1e-12)
