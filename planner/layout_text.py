@@ -195,4 +195,6 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
         args.append("--no-moe-permute-fusion")
     if getattr(c, "contiguous_checkpoints", False):  # fit: full+dist's DeepSpeed buffers ahead
         args.append("--contiguous-checkpoints")
+    if getattr(c, "compile_loss", False):  # fit: torchtitan's compiled loss
+        args.append("--compile-loss")
     return args

@@ -595,8 +595,7 @@ class PlanConfig(_Strict):
     compile_loss: bool = Field(
         False, description="torchtitan: the loss is compiled (compile.components has 'loss'), "
         "its peak the 16-bit logits and their 16-bit gradient instead of eager PyTorch's three "
-        "fp32 vocabulary-wide tensors; other frameworks ignore it. Library and fit tables only, "
-        "no command-line flag yet.")
+        "fp32 vocabulary-wide tensors (--compile-loss; torchtitan only).")
     recompute_layers: NonNegativeInt = Field(
         0, description="With full recompute: only this many layers of each pipeline stage are "
         "recomputed, the rest keep every activation (Megatron --recompute-method block "
@@ -694,6 +693,15 @@ class PlanConfig(_Strict):
         if self.recompute_modules is not None and self.recompute is not Recompute.SELECTIVE:
             raise ValueError(f"recompute_modules needs recompute selective, got "
                              f"{self.recompute.value}")
+        return self
+
+    @model_validator(mode="after")
+    def _compile_loss_torchtitan(self) -> PlanConfig:
+        # Megatron's and DeepSpeed's plans have no switch that compiles the loss alone
+        if self.compile_loss and self.framework != "torchtitan":
+            raise ValueError(f"compile_loss is torchtitan's compile.components ['loss']; "
+                             f"{self.framework} has no such setting (plan it with --framework "
+                             "torchtitan, or leave --compile-loss out)")
         return self
 
     @model_validator(mode="after")

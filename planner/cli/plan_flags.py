@@ -113,6 +113,11 @@ class PlanFlags:
         help="DeepSpeed, with --distribute-saved-activations: copy the partitioned checkpoints "
         "into buffers allocated ahead (activation_checkpointing.contiguous_memory_optimization, "
         "number_checkpoints = the model's layers / --recompute-group).")] = False
+    compile_loss: Annotated[bool, typer.Option(  # fit: torchtitan
+        "--compile-loss/--no-compile-loss", rich_help_panel=MEMORY,
+        help="torchtitan: the loss compiled (compile.enable, compile.components ['loss'], as "
+        "its DeepSeek-V3 16B config): its peak is the 16-bit logits and their gradient, not "
+        "eager PyTorch's fp32 copies; --emit torchtitan writes it.")] = False
     grad_dtype: Annotated[str, typer.Option(
         help="Gradient buffer dtype: fp32 (Megatron default) or bf16.",
         rich_help_panel=MEMORY)] = "fp32"

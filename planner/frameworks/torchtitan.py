@@ -529,6 +529,8 @@ def _titan_02(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
     if c.recompute is Recompute.SELECTIVE:
         ac["selective_ac_option"] = "op"
     sections["activation_checkpoint"] = ac
+    if c.compile_loss:  # fit: the loss alone compiled (job_config.py Compile @ 0.2.2)
+        sections["compile"] = {"enable": True, "components": ["loss"]}
     return ("# torchtitan 0.2 job config written by plan3d (--job.config_file job.toml)\n"
             f"# plan: dp{c.dp} tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp}, model {m.name}\n"
             + toml_tables(sections))
@@ -540,6 +542,19 @@ def _override_value(value: object) -> str:
     if isinstance(value, list):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+def _compile_03(c: PlanConfig, fp8_entry: bool) -> dict:
+    """fit: [compile] as the plan is costed — the loss compiled alone (--compile-loss), or
+    nothing compiled — said whatever the registry entry sets (deepseek_v3_671b and _16b compile
+    the loss, config_registry.py @ 0.3.0 l.169, l.241); a float8 entry keeps the model compiled
+    its converter and async TP need, with the loss or not (CompileConfig's default components
+    are model and loss)."""
+    if fp8_entry:
+        return {"components": ["model", "loss"] if c.compile_loss else ["model"]}
+    if c.compile_loss:
+        return {"enable": True, "components": ["loss"]}
+    return {"enable": False}
 
 
 def _titan_03(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
@@ -560,7 +575,9 @@ def _titan_03(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
                      "scaling, lm_head in bf16) and compiles the model with async TP, as its "
                      "registry entry sets.")
     lines = [f"--module {module}", f"--config {config}"]
-    for section, keys in _sections(c, m, "0.3", notes).items():
+    sections = _sections(c, m, "0.3", notes)
+    sections["compile"] = _compile_03(c, fp8_entry)
+    for section, keys in sections.items():
         for key, value in keys.items():
             flag = f"--{section}.{key}"
             if value is True:

@@ -219,6 +219,7 @@ def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
                    cp_kind=search_cp_kind(req),  # cp-kind
                    moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
                    moe_permute_fusion=req.moe_permute_fusion,
+                   compile_loss=req.compile_loss,  # fit: torchtitan's compiled loss
                    recompute_modules=(req.recompute_modules  # fit
                                       if r is Recompute.SELECTIVE else None))
 

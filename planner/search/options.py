@@ -216,6 +216,10 @@ def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=Fa
     as given (pydantic checks it; validation_message names the flag). Raises PlanError or
     pydantic's ValidationError."""
     mode = _checked_numbers(flags, gpus, offload)
+    if flags.get("compile_loss") and framework != "torchtitan":  # fit
+        raise PlanError(f"--compile-loss is torchtitan's compile.components ['loss']; {framework} "
+                        "has no such setting: plan with --framework torchtitan, or leave "
+                        "--compile-loss out")
     fit = _fit_fields(flags)
     parsed = {name: parse(flags.get(name)) for name, parse in TEXT_FLAGS.items()}
     if flags.get("moe_shared_expert_overlap"):

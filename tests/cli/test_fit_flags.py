@@ -33,9 +33,37 @@ def test_explain_takes_the_recipe_and_the_levels_and_says_them_back():
     (["--recompute", "full", "--recompute-modules", "mlp"], "needs --recompute selective"),
     (["--framework", "deepspeed", "--zero", "1", "--recompute", "full", "--recompute-layers",
       "3"], "deepspeed does not run it"),
+    (["--compile-loss"], "--compile-loss is torchtitan's"),  # fit: megatron has no such switch
 ])
 def test_flags_that_do_not_apply_are_refused_in_one_line(flags, says):
     r = runner.invoke(app, [*EXPLAIN, *flags])
     assert r.exit_code != 0
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0], r.stderr
+
+
+def test_compile_loss_costs_torchtitans_compiled_loss_and_rides_along():
+    """--compile-loss (torchtitan's compile.components ["loss"]) reaches the plan: the loss's
+    peak is the 16-bit logits and their 16-bit gradient, 2·2·s·b·V bytes, not eager PyTorch's
+    12·s·b·V; the search's rows carry the flag in their explain arguments."""
+    from pathlib import Path
+
+    import planner
+
+    model = str(Path(planner.__file__).parent / "reference/models/torchtitan-deepseek-v3-16b.toml")
+    base = ["--model", model, "--gpus", "8", "--framework", "torchtitan", "--gbs", "32",
+            "--seq-len", "4096", "--json"]
+    plan = ["explain", *base, "--plan", "dp8 tp1 pp1 ep8 mbs4 z3 sel"]
+
+    def loss_bytes(*flags):
+        data = json.loads(runner.invoke(app, [*plan, *flags]).stdout)
+        return data, next(t["value"] for t in data["terms"] if t["key"] == "loss_bytes")
+
+    _, eager = loss_bytes()
+    data, compiled = loss_bytes("--compile-loss")
+    assert data["config"]["compile_loss"] is True
+    # (12 − 2·2)·s·b·V = 8 · 4096 · 4 · 102400 = 13,421,772,800 bytes
+    assert eager - compiled == 13_421_772_800
+    r = runner.invoke(app, ["search", *base, "--compile-loss", "--top", "3"])
+    assert r.exit_code == 0, r.output
+    assert all("--compile-loss" in args for args in json.loads(r.stdout)["explain_args"])

@@ -74,6 +74,9 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      "--offload-params --offload-optimizer 1", ("torchtitan",)),
     ("titan-fp8-70b", "--model 70b --gpus 64 --framework torchtitan --tp 8 --pp 4 "
      "--precision fp8", ("torchtitan",)),
+    # fit: the loss compiled alone (compile.components ["loss"])
+    ("titan-compile-loss-8b", "--model llama-3.1-8b --gpus 16 --framework torchtitan --tp 1 "
+     "--pp 1 --compile-loss", ("torchtitan",)),
     # ---- DeepSpeed (with a Megatron-DeepSpeed-style mpu) -----------------------------------
     ("ds-zero1-pp-8b", "--model llama-3.1-8b --gpus 32 --framework deepspeed --tp 2 --pp 4 "
      "--zero 1", ("deepspeed",)),

@@ -110,6 +110,9 @@ def test_config_loads_and_matches_the_plan(rid, args, tmp_path):
     else:
         assert (t.local_batch_size, accumulation) == (c["mbs"], c["n_micro"])
     assert t.enable_cpu_offload == bool(c["offload_params"])
+    # fit: the loss compiled exactly where the plan costs it so (--compile-loss), the model not
+    # beyond what a float8 registry entry compiles for its converter
+    assert (cfg.compile.enable and "loss" in cfg.compile.components) == c["compile_loss"]
 
 
 def _stage_count(cfg, n_layers: int, dims) -> int:
@@ -305,3 +308,20 @@ def test_forced_balance_reaches_the_router_and_the_rest_is_refused(tmp_path):
         out = cli("explain", *shlex.split(row), *shlex.split(flag), "--emit", FORMAT)
         assert out.returncode == 2 and out.stdout == ""
         assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr
+
+
+def test_the_loss_is_compiled_as_costed(tmp_path):
+    """fit: --compile-loss is written as compile.enable with components ["loss"], which this
+    release's ConfigManager parses; without it nothing is compiled, though 0.3's DeepSeek-V3
+    registry entries compile the loss themselves (config_registry.py @ 0.3.0 l.241): the
+    launch then runs the eager loss plan3d costed. Other frameworks refuse the flag in one line."""
+    row = ("--model deepseek-v3 --gpus 256 --framework torchtitan --tp 1 --pp 8 --ep 32 "
+           "--zero 2 --recompute full")
+    compiled = load(row + " --compile-loss", tmp_path).compile
+    assert compiled.enable is True and list(compiled.components) == ["loss"]
+    assert load(row, tmp_path).compile.enable is False
+    if SHORT == "0.3":  # what the registry entry alone would run
+        assert _registry_config("deepseek_v3", "deepseek_v3_671b").compile.enable is True
+    out = cli("explain", "--model", "llama-3.1-8b", "--gpus", "8", "--compile-loss")
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and "torchtitan" in out.stderr
