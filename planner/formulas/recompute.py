@@ -241,3 +241,47 @@ def contiguous_checkpoint_extra_bytes(number_checkpoints, stage_checkpoints, che
     (L − L/p)·checkpoint more. N below the checkpoints of the micro-batches in flight fails
     (list index out of range), which plan3d refuses before it costs."""
     return (number_checkpoints - stage_checkpoints) * checkpoint_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# torchtitan's per-op selective AC: which matmuls the backward runs again
+
+
+def op_sac_recomputed_weights(counted_weights, forced_weights=0, grouped_weights=0):
+    """Matmul weights (per token, so ∝ FLOPs) one block reruns in its backward under torchtitan's
+    per-op selective AC (`--activation_checkpoint.mode selective --activation_checkpoint.
+    selective_ac_option op`), from the block's `aten.mm` calls in the order its forward makes
+    them, W₁, W₂, …, Wₙ:
+
+        W_rec = Σ_{i even} W_i + W_forced + W_grouped
+
+    The policy saves the output of every op in its save list (mm, SDPA/flex attention,
+    all_to_all_single, reduce_scatter, max) "except every second mm", counted per checkpointed
+    region from 1, and recomputes every other op; mms whose weight shape is in
+    `per_op_sac_force_recompute_mm_shapes_by_fqns` (default ["moe.router.gate"]) are recomputed
+    and not counted (`forced`); `torch._grouped_mm`, the routed experts' GEMMs, is not in the
+    list and is always recomputed (`grouped`: k experts' weights per token).
+    Source: torchtitan torchtitan/distributed/activation_checkpoint.py `_apply_op_sac` @ 99fee810b
+    (l.97-117; the same rule at v0.2.2, and SelectiveAC at b5bcd76), its save list
+    models/deepseek_v3/infra/parallelize.py `_op_sac_save_list` @ 99fee810b and v0.2.2 (the llama3
+    list likewise, without all_to_all), job_config.py `per_op_sac_force_recompute_mm_shapes_by_
+    fqns` @ 99fee810b and v0.2.2. A Llama block calls wq, wk, wv, wo, w1, w3, w2 and reruns wk,
+    wo, w3 (the complement of what formulas.activations.torchtitan_sac_layer_activation_bytes
+    keeps); DeepSeek-V3 16B's MoE block (MLA without q compression) wq, wkv_a, wkv_b, wo, w1, w3,
+    w2 of the shared experts, gate forced: reruns wkv_a, wo, w3, the gate and the experts."""
+    even = sum(w for i, w in enumerate(counted_weights) if i % 2 == 1)
+    return even + forced_weights + grouped_weights
+
+
+def op_sac_rerun_s(matmul_s, recomputed_share, forward_other_s):
+    """One layer's forward work rerun in its backward under torchtitan's per-op selective AC
+    (op_sac_recomputed_weights): ρ of its matmul time, ρ = W_rec / W_active the recomputed
+    share of the layer's matmul weights (FLOPs), and every op the policy does not save — the
+    norms, activations, rotary, the router's and the token permutation's kernels, their
+    launches — but not the attention product (SDPA and flex attention are saved):
+
+        T_rec = ρ·T_mm + T_other
+
+    `forward_other_s` is the forward less its matmuls and attention. torchtitan sets
+    `early_stop` False (job_config.py @ 99fee810b), so the region's whole forward reruns."""
+    return recomputed_share * matmul_s + forward_other_s

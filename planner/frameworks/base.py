@@ -244,6 +244,13 @@ class Framework:
     """moe: with its permutation fusion off (PlanConfig.moe_permute_fusion False) the framework
     un-permutes by PyTorch's atomic scatter-add (Megatron-Core's moe_utils.unpermute, and
     index_add_ as permute's backward): formulas.moe_layer.atomic_scatter_excess_s."""
+    fused_permutation: bool = True
+    """moe: whether the framework has a fused token permutation that PlanConfig.moe_permute_fusion
+    turns on; without one (torchtitan) its un-permutation always scatter-adds."""
+    op_sac_selective: bool = False
+    """Whether "selective" recompute is torchtitan's per-op policy — every second mm, the router
+    gate and the grouped expert GEMMs rerun with every unsaved op, the attention product saved
+    (formulas.recompute.op_sac_recomputed_weights) — rather than Megatron's core attention."""
     fsdp_once_per_step_under_pp: bool = False
     """Under pp > 1 the ZeRO-2/3 gathers and reduce-scatters run once per step, not per
     micro-batch (the stage stays gathered and gradient sync is off until the last one)."""

@@ -668,4 +668,15 @@ FRAMEWORK = Framework(
     # (config/job_config.py @ 000204a l.336-342) is how the ring passes the K/V shards, not a
     # head-splitting all-to-all (Ulysses): it is priced as the ring
     cp_kinds=(ContextKind.RING,),
+    # per-op selective AC reruns every second mm, the router gate and the grouped expert GEMMs
+    # with every unsaved op (activation_checkpoint.py _apply_op_sac, the save lists in
+    # models/*/infra/parallelize.py @ 99fee810b and v0.2.2: formulas.recompute.op_sac_recomputed_
+    # weights)
+    op_sac_selective=True,
+    # moe: its MoE un-permutes with PyTorch's atomic `out.scatter_add` (MoE.forward) and gathers
+    # the routed rows with `torch.gather`, whose backward is a scatter_add_ of the same rows
+    # (models/moe/moe.py l.453, l.478 @ 176498cd4, the same at 99fee810b and v0.2.0; v0.2.1
+    # replaced the forward's by an index-put and a bmm), with no fused alternative
+    unfused_permute_scatters=True,
+    fused_permutation=False,
 )

@@ -58,6 +58,9 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     # and recomputation runs (part of) the forward again
     att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
     shares = recompute_shares(x, c, k, active)  # fit: partial and per-module levels
+    if op_sac(c):  # torchtitan's per-op SAC: its rerun matmuls, not the attention product
+        shares[Recompute.SELECTIVE] = (note("op_sac_mean_share", pick(
+            lambda: op_sac_mean_share(x, k.L, n_moe_layers), x.sac_dense_matmul / active)), 0)
     att_run_moe = att_flops(causal_skip)  # moe
     hardware_flops = note("hardware_flops", pick(
         lambda: F.mixed_model_flops(x.gbs, n_dense, n_moe, dense_mm_seq, moe_mm_seq,
@@ -70,6 +73,36 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     return SimpleNamespace(active=active, mlp_share=shares[Recompute.SELECTIVE][0],
                            model_flops=model_flops,
                            model_flops_causal=model_flops_causal, hardware_flops=hardware_flops)
+
+
+def op_sac(c: Choices) -> bool:
+    """Whether the plan's selective recompute is torchtitan's per-op policy
+    (formulas.recompute.op_sac_recomputed_weights) rather than a list of modules."""
+    return (c.framework.op_sac_selective and c.recompute is Recompute.SELECTIVE
+            and c.recompute_modules is None)
+
+
+def moe_layer_matmul(x, h):
+    """moe: the matmul weights a token meets in a MoE layer, and in a dense (MLA) layer."""
+    return (F.moe_matmul_weights_active(x.attn_matmul, x.expert_matmul, x.top_k,
+                                        x.shared_matmul, h * x.router_experts),
+            x.attn_matmul + x.dense_matmul)
+
+
+def op_sac_layer_share(x, h):
+    """moe: the share of a MoE layer's matmul weights (of a dense layer's, in an MLA model
+    without experts) torchtitan's per-op SAC reruns, W_rec/W_active."""
+    moe_w, dense_w = moe_layer_matmul(x, h)
+    return _ops.select(x.moe, x.sac_moe_matmul / moe_w, x.sac_dense_matmul / dense_w)
+
+
+def op_sac_mean_share(x, n_layers, n_moe_layers):
+    """moe: the rerun share of the matmuls over the model's dense and MoE layers (the hardware
+    FLOPs' mean layer): Σ W_rec / Σ W_active."""
+    moe_w, dense_w = moe_layer_matmul(x, x.hidden)
+    n_dense = n_layers - n_moe_layers
+    return ((n_dense * x.sac_dense_matmul + n_moe_layers * x.sac_moe_matmul)
+            / (n_dense * dense_w + n_moe_layers * moe_w))
 
 
 def recompute_shares(x, c: Choices, k: SimpleNamespace, active) -> dict:

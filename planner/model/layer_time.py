@@ -14,6 +14,7 @@ from ..formulas import quantization as Q
 from ..formulas import recompute as RC
 from ..formulas import timing as T
 from ..formulas.choices import Attention, Recompute, RecomputeModule
+from . import flops as FL
 from . import moe as MOE
 from .numbers import Choices, may_be_nonzero, moe_picker, same
 
@@ -93,7 +94,8 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # the permutation's index_add_ (not doubled with the rest: the scatter's own backward is a
     # gather, a streaming pass)
     scatter_s = 0
-    if k.moe_model and c.framework.unfused_permute_scatters and not c.moe_permute_fusion:
+    fused = c.moe_permute_fusion and c.framework.fused_permutation
+    if k.moe_model and c.framework.unfused_permute_scatters and not fused:
         scatter_s = note("moe_atomic_scatter_s", x.moe * unfused_scatter_s(x, k))
     fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s
                  + scatter_s)
@@ -105,6 +107,10 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
     selective_s = (int(RecomputeModule.CORE_ATTN in modules) * (att_s + core_s)
                    + k.mlp_share * mm_s + module_rerun_s(x, c, k, modules))
+    if FL.op_sac(c):  # torchtitan's per-op SAC: share ρ of the matmuls, every unsaved op
+        share = note("op_sac_share", pick(lambda: FL.op_sac_layer_share(x, h),
+                                          x.sac_dense_matmul / k.active))
+        selective_s = RC.op_sac_rerun_s(mm_s, share, fwd_s - mm_s - att_s - core_s)
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: selective_s,
                                              Recompute.FULL: k.rerun * fwd_s}[c.recompute])
     return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,

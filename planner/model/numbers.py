@@ -15,6 +15,7 @@ from ..formulas import flops as F
 from ..formulas import moe_layer as ML
 from ..formulas import params as P
 from ..formulas import quantization as Q
+from ..formulas import recompute as RC
 from ..formulas import reliability as R
 from ..formulas import runtime as RT
 from ..formulas.choices import (
@@ -81,8 +82,45 @@ def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
         tied=int(model.tied_embeddings), dropout=int(model.dropout),
         rotary=1 - model.learned_positions, n_experts=model.n_experts, top_k=model.top_k,
         router_experts=model.router_experts,
+        **op_sac_numbers(model),  # torchtitan's per-op selective AC: the matmuls it reruns
         **moe_numbers(model),  # moe: MoE/MLA numbers, neutral for a dense model
     )
+
+
+def block_matmul_calls(model: ModelSpec) -> tuple[list, list, list]:
+    """A block's matmul weights (h × out, per token) in the order its forward calls them, as
+    torchtitan's modules do (llama3/model/model.py, deepseek_v3/model/model.py @ 99fee810b):
+    attention — wq, wk, wv, wo; MLA: wq (or wq_a, wq_b), wkv_a, wkv_b, wo —; a dense MLP's
+    w1, w3, w2 (w1, w2 ungated); the shared experts' one MLP of width n_s·f_s likewise.
+    Returns (attention, MLP, shared experts)."""
+    h, a = model.hidden, model.n_heads
+    if model.is_mla:
+        d_qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        q = ([h * model.q_lora_rank, model.q_lora_rank * a * d_qk]
+             if model.q_lora_rank is not None else [h * a * d_qk])
+        r_kv = model.kv_lora_rank
+        attention = q + [h * (r_kv + model.qk_rope_head_dim),
+                         r_kv * a * (model.qk_nope_head_dim + model.v_head_dim),
+                         a * model.v_head_dim * h]
+    else:
+        d, k = model.dim_head, model.kv_heads
+        attention = [h * a * d, h * k * d, h * k * d, a * d * h]
+    n = model.n_mlp_matrices
+    shared = (P.shared_expert_params(h, model.shared_expert_ffn, n, model.n_shared_experts) / n
+              if model.n_shared_experts else 0)
+    return attention, [h * model.ffn] * n, [shared] * n if shared else []
+
+
+def op_sac_numbers(model: ModelSpec) -> dict:
+    """The matmul weights a dense and a MoE layer rerun under torchtitan's per-op selective AC
+    (formulas.recompute.op_sac_recomputed_weights): the block's mms in call order, a MoE
+    layer's router gate forced and its k routed experts' grouped GEMMs."""
+    attention, mlp, shared = block_matmul_calls(model)
+    moe = RC.op_sac_recomputed_weights(
+        attention + shared, P.router_params(model.hidden, model.router_experts),
+        model.top_k * model.n_mlp_matrices * model.hidden * model.expert_ffn)
+    return dict(sac_dense_matmul=RC.op_sac_recomputed_weights(attention + mlp),
+                sac_moe_matmul=moe if model.is_moe else 0)
 
 
 def moe_numbers(model: ModelSpec) -> dict:

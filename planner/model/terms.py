@@ -119,6 +119,12 @@ TERMS: dict[str, TermInfo] = {
     "forward_layer_s": TermInfo("T_fwd", "s", "time", "one layer's forward pass"),
     "backward_layer_s": TermInfo("T_bwd", "s", "time", "one layer's backward pass (2× forward)"),
     "recompute_layer_s": TermInfo("T_rec", "s", "time", "forward work recomputed in the backward"),
+    "op_sac_share": TermInfo("ρ_sac", "fraction", "time",
+                             "torchtitan's per-op selective AC: share of the layer's matmul "
+                             "weights rerun (every second mm, the router gate, the grouped "
+                             "expert GEMMs); T_rec = ρ_sac·T_mm + the forward's unsaved ops"),
+    "op_sac_mean_share": TermInfo("ρ̄_sac", "fraction", "time",
+                                  "ρ_sac over every layer, dense and MoE (hardware FLOPs)"),
     "quantize_layer_s": TermInfo("T_q", "s", "time",
                                  "the recipe's casts of a layer's linear inputs and output "
                                  "gradients to fp8/fp4, memory-bound (formulas.quantization)"),
@@ -247,7 +253,8 @@ TERMS: dict[str, TermInfo] = {
                                      "and their kernels, forward"),
     "moe_atomic_scatter_s": TermInfo("T_scat", "s", "time",
                                      "Megatron's un-fused un-permutation (no --moe-permute-"
-                                     "fusion): its atomic scatter-add at W_sc beyond the "
+                                     "fusion), torchtitan's scatter_add: its atomic "
+                                     "scatter-add at W_sc beyond the "
                                      "streaming pass, forward; once more in the backward "
                                      "(index_add_)"),
     "expert_wave_efficiency": TermInfo("w_exp", "fraction", "time",

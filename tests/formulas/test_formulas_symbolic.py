@@ -254,7 +254,10 @@ def test_swiglu_at_8h_over_3_has_gelu_4h_parameters():
 DISCRETE_BY_NAME = {"zero_stage": list(ZeroStage),
                     # NCCL's per-channel caps (tree, tree LL128, ring LL128; K.channel_caps):
                     # none, and caps of the order of the symbols' prime values
-                    "caps": [None, (3.0, 2.0, 5.0)]}
+                    "caps": [None, (3.0, 2.0, 5.0)],
+                    # torchtitan's per-op SAC: a block's mm weights in call order (none, one,
+                    # five: the even-positioned are rerun)
+                    "counted_weights": [(), (3.0,), (3.0, 5.0, 7.0, 11.0, 13.0)]}
 
 
 def public_functions():

@@ -91,11 +91,17 @@ def test_published_row_moves_by_its_layers():
 
 
 def test_other_frameworks_have_no_switch():
-    # torchtitan's combine is its own (deterministic scatter_add, not modelled): no change
+    # torchtitan has no fused permutation: its MoE always scatter-adds (MoE.forward's
+    # scatter_add, torch.gather's backward: models/moe/moe.py @ 176498cd4), so the switch
+    # changes nothing and both cost the scatter
     config = dict(ROW, zero_stage=2, moe_capacity_factor=None, framework="torchtitan")
     a = estimate(QWEN, H800, PlanConfig(**config)).time.step_s
     b = estimate(QWEN, H800, PlanConfig(**config, moe_permute_fusion=False)).time.step_s
     assert a == b
+    r = CliRunner().invoke(app, [*ARGS[:ARGS.index("--zero")], "--zero", "2", "--recompute",
+                                 "none", "--framework", "torchtitan", "--json"])
+    terms = {t["key"]: t["value"] for t in json.loads(r.stdout)["terms"]}
+    assert terms["moe_atomic_scatter_s"] == pytest.approx(1.10667e-3, rel=1e-4)
 
 
 def test_emitted_flag_follows_the_plan():
