@@ -273,15 +273,28 @@ def op_sac_recomputed_weights(counted_weights, forced_weights=0, grouped_weights
     return even + forced_weights + grouped_weights
 
 
-def op_sac_rerun_s(matmul_s, recomputed_share, forward_other_s):
+def op_sac_regions(flex_attention):
+    """How torchtitan wraps a block for per-op selective AC, as (attention in full AC, 0/1): a
+    model with flex attention and not compiled (its DeepSeek-V3 flavours) has its `attention`
+    module in full AC — every attention weight and the attention product rerun — and its
+    `moe` / `feed_forward` in op SAC, counted from that module's first mm; other models, the
+    whole block in op SAC (the attention product saved). Source: torchtitan
+    activation_checkpoint.py `_apply_op_sac_to_transformer_block_with_flex` @ 99fee810b and
+    176498cd4 (the published rows' commits; removed at 575674a, v0.2.1). flex_attention: 0/1."""
+    return flex_attention
+
+
+def op_sac_rerun_s(matmul_s, recomputed_share, forward_other_s, attention_s=0,
+                   attention_rerun=0):
     """One layer's forward work rerun in its backward under torchtitan's per-op selective AC
     (op_sac_recomputed_weights): ρ of its matmul time, ρ = W_rec / W_active the recomputed
     share of the layer's matmul weights (FLOPs), and every op the policy does not save — the
     norms, activations, rotary, the router's and the token permutation's kernels, their
-    launches — but not the attention product (SDPA and flex attention are saved):
+    launches —; the attention product only where the attention runs in full AC
+    (attention_rerun, op_sac_regions), SDPA and flex attention being saved otherwise:
 
-        T_rec = ρ·T_mm + T_other
+        T_rec = ρ·T_mm + T_other + r_att·T_att
 
     `forward_other_s` is the forward less its matmuls and attention. torchtitan sets
     `early_stop` False (job_config.py @ 99fee810b), so the region's whole forward reruns."""
-    return recomputed_share * matmul_s + forward_other_s
+    return recomputed_share * matmul_s + forward_other_s + attention_rerun * attention_s

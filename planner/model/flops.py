@@ -10,6 +10,7 @@ from ..formulas import _ops
 from ..formulas import flops as F
 from ..formulas import moe_mtp as MTP
 from ..formulas import params as P
+from ..formulas import recompute as RC
 from ..formulas.choices import Attention, Recompute, RecomputeModule
 from .numbers import Choices, moe_picker, same
 
@@ -60,7 +61,8 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     shares = recompute_shares(x, c, k, active)  # fit: partial and per-module levels
     if op_sac(c):  # torchtitan's per-op SAC: its rerun matmuls, not the attention product
         shares[Recompute.SELECTIVE] = (note("op_sac_mean_share", pick(
-            lambda: op_sac_mean_share(x, k.L, n_moe_layers), x.sac_dense_matmul / active)), 0)
+            lambda: op_sac_mean_share(x, k.L, n_moe_layers), x.sac_dense_matmul / active)),
+            pick(lambda: RC.op_sac_regions(x.mla), 0))
     att_run_moe = att_flops(causal_skip)  # moe
     hardware_flops = note("hardware_flops", pick(
         lambda: F.mixed_model_flops(x.gbs, n_dense, n_moe, dense_mm_seq, moe_mm_seq,

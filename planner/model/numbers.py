@@ -114,12 +114,17 @@ def block_matmul_calls(model: ModelSpec) -> tuple[list, list, list]:
 def op_sac_numbers(model: ModelSpec) -> dict:
     """The matmul weights a dense and a MoE layer rerun under torchtitan's per-op selective AC
     (formulas.recompute.op_sac_recomputed_weights): the block's mms in call order, a MoE
-    layer's router gate forced and its k routed experts' grouped GEMMs."""
+    layer's router gate forced and its k routed experts' grouped GEMMs. An MLA model is
+    torchtitan's DeepSeek-V3, whose flavours run flex attention: its blocks are wrapped apart,
+    the attention in full AC (every attention weight rerun) and the MLP or MoE in op SAC,
+    counted from its own first mm (formulas.recompute.op_sac_regions)."""
     attention, mlp, shared = block_matmul_calls(model)
-    moe = RC.op_sac_recomputed_weights(
-        attention + shared, P.router_params(model.hidden, model.router_experts),
+    full = sum(attention) if model.is_mla else 0
+    counted = [] if model.is_mla else attention
+    moe = full + RC.op_sac_recomputed_weights(
+        counted + shared, P.router_params(model.hidden, model.router_experts),
         model.top_k * model.n_mlp_matrices * model.hidden * model.expert_ffn)
-    return dict(sac_dense_matmul=RC.op_sac_recomputed_weights(attention + mlp),
+    return dict(sac_dense_matmul=full + RC.op_sac_recomputed_weights(counted + mlp),
                 sac_moe_matmul=moe if model.is_moe else 0)
 
 

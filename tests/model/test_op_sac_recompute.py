@@ -2,8 +2,9 @@
 every second `aten.mm` of a checkpointed block, the router gate (forced) and the routed experts'
 `torch._grouped_mm` (not in its save list) run again in the backward with every op it does not
 save, while the attention product (SDPA, flex) is saved (formulas.recompute.op_sac_recomputed_
-weights; torchtitan activation_checkpoint.py @ 99fee810b and v0.2.2). Megatron's selective
-recompute (the core attention) is unchanged. Hand-derived values throughout."""
+weights; torchtitan activation_checkpoint.py @ 99fee810b and v0.2.2) — except in its DeepSeek-V3
+flavours, whose flex attention runs in full AC (formulas.recompute.op_sac_regions). Megatron's
+selective recompute (the core attention) is unchanged. Hand-derived values throughout."""
 
 from __future__ import annotations
 
@@ -48,21 +49,23 @@ def test_a_llama_block_reruns_wk_wo_w3():
 
 
 def test_deepseek_v3_16b_moe_layer_by_hand():
-    # MLA without q compression, h 2048, 16 heads, d_nope 128, d_rope 64, r_kv 512, d_v 128:
-    # wq 2048·16·192 = 6,291,456 (saved), wkv_a 2048·576 = 1,179,648 (rerun), wkv_b
-    # 512·16·256 = 2,097,152 (saved), wo 2048·2048 = 4,194,304 (rerun); the shared experts' one
-    # MLP of 2·1408 = 2816: w1, w3, w2 of 5,767,168 each, w3 rerun; the gate 2048·64 = 131,072
-    # forced; 6 experts · 3 · 2048·1408 = 51,904,512 grouped:
-    # 1,179,648 + 4,194,304 + 5,767,168 + 131,072 + 51,904,512 = 63,176,704
+    # MLA without q compression, h 2048, 16 heads, d_nope 128, d_rope 64, r_kv 512, d_v 128. Its
+    # flex attention puts the attention in full AC (every weight rerun): wq 2048·16·192 =
+    # 6,291,456, wkv_a 2048·576 = 1,179,648, wkv_b 512·16·256 = 2,097,152, wo 2048·2048 =
+    # 4,194,304: 13,762,560. The MoE in op SAC, counted from its own first mm: the shared
+    # experts' one MLP of 2·1408 = 2816, w1, w3, w2 of 5,767,168 each, w3 rerun; the gate
+    # 2048·64 = 131,072 forced; 6 experts · 3 · 2048·1408 = 51,904,512 grouped:
+    # 13,762,560 + 5,767,168 + 131,072 + 51,904,512 = 71,565,312
     x = model_numbers(load_model(MODEL_FILE))
-    assert x["sac_moe_matmul"] == 63_176_704
-    # of 6,291,456 + 1,179,648 + 2,097,152 + 4,194,304 + 131,072 + 51,904,512 + 17,301,504
-    # = 83,099,648 active: ρ = 0.760254...
+    assert x["sac_moe_matmul"] == 71_565_312
+    # the dense first layer: the attention and its MLP's w3 (2048·10944 = 22,413,312)
+    assert x["sac_dense_matmul"] == 13_762_560 + 22_413_312
+    # of 13,762,560 + 131,072 + 51,904,512 + 17,301,504 = 83,099,648 active: ρ = 0.861202...
     terms = _terms("torchtitan")
-    assert terms["op_sac_share"] == pytest.approx(63_176_704 / 83_099_648, rel=1e-12)
-    # T_rec = ρ·T_mm + (T_fwd − T_mm − T_att − T_core): the attention product is saved
+    assert terms["op_sac_share"] == pytest.approx(71_565_312 / 83_099_648, rel=1e-12)
+    # T_rec = ρ·T_mm + (T_fwd − T_mm − T_att − T_core) + T_att: the flex product reruns too
     rec = (terms["op_sac_share"] * terms["matmul_s"] + terms["forward_layer_s"]
-           - terms["matmul_s"] - terms["attention_s"] - terms.get("attention_core_s", 0))
+           - terms["matmul_s"] - terms.get("attention_core_s", 0))
     assert terms["recompute_layer_s"] == pytest.approx(rec, rel=1e-12)
     # its MoE scatter-adds (MoE.forward's scatter_add, gather's backward) whatever the switch
     assert terms["moe_atomic_scatter_s"] > 0

@@ -62,15 +62,15 @@ per-operation host cost, so none is modelled (README, MoE section).
 
 What torchtitan's step runs that plan3d did not cost, from its source at the rows' commits:
 its per-op selective AC reruns every second `aten.mm` of a block, the router gate and the routed
-experts' `torch._grouped_mm` (not in its save list) with every op it does not save, 76 % of a
-MoE layer's matmul FLOPs here (formulas.recompute.op_sac_recomputed_weights), where plan3d had
-rerun the attention product alone; and its MoE un-permutes with an atomic `scatter_add`, whose
-gather's backward is another (models/moe/moe.py @ 176498cd4), costed at TileOPs' measured rate as
-Megatron's un-fused path is. The H100 row moves −45.8 → −26.7 %, the B200 row −59.9 → −37.5 %
-(still held to direction); no Megatron row moves. What is left is about 0.38 s a step on H100 and
-0.35 s on B200: nearly the same on both GPUs, as host-side time would be. The rows' commits also
-ran the flex-attention model's attention module under full AC (no model compile), rerunning wq,
-wkv_b and the flex forward beyond the op policy: about 27 ms a step on H100, not costed."""
+experts' `torch._grouped_mm` (not in its save list) with every op it does not save, and, the
+flex-attention model not being compiled, its attention module whole (full AC): 86 % of a MoE
+layer's matmul FLOPs and the attention product (formulas.recompute.op_sac_recomputed_weights,
+op_sac_regions), where plan3d had rerun the attention product alone; and its MoE un-permutes
+with an atomic `scatter_add`, whose gather's backward is another (models/moe/moe.py @
+176498cd4), costed at TileOPs' measured rate as Megatron's un-fused path is. The H100 row moves
+−45.8 → −24.8 %, the B200 row −59.9 → −36.2 % (still held to direction); no Megatron row moves.
+What is left is 0.35 s a step on H100 and 0.34 s on B200: the same on both GPUs, as host-side
+time would be."""
 
 from __future__ import annotations
 
