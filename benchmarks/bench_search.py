@@ -41,7 +41,12 @@ README_SEARCHES = {  # the other searches README.md shows (target < 1 s each)
     "deepseek-v3 / 16384 / gb200-nvl72": [
         "search", "--model", "deepseek-v3", "--gpus", "16384", "--hw", "gb200-nvl72"],
 }
-ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+       "OPENBLAS_NUM_THREADS": "1", "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+"""The commands' environment. Without PYTHONDONTWRITEBYTECODE (set in some shells, as in this
+project's sessions): with it, a source tree or editable install has no bytecode to load, and
+every run compiles planner's ~100 modules again (≈ 0.1 s of CPU, more than the search itself
+costs beyond the floor) — a regular install (`pip install .`) has its bytecode."""
 
 
 def imported_libraries(plan3d: str) -> list[str]:
