@@ -58,20 +58,29 @@ def _decided(a, b, test):
 
 _NUMERIC = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
 
+ARRAY, NUMBER = 1, 2
+"""What _kind finds: numpy computes the op (ARRAY), or Python's own functions do (NUMBER)."""
 
-def _arrays(*xs) -> bool:
-    """True when some argument is a numpy array and every other one a plain number: the search's
-    case, tested first and by exact type (an argument of any other type falls through to the
-    general tests), because the search makes hundreds of thousands of these calls and on a small
-    chunk each test costs about what its arithmetic does."""
-    seen = False
+
+def _kind(*xs):
+    """ARRAY when some argument is a numpy array and every other one a plain number: the search's
+    case; NUMBER when every argument is a plain number; None for anything else (symbols, other
+    types: the general tests decide). By exact type, in one pass, because the search makes
+    hundreds of thousands of these calls and on a small chunk each test costs about what its
+    arithmetic does."""
+    kind = NUMBER
     for x in xs:
         t = type(x)
         if t is np.ndarray:
-            seen = True
+            kind = ARRAY
         elif t not in _NUMERIC:
-            return False
-    return seen
+            return None
+    return kind
+
+
+def _arrays(*xs) -> bool:
+    """True when some argument is a numpy array and every other one a plain number (_kind)."""
+    return _kind(*xs) == ARRAY
 
 
 def _is_array(*xs) -> bool:
@@ -104,7 +113,12 @@ def _unary(name: str, doc: str, on_symbol, on_array, on_number):
     imported only then), on_array(x) for a numpy array, on_number(x) for a plain number."""
 
     def op(x):
-        if _on_arrays(x):  # the search's case first
+        kind = _kind(x)  # the search's cases first
+        if kind == ARRAY:
+            return on_array(x)
+        if kind == NUMBER:
+            return on_number(x)
+        if _on_arrays(x):
             return on_array(x)
         if _is_symbolic(x):
             import sympy
@@ -129,6 +143,11 @@ sqrt = _unary("sqrt", "Square root on any backend (a symbol's prints as sqrt(x),
 
 def minimum(a, b):
     """min(a, b) on any backend."""
+    kind = _kind(a, b)
+    if kind == ARRAY:
+        return np.minimum(a, b)
+    if kind == NUMBER:
+        return min(a, b)
     if _on_arrays(a, b):
         return np.minimum(a, b)
     if _is_symbolic(a, b):
@@ -138,6 +157,11 @@ def minimum(a, b):
 
 def maximum(a, b):
     """max(a, b) on any backend."""
+    kind = _kind(a, b)
+    if kind == ARRAY:
+        return np.maximum(a, b)
+    if kind == NUMBER:
+        return max(a, b)
     if _on_arrays(a, b):
         return np.maximum(a, b)
     if _is_symbolic(a, b):
@@ -147,7 +171,10 @@ def maximum(a, b):
 
 def le(a, b):
     """The indicator 1[a ≤ b] as a number (1.0 or 0.0) on any backend."""
-    if _on_arrays(a, b):
+    kind = _kind(a, b)
+    if kind == NUMBER:
+        return 1.0 if a <= b else 0.0
+    if kind == ARRAY or _on_arrays(a, b):
         return (np.asarray(a) <= np.asarray(b)).astype(np.float64)
     if _is_symbolic(a, b):
         decided = _decided(a, b, lambda x, y: x <= y)
@@ -177,7 +204,10 @@ def divides(a, b):
 def select(indicator, if_one, if_zero):
     """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1 (on arrays, the
     same by np.where, which is one pass instead of three)."""
-    if _on_arrays(indicator, if_one, if_zero):
+    kind = _kind(indicator, if_one, if_zero)
+    if kind == NUMBER:
+        return indicator * if_one + (1 - indicator) * if_zero
+    if kind == ARRAY or _on_arrays(indicator, if_one, if_zero):
         return np.where(np.asarray(indicator) > 0.5, if_one, if_zero)
     return indicator * if_one + (1 - indicator) * if_zero
 
