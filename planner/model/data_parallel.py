@@ -16,7 +16,7 @@ from ..formulas import moe as MO
 from ..formulas import overlap as O
 from . import moe as MOE
 from .links import collective_group, dp_replicate_of
-from .nccl import Call, nccl_s, tuner_link
+from .nccl import Call, nccl_s, tuned, tuner_link
 from .numbers import Choices, any_row, same
 
 
@@ -157,7 +157,8 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
     CP traffic of the same micro-batch where they cross the same link. Returns the shares, the
     seconds of each phase (the micro-batch's forward and backward collectives, the step's
     reduction and gather), the calls the framework issues in each, and the ledger."""
-    z, group, concurrent = int(c.zero_stage), k.links.dp, k.dp_concurrent_bytes
+    # the tuner's share-free part of each group's link once, for its collectives' phases
+    z, group, concurrent = int(c.zero_stage), tuned(x, k.links.dp), k.dp_concurrent_bytes
     ledger = []
     # moe: each phase's (own seconds alone on the link, exposed exchange seconds beside it) per
     # group, for the exchange's delay (dp_times, comm.flow_delay_s)
@@ -195,7 +196,7 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         # moe: the same collectives for the expert shards over their edp group, whose ranks sit
         # ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp filling a node, each
         # node holds one edp rank and the group leaves it on one rank's NICs
-        edp_group = collective_group(x, dp.edp, x.ep * x.etp, k.links.domain)
+        edp_group = tuned(x, collective_group(x, dp.edp, x.ep * x.etp, k.links.domain))
         expert = []
         with np.errstate(invalid="ignore", divide="ignore"):
             for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER):

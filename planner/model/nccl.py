@@ -55,30 +55,50 @@ def tuner_link(x, group, share) -> SimpleNamespace:
     node's whole network (the per-NIC bus bandwidth x.net_bw × its NICs) only for a group that
     holds all the node's GPUs. Every bandwidth here is built from x's link figures, so a
     calibrated x.fast_bw or x.net_bw (planner/calibrate.py) reaches the tuner. `x` the plan's numbers
-    (numbers.nccl_numbers), `group` a links.collective_group, `share` its C.link_share."""
+    (numbers.nccl_numbers), `group` a links.collective_group, or the same with its share-free
+    part already worked out (tuned: a group several collectives run on), `share` its
+    C.link_share."""
+    own = group.tuner if hasattr(group, "tuner") else group_tuner(x, group)
     return SimpleNamespace(
-        n_nodes=group.k, busbw=group.bw * share,
+        n_nodes=own.n_nodes, busbw=own.bw * share, ll_max=own.ll_max,
+        net_busbw=own.net_busbw * share, nvls_bw=own.nvls_bw * share,
+        nics_per_node=own.nics_per_node, net_overhead_us=own.net_overhead_us, nvls=own.nvls,
+        sharp=own.sharp,
+        caps=None if own.caps is None else tuple(cap * share for cap in own.caps))
+
+
+def group_tuner(x, group) -> SimpleNamespace:
+    """tuner_link's part that the share of the link does not change (its bandwidths and caps
+    before they are taken at the share)."""
+    return SimpleNamespace(
+        n_nodes=group.k, bw=group.bw,
         ll_max=K.ll_max_of(group.k, x.ll_max_one, x.ll_max_two, x.ll_max_many),
         net_busbw=K.group_net_busbw(x.net_bw * x.nics_per_node, group.r, x.nics_per_gpu,
-                                    x.nics_per_node) * share,
-        nvls_bw=x.nvls_bw * share, nics_per_node=x.nics_per_node,
+                                    x.nics_per_node),
+        nvls_bw=x.nvls_bw, nics_per_node=x.nics_per_node,
         net_overhead_us=x.net_overhead_us, nvls=x.nvls, sharp=x.sharp,
-        caps=channel_caps(x, group, share))
+        caps=channel_caps(x, group))
 
 
-def channel_caps(x, group, share):
+def tuned(x, group) -> SimpleNamespace:
+    """The group with tuner_link's share-free part worked out once (group.tuner), for a group
+    whose collectives are priced at several shares (the data-parallel ones: one per phase)."""
+    return SimpleNamespace(**vars(group), tuner=group_tuner(x, group))
+
+
+def channel_caps(x, group):
     """The tuner's per-channel caps on the group's tree and LL128 bandwidths across nodes
     (K.channel_cap), with the channels NCCL's search gives the NICs the group's own ranks hold
-    on a node (K.search_channels: min(NICs per node, r · NICs per GPU)), each cap at the group's
-    share of the link as its bandwidths are; None where x does not carry the ceilings (a
-    hand-built x: uncapped)."""
+    on a node (K.search_channels: min(NICs per node, r · NICs per GPU)), before they are taken
+    at the group's share of the link as its bandwidths are (tuner_link); None where x does not
+    carry the ceilings (a hand-built x: uncapped)."""
     if not hasattr(x, "pc_tree_n"):
         return None
     nics = _ops.minimum(x.nics_per_node, group.r * x.nics_per_gpu)
     channels = K.search_channels(nics, x.net_bw, x.nccl_modern)
     return tuple(K.channel_cap(group.k, channels, getattr(x, f"pc_{c.value}_1"),
                                getattr(x, f"pc_{c.value}_2"), getattr(x, f"pc_{c.value}_n"))
-                 * share for c in K.Ceiling)
+                 for c in K.Ceiling)
 
 
 def any_on(flag) -> bool:
