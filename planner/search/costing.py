@@ -103,28 +103,39 @@ def costs_by_stage(base: dict, columns: dict[str, np.ndarray], choices: Choices,
     return out
 
 
-def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices) -> np.ndarray:
-    """Each candidate's total_bytes alone: the layout half of the model and the most loaded
-    stage's memory (model.states.stage_memory, the first concern of cost.zero_costs, which reads
-    nothing of the data-parallel traffic or the step), in chunks as costs_in_chunks; the same
-    numbers as costs_in_chunks(…, keys=("total_bytes",)) without the time half."""
+def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices,
+                     zeros=None) -> list[np.ndarray]:
+    """Each candidate's total_bytes alone, once per ZeRO stage in `zeros` (default:
+    choices.zero_stage alone): the layout half of the model once, shared by the stages, and each
+    stage's most loaded stage memory (model.states.stage_memory, the first concern of
+    cost.zero_costs, which reads nothing of the data-parallel traffic or the step), in chunks as
+    costs_in_chunks; the same numbers as costs_in_chunks(…, keys=("total_bytes",)) without the
+    time half. A stage is costed on every row given, run or not (the caller keeps its own rows):
+    numpy's divide/invalid/overflow warnings are off, as on the grid (grid_blocks)."""
+    zeros = [choices.zero_stage] if zeros is None else list(zeros)
     grid = grid_of(columns)  # moe: once per layout what depends on the layout alone
     if grid is not None:
-        return _grid_memory(base, grid, choices)
+        return _grid_memory(base, grid, choices, zeros)
     columns = model_columns(columns)
     n = len(next(iter(columns.values())))
-    parts = []
-    for start in range(0, n, CHUNK):
-        rows = min(CHUNK, n - start)
-        x = SimpleNamespace(**base, **{k: v[start:start + rows] for k, v in columns.items()})
-        v = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
-        parts.append(v if np.ndim(v) else np.full(rows, float(v)))
-    return np.concatenate(parts) if parts else np.zeros(0)
+    parts = [np.empty(n) for _ in zeros]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, n, CHUNK):
+            rows = min(CHUNK, n - start)
+            x = SimpleNamespace(**base, **{k: v[start:start + rows] for k, v in columns.items()})
+            layout = layout_costs(x, choices)
+            for z, part in zip(zeros, parts):  # a scalar fills the chunk's rows
+                part[start:start + rows] = stage_memory(x, replace(choices, zero_stage=z),
+                                                        layout).total_bytes
+    return parts
 
 
-def _grid_memory(base: dict, grid: Grid, choices: Choices) -> np.ndarray:
+def _grid_memory(base: dict, grid: Grid, choices: Choices, zeros: list) -> list[np.ndarray]:
     """memory_in_chunks on the grid, as _grid_costs."""
-    cells = np.empty(grid.shape)
+    cells = [np.empty(grid.shape) for _ in zeros]
     for start, stop, x in grid_blocks(base, grid, GRID_CHUNK):
-        cells[start:stop] = stage_memory(x, choices, layout_costs(x, choices)).total_bytes
-    return cells.reshape(-1)[grid.cell]
+        layout = layout_costs(x, choices)
+        for z, part in zip(zeros, cells):
+            part[start:stop] = stage_memory(x, replace(choices, zero_stage=z),
+                                            layout).total_bytes
+    return [part.reshape(-1)[grid.cell] for part in cells]

@@ -31,7 +31,11 @@ from .offload import (
     offload_variants,
     offload_worth_trying,
 )
-from .recompute import partial_recompute_variants, partitioned_checkpoint_variants
+from .recompute import (
+    memory_at_one_layer,
+    partial_recompute_variants,
+    partitioned_checkpoint_variants,
+)
 from .request import PlanRequest
 from .space import choice_groups, numeric_space, search_cp_kind
 
@@ -164,6 +168,9 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
                               kept + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))
+        # fit: partial recompute's memory at r = 1, every stage's at once (one layout half)
+        ones = memory_at_one_layer(base, f, {z: runs[z][mask] for z in zeros}, outs,
+                                   group_choices, budget) if partial else {}
         for z in zeros:
             out, keep = outs[z], runs[z][mask]  # out: the costs of the rows kept
             if not keep.any():
@@ -172,13 +179,10 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
             layout = {k: sub[k][rows] for k in layout_keys}
             _append_rows(cols, costs, layout, (z, r, sp, sched),
                          offload_columns(fixed, int(keep.sum())), out, req.recompute_layers)
-            # fit: the fewest layers recomputed that still fit (Megatron), the checkpoints split
-            # over tp where nothing else makes it fit (DeepSpeed), as rows of their own
-            for add in [a for a, on in ((_add_partial_recompute, partial),
-                                        (_add_partitioned, split)) if on]:
-                add(base, {k: v[rows] for k, v in f.items()}, out,
-                    replace(group_choices, zero_stage=z), budget, layout, (z, r, sp, sched),
-                    fixed, cols, costs)
+            _add_recompute_rows((partial, split), ones.get(z), base,  # fit
+                                {k: v[rows] for k, v in f.items()}, out,
+                                replace(group_choices, zero_stage=z), budget, layout,
+                                (z, r, sp, sched), fixed, cols, costs)
             if auto:  # offload: the least offload that fits what does not fit without it
                 fits = out["total_bytes"] <= budget
                 if fits.any():
@@ -224,11 +228,24 @@ def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
                                       if r is Recompute.SELECTIVE else None))
 
 
+def _add_recompute_rows(tried: tuple[bool, bool], one, *args) -> None:
+    """fit: the fewest layers recomputed that still fit (Megatron), the checkpoints split over tp
+    where nothing else makes it fit (DeepSpeed), as rows of their own: `tried` says which
+    (_recompute_variants), `one` is partial recompute's memory at r = 1 (memory_at_one_layer),
+    `args` those of _add_partial_recompute and _add_partitioned."""
+    partial, split = tried
+    if partial:
+        _add_partial_recompute(*args, one=one)
+    if split:
+        _add_partitioned(*args)
+
+
 def _add_partial_recompute(base, columns, out, choices, budget, layout, choice, fixed, cols,
-                           costs) -> None:
+                           costs, one=None) -> None:
     """fit: the full-recompute candidates that still fit with fewer layers recomputed, added as
-    rows of their own with those layers (search/recompute.py)."""
-    found = partial_recompute_variants(base, columns, out, choices, budget, tuple(costs))
+    rows of their own with those layers (search/recompute.py; `one`: their memory at r = 1,
+    memory_at_one_layer's)."""
+    found = partial_recompute_variants(base, columns, out, choices, budget, tuple(costs), one)
     if found is None:
         return
     rows, layers, row_costs = found

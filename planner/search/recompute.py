@@ -22,20 +22,54 @@ NEEDED = ("total_bytes", "stage_layers")
 """What partial_recompute_variants reads of a candidate's full-recompute costs."""
 
 
+def fitting_full_recompute(out: dict, budget: float) -> np.ndarray:
+    """The candidates fewer layers recomputed may still fit (their full-recompute costs `out`):
+    they fit within `budget` and hold more than one layer per stage."""
+    return (out["total_bytes"] <= budget) & (out["stage_layers"] > 1)
+
+
+def memory_at_one_layer(base: dict, columns: dict[str, np.ndarray], runs: dict, outs: dict,
+                        choices: Choices, budget: float) -> dict:
+    """partial_recompute_variants' first costing for every ZeRO stage of a choice group at once:
+    each stage's memory at r = 1 on its fitting_full_recompute rows, {stage: array over those
+    rows, in row order}. `columns` the group's candidates, `runs` {stage: mask of the rows it
+    runs}, `outs` {stage: full-recompute costs of those rows}. The layout half is costed once on
+    the rows any stage tries, and shared by the stages (costing.memory_in_chunks): the stages try
+    mostly the same layouts (a ZeRO-1 candidate that fits fits with ZeRO-0's rows beside it)."""
+    tried = {}
+    for z, keep in runs.items():
+        rows = np.zeros(len(keep), dtype=bool)
+        rows[np.flatnonzero(keep)[fitting_full_recompute(outs[z], budget)]] = True
+        if rows.any():
+            tried[z] = rows
+    if not tried:
+        return {}
+    union = np.logical_or.reduce(list(tried.values()))
+    shared = {k: v for k, v in base.items() if k != "recompute_layers"}
+    ones = memory_in_chunks(shared, {**{k: v[union] for k, v in columns.items()},
+                                     "recompute_layers": np.ones(int(union.sum()))},
+                            choices, list(tried))
+    place = np.cumsum(union) - 1  # a row's place among the union's rows
+    return {z: one[place[rows]] for (z, rows), one in zip(tried.items(), ones)}
+
+
 def partial_recompute_variants(base: dict, columns: dict[str, np.ndarray], out: dict,
-                               choices: Choices, budget: float, keys: tuple[str, ...]):
+                               choices: Choices, budget: float, keys: tuple[str, ...],
+                               one: np.ndarray | None = None):
     """The candidates (float64 `columns`, their full-recompute costs `out`) that fit and hold
     more than one layer per stage, recosted with the fewest layers recomputed that keeps them
     within `budget`: (row mask into `columns`, layers recomputed, their costs), or None when
-    none gains (every candidate needs all its layers)."""
+    none gains (every candidate needs all its layers). `one`: their memory at r = 1 where the
+    caller costed it already (memory_at_one_layer), in their row order."""
     layers = out["stage_layers"]
-    rows = (out["total_bytes"] <= budget) & (layers > 1)
+    rows = fitting_full_recompute(out, budget)
     if not rows.any():
         return None
     shared = {k: v for k, v in base.items() if k != "recompute_layers"}
     sub = {k: v[rows] for k, v in columns.items()}
-    one = memory_in_chunks(shared, {**sub, "recompute_layers": np.ones(int(rows.sum()))},
-                           choices)
+    if one is None:
+        one = memory_in_chunks(shared, {**sub, "recompute_layers": np.ones(int(rows.sum()))},
+                               choices)[0]
     full = out["total_bytes"][rows]
     gain = (one - full) / (layers[rows] - 1)  # memory per layer not recomputed
     r = RC.fewest_layers_to_recompute(layers[rows], full, budget, np.maximum(gain, 1.0))

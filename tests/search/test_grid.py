@@ -2,6 +2,8 @@
 broadcast over the crossed expert and dispatcher columns gives every candidate exactly the
 costs of the flat evaluation, row by row; the space's id columns number what they say."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from planner.search import costing
 from planner.search.evaluate import _group_choices, _group_runs, _group_space, base_numbers
 from planner.search.grid import grid_of, numbered
 from planner.search.masks import RuleMasks
+from planner.search.recompute import fitting_full_recompute, memory_at_one_layer
 from planner.search.request import PlanRequest
 from planner.search.space import (
     CROSSED,
@@ -85,8 +88,40 @@ def test_a_column_of_each_candidates_own_is_a_layout_of_its_own():
     for a, b in zip(on_grid, flat):
         for k in KEYS:
             assert np.array_equal(a[k], b[k]), k
-    assert np.array_equal(costing.memory_in_chunks(shared, cols, choices),
-                          costing.memory_in_chunks(shared, _flat(cols), choices))
+    for a, b in zip(costing.memory_in_chunks(shared, cols, choices, zeros),
+                    costing.memory_in_chunks(shared, _flat(cols), choices, zeros)):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("model, gpus", [("deepseek-v3", 256), ("70b", 256)])
+def test_partial_recompute_memory_shared_by_the_stages_is_each_stages_own(model, gpus):
+    """memory_at_one_layer costs the layout half once on the rows any ZeRO stage tries and each
+    stage's memory on all of them: each stage gets exactly what memory_in_chunks gives its own
+    rows alone (the grid for DeepSeek-V3, flat for 70B), in their order. The stages here run
+    overlapping, different rows (every second, third, … row), and fit a budget at the median."""
+    base, cols, choices, zeros = next(_groups(model, gpus, recompute=[Recompute.FULL]))
+    n = len(cols["tp"])
+    runs = {z: np.arange(n) % (i + 2) != 0 for i, z in enumerate(zeros)}
+    outs = {z: costing.costs_in_chunks(base, {k: v[keep] for k, v in cols.items()},
+                                       replace(choices, zero_stage=z), None,
+                                       ("total_bytes", "stage_layers"))[0]
+            for z, keep in runs.items()}
+    budget = float(np.median(np.concatenate([o["total_bytes"] for o in outs.values()])))
+    ones = memory_at_one_layer(base, cols, runs, outs, choices, budget)
+    shared = {k: v for k, v in base.items() if k != "recompute_layers"}
+    checked = 0
+    for z, keep in runs.items():
+        tried = fitting_full_recompute(outs[z], budget)
+        if not tried.any():
+            assert z not in ones
+            continue
+        rows = np.flatnonzero(keep)[tried]
+        alone = costing.memory_in_chunks(
+            shared, {**{k: v[rows] for k, v in cols.items()},
+                     "recompute_layers": np.ones(len(rows))}, replace(choices, zero_stage=z))[0]
+        assert np.array_equal(ones[z], alone)
+        checked += 1
+    assert checked >= 2
 
 
 @pytest.mark.parametrize("extra", [{}, {"dp_shard": "auto"}, {"cp_kind": "auto"}])
