@@ -140,3 +140,59 @@ def torchtitan_flex_sac_block_bytes(tokens, rows_in, rows_out, hidden, shared_ff
     return (tokens * (2 * (act_bytes * hidden + FP32) / sp + 2 * act_bytes * hidden
                       + act_bytes * shared)
             + act_bytes * hidden * (rows_in + rows_out))
+
+
+def torchtitan_sac_mla_moe_block_bytes(tokens, rows_in, rows_out, hidden, n_heads, q_lora_rank,
+                                       kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+                                       v_head_dim, top_k, shared_ffn, n_shared_experts, tp=1,
+                                       sequence_parallel=False, act_bytes=2):
+    """What a torchtitan DeepSeek-V3 MLA + MoE block keeps for backward under its per-op
+    selective AC as torchtitan >= v0.2.1 applies it (0.2.2, 0.3.0: the releases `--emit
+    torchtitan` writes for): the WHOLE block in one op-SAC region, T tokens, R_in routed rows the
+    dispatch all-to-all brings, R_out = T·k it sends, q = [r_q > 0]:
+
+        T·(act·h/t_sp + act·a·(2·d_qk + d_n + 2·d_v)/t + 4a/t + 12k
+           + (1 − q)·act·a·d_qk/t + q·act·(r_q + r_kv + d_r + h)
+           + [n_s > 0]·act·(n_s·f_s/t + (1 − q)·h)) + act·h·(R_in + R_out)
+
+    The block's input (the checkpoint's); the compiled flex-attention region, an
+    `inductor_compiled_code` op in the save list, whose outputs are its AOT forward's: q and k
+    (a·d_qk each), V viewing the whole wkv_b output (a·(d_n + d_v)), the output (a·d_v), the
+    fp32 log-sum-exp; `topk`'s fp32 values and int64 indices; every odd mm of the block counted
+    from its first (the router gate forced to recompute, uncounted): without q compression wq,
+    wkv_b (V's buffer, counted once), the shared experts' w1 and w2; with it wq_a, wkv_a, wo
+    and the shared w3 — the MLA's 4 or 5 mms set the shared experts' parity; the
+    `all_to_all_single` outputs with expert parallelism. Rerun: the norms (now inside the
+    region), RoPE, the router, the grouped expert GEMMs (`_grouped_mm` is not saved), the
+    combine.  Node-limited routing's two extra topk (236B, 671B: 12·(2G + G_lim) B a token,
+    ≤ 0.2 % of the block) and the EP split counts' CUDA→CPU copy (E integers) are left out.
+    16B (h 2048, a 16, d 128/64/128, r_kv 512, k 6, n_s·f_s 2816) at T 16384, λ 1.19, ep 8:
+    T·(4096 + 24,576 + 64 + 72 + 6144 + 9728) + 4096·2.19·6·T ≈ 98,500·T = 1.50 GiB a layer,
+    where the pre-v0.2.1 flex path keeps 1.22 GiB (torchtitan_flex_sac_block_bytes).
+
+    Assumptions: bf16 activations; t = 1 and no expert parallelism measured; for t > 1 the
+    input on the sequence shard (t_sp = t with sequence parallelism), head-split tensors and
+    the shared experts' width over t, the latent and h-wide mm outputs whole — derived, not
+    measured; the all-to-all outputs as their rows.
+    Source: torchtitan 0.3.0 torchtitan/distributed/activation_checkpoint.py
+    (`_get_default_save_ops` l.31-94: torch's compute_intensive_ops, flex_attention, linear,
+    topk, inductor_compiled_code, all_to_all_single, reduce_scatter; `SelectiveAC._wrap_block`
+    l.214-287: every second mm/linear, `force_recompute_mm_shapes_by_fqns` ["moe.router.gate"]),
+    models/common/attention.py `FlexAttention` (`wrap_inductor_compiled_regions`),
+    models/deepseek_v3/model.py, models/common/moe.py. 0.2.2's `_apply_op_sac` wraps the whole
+    block likewise, its flex region compiled and wrapped the same way (`inductor_compiled_code`
+    in deepseek_v3/infra/parallelize.py `_op_sac_save_list`), but saves no topk: 12k B a token
+    less there (0.2 % of the 16B block), not told apart. Measured to the byte by
+    tests/oracle/test_torchtitan030_sac.py on torchtitan 0.3.0's own block and SelectiveAC."""
+    sp = tp if sequence_parallel else 1
+    q = _ops.minimum(1, q_lora_rank)
+    qk = qk_nope_head_dim + qk_rope_head_dim
+    attention = (act_bytes * n_heads * (2 * qk + qk_nope_head_dim + 2 * v_head_dim)
+                 + FP32 * n_heads) / tp
+    mms = ((1 - q) * act_bytes * n_heads * qk / tp
+           + q * act_bytes * (q_lora_rank + kv_lora_rank + qk_rope_head_dim + hidden))
+    shared = _ops.minimum(1, n_shared_experts) * act_bytes * (
+        n_shared_experts * shared_ffn / tp + (1 - q) * hidden)
+    return (tokens * (act_bytes * hidden / sp + attention + (FP32 + INDEX_BYTES) * top_k + mms
+                      + shared)
+            + act_bytes * hidden * (rows_in + rows_out))

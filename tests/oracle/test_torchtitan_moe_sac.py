@@ -10,7 +10,8 @@ sends T·k back.  The oracle's block was checked once against torchtitan's own a
 (`TransformerBlock` wrapped by `_apply_op_sac_to_transformer_block_with_flex`) on the CPU
 without expert parallelism, the same stand-ins patched in: equal bytes at the three shapes
 below.  torchtitan 0.3.0, where installed, is not that code (its `SelectiveAC` wraps the whole
-block and saves `linear`, `topk` and PyTorch's compute-intensive ops), so it is not imported.
+block and saves `linear`, `topk` and PyTorch's compute-intensive ops), so it is not imported
+here: test_torchtitan030_sac.py measures that release's block.
 Tolerance: exact (the formula leaves nothing out at these shapes).
 """
 
