@@ -197,4 +197,6 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
         args.append("--contiguous-checkpoints")
     if getattr(c, "compile_loss", False):  # fit: torchtitan's compiled loss
         args.append("--compile-loss")
+    if getattr(c, "torchtitan_flex_ac", False):  # torchtitan < v0.2.1's flex path of op SAC
+        args.append("--torchtitan-flex-ac")
     return args

@@ -596,6 +596,12 @@ class PlanConfig(_Strict):
         False, description="torchtitan: the loss is compiled (compile.components has 'loss'), "
         "its peak the 16-bit logits and their 16-bit gradient instead of eager PyTorch's three "
         "fp32 vocabulary-wide tensors (--compile-loss; torchtitan only).")
+    torchtitan_flex_ac: bool = Field(
+        False, description="torchtitan before v0.2.1 on its flex-attention flavours (DeepSeek-V3 "
+        "16B/236B/671B, model not compiled): selective recompute as full AC on the attention "
+        "and op SAC on the MoE (_apply_op_sac_to_transformer_block_with_flex @ 99fee810b); "
+        "False: the whole block in op SAC, as 0.2.2 and 0.3.0 (--torchtitan-flex-ac; torchtitan "
+        "only).")
     recompute_layers: NonNegativeInt = Field(
         0, description="With full recompute: only this many layers of each pipeline stage are "
         "recomputed, the rest keep every activation (Megatron --recompute-method block "

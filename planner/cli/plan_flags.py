@@ -118,6 +118,11 @@ class PlanFlags:
         help="torchtitan: the loss compiled (compile.enable, compile.components ['loss'], as "
         "its DeepSeek-V3 16B config): its peak is the 16-bit logits and their gradient, not "
         "eager PyTorch's fp32 copies; --emit torchtitan writes it.")] = False
+    torchtitan_flex_ac: Annotated[bool, typer.Option(
+        "--torchtitan-flex-ac/--no-torchtitan-flex-ac", rich_help_panel=MEMORY,
+        help="torchtitan before v0.2.1, DeepSeek-V3 flavours: selective recompute as its flex "
+        "path (full AC on the attention, op SAC on the MoE); default: the whole block in op "
+        "SAC, as 0.2.2 and 0.3.0.")] = False
     grad_dtype: Annotated[str, typer.Option(
         help="Gradient buffer dtype: fp32 (Megatron default) or bf16.",
         rich_help_panel=MEMORY)] = "fp32"

@@ -274,13 +274,16 @@ def op_sac_recomputed_weights(counted_weights, forced_weights=0, grouped_weights
 
 
 def op_sac_regions(flex_attention):
-    """How torchtitan wraps a block for per-op selective AC, as (attention in full AC, 0/1): a
-    model with flex attention and not compiled (its DeepSeek-V3 flavours) has its `attention`
-    module in full AC — every attention weight and the attention product rerun — and its
-    `moe` / `feed_forward` in op SAC, counted from that module's first mm; other models, the
-    whole block in op SAC (the attention product saved). Source: torchtitan
-    activation_checkpoint.py `_apply_op_sac_to_transformer_block_with_flex` @ 99fee810b and
-    176498cd4 (the published rows' commits; removed at 575674a, v0.2.1). flex_attention: 0/1."""
+    """How torchtitan wraps a block for per-op selective AC, as (attention in full AC, 0/1):
+    before v0.2.1 a model with flex attention and not compiled (its DeepSeek-V3 flavours) had its
+    `attention` module in full AC — every attention weight and the attention product rerun —
+    and its `moe` / `feed_forward` in op SAC, counted from that module's first mm; other
+    models, and every model from v0.2.1 (0.2.2 `_apply_op_sac`, 0.3.0 `SelectiveAC`, whose save
+    list holds the compiled flex region, `inductor_compiled_code`), the whole block in op SAC
+    (the attention product saved). Source: torchtitan activation_checkpoint.py
+    `_apply_op_sac_to_transformer_block_with_flex` @ 99fee810b and 176498cd4 (the published
+    rows' commits; removed at 575674a, v0.2.1). flex_attention: 0/1, the model's MLA flag
+    times PlanConfig.torchtitan_flex_ac."""
     return flex_attention
 
 

@@ -69,14 +69,23 @@ def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute
 
 def torchtitan_sac_block_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn):
     """fit: a torchtitan layer's MLA and MoE parts under its per-op selective AC. An MLA + MoE
-    block (DeepSeek-V3) is one set, formulas.moe_memory.torchtitan_flex_sac_block_bytes, with the
-    busiest rank's λ·T·k dispatched rows and its T·k combined rows where ep > 1; an MLA layer
+    block (DeepSeek-V3) is one set with the busiest rank's λ·T·k dispatched rows and its T·k
+    combined rows where ep > 1: the whole block one op-SAC region (torchtitan >= v0.2.1,
+    formulas.moe_memory.torchtitan_sac_mla_moe_block_bytes), or with `torchtitan_flex_ac` the
+    older flex path (torchtitan_flex_sac_block_bytes); an MLA layer
     without MoE keeps Korthikanti's MLA set, a MoE layer without MLA its dispatcher's eager set
     beside the dense per-op set (moe_mla_layer_bytes)."""
     s, b, h, t, cp, sp = k.s, k.b, k.h, k.t, k.cp, c.sequence_parallel
     rows_out = (1 - _ops.le(x.ep, 1)) * k.moe_tokens * x.top_k
-    block = MM.torchtitan_flex_sac_block_bytes(
-        s / cp * b, k.lam * rows_out, rows_out, h, x.shared_ffn, x.n_shared, t, sp, x.act_bytes)
+    if c.torchtitan_flex_ac:
+        block = MM.torchtitan_flex_sac_block_bytes(
+            s / cp * b, k.lam * rows_out, rows_out, h, x.shared_ffn, x.n_shared, t, sp,
+            x.act_bytes)
+    else:
+        block = MM.torchtitan_sac_mla_moe_block_bytes(
+            s / cp * b, k.lam * rows_out, rows_out, h, x.n_heads, x.q_rank, x.kv_rank,
+            x.head_dim - x.rope_dim, x.rope_dim, x.v_dim, x.top_k, x.shared_ffn, x.n_shared, t,
+            sp, x.act_bytes)
     mla = MO.mla_layer_activation_bytes(
         s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim,
         routed_ffn, x.n_mlp, x.dropout, t, cp, sp, Recompute.SELECTIVE, c.attention,

@@ -61,8 +61,9 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     shares = recompute_shares(x, c, k, active)  # fit: partial and per-module levels
     if op_sac(c):  # torchtitan's per-op SAC: its rerun matmuls, not the attention product
         shares[Recompute.SELECTIVE] = (note("op_sac_mean_share", pick(
-            lambda: op_sac_mean_share(x, k.L, n_moe_layers), x.sac_dense_matmul / active)),
-            pick(lambda: RC.op_sac_regions(x.mla), 0))
+            lambda: op_sac_mean_share(x, k.L, n_moe_layers, c.torchtitan_flex_ac),
+            x.sac_dense_matmul / active)),
+            pick(lambda: RC.op_sac_regions(x.mla * int(c.torchtitan_flex_ac)), 0))
     att_run_moe = att_flops(causal_skip)  # moe
     hardware_flops = note("hardware_flops", pick(
         lambda: F.mixed_model_flops(x.gbs, n_dense, n_moe, dense_mm_seq, moe_mm_seq,
@@ -91,19 +92,29 @@ def moe_layer_matmul(x, h):
             x.attn_matmul + x.dense_matmul)
 
 
-def op_sac_layer_share(x, h):
+def op_sac_weights(x, flex):
+    """(dense, MoE) layer matmul weights torchtitan's per-op SAC reruns: the whole block one
+    region, or with `flex` (PlanConfig.torchtitan_flex_ac) its pre-v0.2.1 flex path."""
+    if flex:
+        return x.sac_dense_matmul_flex, x.sac_moe_matmul_flex
+    return x.sac_dense_matmul, x.sac_moe_matmul
+
+
+def op_sac_layer_share(x, h, flex=False):
     """moe: the share of a MoE layer's matmul weights (of a dense layer's, in an MLA model
     without experts) torchtitan's per-op SAC reruns, W_rec/W_active."""
     moe_w, dense_w = moe_layer_matmul(x, h)
-    return _ops.select(x.moe, x.sac_moe_matmul / moe_w, x.sac_dense_matmul / dense_w)
+    dense, moe = op_sac_weights(x, flex)
+    return _ops.select(x.moe, moe / moe_w, dense / dense_w)
 
 
-def op_sac_mean_share(x, n_layers, n_moe_layers):
+def op_sac_mean_share(x, n_layers, n_moe_layers, flex=False):
     """moe: the rerun share of the matmuls over the model's dense and MoE layers (the hardware
     FLOPs' mean layer): Σ W_rec / Σ W_active."""
     moe_w, dense_w = moe_layer_matmul(x, x.hidden)
     n_dense = n_layers - n_moe_layers
-    return ((n_dense * x.sac_dense_matmul + n_moe_layers * x.sac_moe_matmul)
+    dense, moe = op_sac_weights(x, flex)
+    return ((n_dense * dense + n_moe_layers * moe)
             / (n_dense * dense_w + n_moe_layers * moe_w))
 
 

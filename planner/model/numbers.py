@@ -60,6 +60,7 @@ class Choices:
     moe_dispatcher: Dispatcher = MOE.DEFAULT_DISPATCHER  # moe: how tokens reach their experts
     moe_permute_fusion: bool = True  # moe: Megatron's fused token (un)permutation kernels
     compile_loss: bool = False  # fit: torchtitan's torch.compile of the loss alone
+    torchtitan_flex_ac: bool = False  # torchtitan < v0.2.1: attention full AC, MoE op SAC
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
@@ -114,18 +115,22 @@ def block_matmul_calls(model: ModelSpec) -> tuple[list, list, list]:
 def op_sac_numbers(model: ModelSpec) -> dict:
     """The matmul weights a dense and a MoE layer rerun under torchtitan's per-op selective AC
     (formulas.recompute.op_sac_recomputed_weights): the block's mms in call order, a MoE
-    layer's router gate forced and its k routed experts' grouped GEMMs. An MLA model is
-    torchtitan's DeepSeek-V3, whose flavours run flex attention: its blocks are wrapped apart,
-    the attention in full AC (every attention weight rerun) and the MLP or MoE in op SAC,
-    counted from its own first mm (formulas.recompute.op_sac_regions)."""
+    layer's router gate forced and its k routed experts' grouped GEMMs, the whole block one
+    region (torchtitan >= v0.2.1). The `_flex` pair is torchtitan before v0.2.1 on its
+    DeepSeek-V3 (MLA) flavours, whose flex attention wrapped the blocks apart: the attention in
+    full AC (every attention weight rerun) and the MLP or MoE in op SAC, counted from its own
+    first mm (formulas.recompute.op_sac_regions); for other models the same as the default."""
     attention, mlp, shared = block_matmul_calls(model)
-    full = sum(attention) if model.is_mla else 0
-    counted = [] if model.is_mla else attention
-    moe = full + RC.op_sac_recomputed_weights(
-        counted + shared, P.router_params(model.hidden, model.router_experts),
-        model.top_k * model.n_mlp_matrices * model.hidden * model.expert_ffn)
-    return dict(sac_dense_matmul=full + RC.op_sac_recomputed_weights(counted + mlp),
-                sac_moe_matmul=moe if model.is_moe else 0)
+    gate = P.router_params(model.hidden, model.router_experts)
+    grouped = model.top_k * model.n_mlp_matrices * model.hidden * model.expert_ffn
+    out = {}
+    for suffix, flex in (("", False), ("_flex", True)):
+        full = sum(attention) if model.is_mla and flex else 0
+        counted = [] if model.is_mla and flex else attention
+        moe = full + RC.op_sac_recomputed_weights(counted + shared, gate, grouped)
+        out["sac_dense_matmul" + suffix] = full + RC.op_sac_recomputed_weights(counted + mlp)
+        out["sac_moe_matmul" + suffix] = moe if model.is_moe else 0
+    return out
 
 
 def moe_numbers(model: ModelSpec) -> dict:

@@ -224,6 +224,7 @@ def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
                    moe_dispatcher=MOE.dispatcher_of(req.moe_dispatcher),
                    moe_permute_fusion=req.moe_permute_fusion,
                    compile_loss=req.compile_loss,  # fit: torchtitan's compiled loss
+                   torchtitan_flex_ac=req.torchtitan_flex_ac,
                    recompute_modules=(req.recompute_modules  # fit
                                       if r is Recompute.SELECTIVE else None))
 

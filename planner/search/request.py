@@ -72,6 +72,7 @@ class PlanRequest(BaseModel):
     distribute_saved_activations: bool = False
     contiguous_checkpoints: bool = False  # fit: DeepSpeed contiguous_memory_optimization
     compile_loss: bool = False  # fit: torchtitan's compile.components ["loss"]
+    torchtitan_flex_ac: bool = False  # torchtitan < v0.2.1's flex path of op SAC
     recompute_group: int = Field(1, ge=1, le=2**20)  # fit: Megatron's uniform method
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     attention: Attention = Attention.FLASH
@@ -167,7 +168,7 @@ def precision_settings(req: PlanRequest) -> dict:
     """fit: the PlanConfig fields of the request's recipe: the fp8 recipe, and torchtitan's
     compiled loss."""
     return dict(fp8_recipe=req.fp8_recipe, fp8_param_gather=req.fp8_param_gather,
-                compile_loss=req.compile_loss)
+                compile_loss=req.compile_loss, torchtitan_flex_ac=req.torchtitan_flex_ac)
 
 
 def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | None = None,

@@ -84,6 +84,34 @@ def test_torchtitan_flex_sac_block_by_hand():
     assert float(MM.torchtitan_flex_sac_block_bytes(1, 0, 0, H16, FE16, n_s).subs(n_s, 2)) == 26_120
 
 
+def test_torchtitan_whole_block_sac_by_hand():
+    from planner.formulas import moe_memory as MM
+
+    # torchtitan >= v0.2.1 (0.2.2, 0.3.0): the whole 16B block in op SAC (16 heads, d_nope 128,
+    # d_rope 64, d_v 128, r_kv 512, no q compression). Per token: the input 4096; the compiled
+    # flex region's q, k 2·2·16·192 = 12,288, V's wkv_b buffer 2·16·256 = 8192, out 2·16·128 =
+    # 4096, lse 4·16 = 64; topk 6·(4 + 8) = 72; wq (1st mm) 2·16·192 = 6144; the shared
+    # experts' w1 (5th) 2·2816 = 5632 and w2 (7th) 4096 → 44,680 B; EP at λ = 1.5 adds
+    # 15·4096 = 61,440 → 106,120 B (the flex path's 87,560 above: +21 %)
+    def block(rows_in, rows_out, q_rank=0, n_s=2):
+        return MM.torchtitan_sac_mla_moe_block_bytes(
+            T16, rows_in, rows_out, H16, 16, q_rank, 512, 128, 64, 128, K16, FE16, n_s)
+
+    rows_out = K16 * T16
+    assert block(0, 0) == 44_680 * T16
+    assert block(1.5 * rows_out, rows_out) == 106_120 * T16
+    # with q compression (r_q 1536): wq_a 2·1536 = 3072, wkv_a 2·576 = 1152, wo 4096 replace
+    # wq's 6144; the shared experts' parity flips: only w3 (7th) 5632 → 44,680 + 2176 − 4096
+    assert block(0, 0, q_rank=1536) == 42_760 * T16
+    # no shared experts: their 9728 gone
+    assert block(0, 0, n_s=0) == (44_680 - 9728) * T16
+    # symbolically in the shared experts' count
+    n_s = sp.Symbol("n_s", positive=True, integer=True)
+    got = MM.torchtitan_sac_mla_moe_block_bytes(1, 0, 0, H16, 16, 0, 512, 128, 64, 128, K16,
+                                                FE16, n_s)
+    assert float(got.subs(n_s, 2)) == 44_680
+
+
 def test_compiled_loss_peak_by_hand():
     # the 16-bit logits the compiled graph keeps and their 16-bit gradient: 2·2·T·V, a third of
     # eager's 12·T·V; at the 16B row's T = 16384, V = 102400: 6.25 GiB against 18.75 GiB
@@ -95,8 +123,10 @@ def test_compiled_loss_peak_by_hand():
 
 def test_torchtitan_dsv3_16b_layer_at_the_published_row():
     """The model layer picks the op-SAC block for a torchtitan MLA + MoE layer under selective
-    recompute: T·(26,120 + 4096·6·(λ + 1)) with the plan's λ (explain's A_layer; 1.22 GiB at
-    λ = 1.19), where plan3d counted the Korthikanti-style MLA set before (3.24 GiB a layer)."""
+    recompute: the whole block in one region (torchtitan >= v0.2.1) by default,
+    T·(44,680 + 4096·6·(λ + 1)) with the plan's λ (explain's A_layer; 1.50 GiB at λ = 1.19);
+    with torchtitan_flex_ac (before v0.2.1) the flex path's T·(26,120 + 4096·6·(λ + 1))
+    (1.22 GiB), where plan3d counted the Korthikanti-style MLA set before (3.24 GiB a layer)."""
     from pathlib import Path
 
     from planner.catalog import load_hardware, load_model
@@ -105,10 +135,12 @@ def test_torchtitan_dsv3_16b_layer_at_the_published_row():
 
     model = load_model(str(Path(__file__).parents[2] / "planner" / "reference" / "models"
                            / "torchtitan-deepseek-v3-16b.toml"))
-    config = PlanConfig(dp=8, ep=8, mbs=4, n_micro=1, gbs=32, seq_len=4096, zero_stage=3,
-                        recompute="selective", sequence_parallel=False, framework="torchtitan")
-    r = plan_costs(numbers(model, load_hardware("h100-nvlink"), config), Choices.of(config))
-    lam = r["moe_load"]
-    assert lam > 1
-    assert r["layer_activation_bytes"] == pytest.approx(T16 * (26_120 + 4096 * 6 * (lam + 1)),
-                                                        rel=1e-12)
+    for flex, per_token in ((False, 44_680), (True, 26_120)):
+        config = PlanConfig(dp=8, ep=8, mbs=4, n_micro=1, gbs=32, seq_len=4096, zero_stage=3,
+                            recompute="selective", sequence_parallel=False,
+                            framework="torchtitan", torchtitan_flex_ac=flex)
+        r = plan_costs(numbers(model, load_hardware("h100-nvlink"), config), Choices.of(config))
+        lam = r["moe_load"]
+        assert lam > 1
+        assert r["layer_activation_bytes"] == pytest.approx(
+            T16 * (per_token + 4096 * 6 * (lam + 1)), rel=1e-12)

@@ -2,8 +2,9 @@
 every second `aten.mm` of a checkpointed block, the router gate (forced) and the routed experts'
 `torch._grouped_mm` (not in its save list) run again in the backward with every op it does not
 save, while the attention product (SDPA, flex) is saved (formulas.recompute.op_sac_recomputed_
-weights; torchtitan activation_checkpoint.py @ 99fee810b and v0.2.2) — except in its DeepSeek-V3
-flavours, whose flex attention runs in full AC (formulas.recompute.op_sac_regions). Megatron's
+weights; torchtitan activation_checkpoint.py @ 99fee810b, v0.2.2, 0.3.0) — except in its
+DeepSeek-V3 flavours before v0.2.1 (--torchtitan-flex-ac), whose flex attention ran in full AC
+(formulas.recompute.op_sac_regions). Megatron's
 selective recompute (the core attention) is unchanged. Hand-derived values throughout."""
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ ARGS = ["explain", "--model", MODEL_FILE, "--gpus", "8", "--hw", "h100-nvlink", 
         "dp8 tp1 pp1 ep8 mbs1 z3 sel", "--gbs", "8", "--seq-len", "4096", "--json"]
 
 
-def _terms(framework: str) -> dict:
-    r = CliRunner().invoke(app, [*ARGS, "--framework", framework])
+def _terms(framework: str, *extra: str) -> dict:
+    r = CliRunner().invoke(app, [*ARGS, "--framework", framework, *extra])
     assert r.exit_code == 0, r.output
     return {t["key"]: t["value"] for t in json.loads(r.stdout)["terms"]}
 
@@ -49,26 +50,42 @@ def test_a_llama_block_reruns_wk_wo_w3():
 
 
 def test_deepseek_v3_16b_moe_layer_by_hand():
-    # MLA without q compression, h 2048, 16 heads, d_nope 128, d_rope 64, r_kv 512, d_v 128. Its
-    # flex attention puts the attention in full AC (every weight rerun): wq 2048·16·192 =
-    # 6,291,456, wkv_a 2048·576 = 1,179,648, wkv_b 512·16·256 = 2,097,152, wo 2048·2048 =
-    # 4,194,304: 13,762,560. The MoE in op SAC, counted from its own first mm: the shared
-    # experts' one MLP of 2·1408 = 2816, w1, w3, w2 of 5,767,168 each, w3 rerun; the gate
-    # 2048·64 = 131,072 forced; 6 experts · 3 · 2048·1408 = 51,904,512 grouped:
+    # MLA without q compression, h 2048, 16 heads, d_nope 128, d_rope 64, r_kv 512, d_v 128, the
+    # whole block one op-SAC region (torchtitan >= v0.2.1): mms in call order wq 2048·16·192,
+    # wkv_a 2048·576 = 1,179,648 (rerun), wkv_b, wo 2048·2048 = 4,194,304 (rerun), the shared
+    # experts' one MLP of 2·1408 = 2816: w1, w3 (rerun, 5,767,168), w2; the gate 2048·64 =
+    # 131,072 forced; 6 experts · 3 · 2048·1408 = 51,904,512 grouped:
+    # 1,179,648 + 4,194,304 + 5,767,168 + 131,072 + 51,904,512 = 63,176,704
+    x = model_numbers(load_model(MODEL_FILE))
+    assert x["sac_moe_matmul"] == 63_176_704
+    # the dense first layer: wkv_a, wo and its MLP's w3 (2048·10944 = 22,413,312)
+    assert x["sac_dense_matmul"] == 1_179_648 + 4_194_304 + 22_413_312
+    # of 13,762,560 + 131,072 + 51,904,512 + 17,301,504 = 83,099,648 active: ρ = 0.760254...
+    terms = _terms("torchtitan")
+    assert terms["op_sac_share"] == pytest.approx(63_176_704 / 83_099_648, rel=1e-12)
+    # T_rec = ρ·T_mm + (T_fwd − T_mm − T_att − T_core): the compiled flex region is saved
+    rec = (terms["op_sac_share"] * terms["matmul_s"] + terms["forward_layer_s"]
+           - terms["matmul_s"] - terms["attention_s"] - terms.get("attention_core_s", 0))
+    assert terms["recompute_layer_s"] == pytest.approx(rec, rel=1e-12)
+    # its MoE scatter-adds (MoE.forward's scatter_add, gather's backward) whatever the switch
+    assert terms["moe_atomic_scatter_s"] > 0
+
+
+def test_deepseek_v3_16b_moe_layer_on_the_flex_path_by_hand():
+    # torchtitan before v0.2.1 (--torchtitan-flex-ac): its flex attention puts the attention
+    # in full AC (every weight rerun): wq 2048·16·192 = 6,291,456, wkv_a 1,179,648, wkv_b
+    # 512·16·256 = 2,097,152, wo 4,194,304: 13,762,560. The MoE in op SAC, counted from its own
+    # first mm: shared w3 rerun 5,767,168; the gate 131,072 forced; 51,904,512 grouped:
     # 13,762,560 + 5,767,168 + 131,072 + 51,904,512 = 71,565,312
     x = model_numbers(load_model(MODEL_FILE))
-    assert x["sac_moe_matmul"] == 71_565_312
-    # the dense first layer: the attention and its MLP's w3 (2048·10944 = 22,413,312)
-    assert x["sac_dense_matmul"] == 13_762_560 + 22_413_312
-    # of 13,762,560 + 131,072 + 51,904,512 + 17,301,504 = 83,099,648 active: ρ = 0.861202...
-    terms = _terms("torchtitan")
+    assert x["sac_moe_matmul_flex"] == 71_565_312
+    assert x["sac_dense_matmul_flex"] == 13_762_560 + 22_413_312
+    terms = _terms("torchtitan", "--torchtitan-flex-ac")
     assert terms["op_sac_share"] == pytest.approx(71_565_312 / 83_099_648, rel=1e-12)
     # T_rec = ρ·T_mm + (T_fwd − T_mm − T_att − T_core) + T_att: the flex product reruns too
     rec = (terms["op_sac_share"] * terms["matmul_s"] + terms["forward_layer_s"]
            - terms["matmul_s"] - terms.get("attention_core_s", 0))
     assert terms["recompute_layer_s"] == pytest.approx(rec, rel=1e-12)
-    # its MoE scatter-adds (MoE.forward's scatter_add, gather's backward) whatever the switch
-    assert terms["moe_atomic_scatter_s"] > 0
 
 
 def test_megatron_selective_is_the_core_attention():

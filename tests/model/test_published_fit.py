@@ -60,6 +60,8 @@ def fit_config(row: dict) -> PlanConfig:
         fp8_recipe=row.get("fp8_recipe"),
         fp8_param_gather=row.get("fp8_param_gather", False),  # enable_fsdp_float8_all_gather
         compile_loss=row.get("compile_loss", False),  # compile.components = ["loss"]
+        # torchtitan before v0.2.1 on its flex flavours: the attention in full AC
+        torchtitan_flex_ac=row.get("torchtitan_flex_ac", False),
         **extra)
 
 

@@ -116,6 +116,7 @@ def run_config(r: dict) -> PlanConfig:
         moe_forced_balance=bool(r.get("forced_balance")), mtp=r.get("mtp", True),
         moe_capacity_factor=r.get("capacity_factor"),
         moe_permute_fusion=r.get("permute_fusion", True),
+        torchtitan_flex_ac=r.get("torchtitan_flex_ac", False),  # torchtitan before v0.2.1
         moe_dispatcher={"hybridep": "deepep"}.get(r["dispatcher"], r["dispatcher"]))
 
 
