@@ -322,6 +322,11 @@ def _registry_entry(fw: str, m: ModelSpec) -> tuple[str, str, str]:
 
 def _check(fw: str, c: PlanConfig) -> None:
     """What torchtitan cannot run, refused with the reason."""
+    if c.torchtitan_flex_ac:
+        raise PlanError(f"{fw}: --torchtitan-flex-ac costs torchtitan before v0.2.1 (full AC on "
+                        "the attention of its flex-attention flavours); the releases plan3d "
+                        "writes for (0.2.2, 0.3.0) wrap the whole block in per-op SAC: leave "
+                        "--torchtitan-flex-ac out to emit")
     if c.recompute_layers:  # fit
         raise PlanError(f"{fw}: per-layer activation checkpointing (every N-th block) was "
                         f"removed at 114151ad4 (per-op selective only since); --recompute-layers "

@@ -209,6 +209,14 @@ FIT_FLAGS = ("fp8_recipe", "fp8_param_gather", "recompute_layers", "recompute_mo
 """fit: the flags _fit_fields reads together."""
 
 
+TORCHTITAN_FLAGS = {
+    "compile_loss": "torchtitan's compile.components ['loss']",
+    "torchtitan_flex_ac": "torchtitan's op SAC before v0.2.1 (full AC on a DeepSeek-V3 "
+                          "flavour's attention)",
+}
+"""fit: the plan flags that describe a torchtitan setting, refused under another framework."""
+
+
 def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=False,
                   offload="fit", **flags) -> PlanRequest:
     """The plan flags (cli.plan_flags.PlanFlags, by the PlanRequest field each sets), validated,
@@ -216,10 +224,11 @@ def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=Fa
     as given (pydantic checks it; validation_message names the flag). Raises PlanError or
     pydantic's ValidationError."""
     mode = _checked_numbers(flags, gpus, offload)
-    if flags.get("compile_loss") and framework != "torchtitan":  # fit
-        raise PlanError(f"--compile-loss is torchtitan's compile.components ['loss']; {framework} "
-                        "has no such setting: plan with --framework torchtitan, or leave "
-                        "--compile-loss out")
+    for name, what in TORCHTITAN_FLAGS.items():  # fit: settings only torchtitan has
+        if flags.get(name) and framework != "torchtitan":
+            flag = "--" + name.replace("_", "-")
+            raise PlanError(f"{flag} is {what}; {framework} has no such setting: plan with "
+                            f"--framework torchtitan, or leave {flag} out")
     fit = _fit_fields(flags)
     parsed = {name: parse(flags.get(name)) for name, parse in TEXT_FLAGS.items()}
     if flags.get("moe_shared_expert_overlap"):

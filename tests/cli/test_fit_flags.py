@@ -34,6 +34,10 @@ def test_explain_takes_the_recipe_and_the_levels_and_says_them_back():
     (["--framework", "deepspeed", "--zero", "1", "--recompute", "full", "--recompute-layers",
       "3"], "deepspeed does not run it"),
     (["--compile-loss"], "--compile-loss is torchtitan's"),  # fit: megatron has no such switch
+    (["--torchtitan-flex-ac"], "--torchtitan-flex-ac is torchtitan's"),
+    # costed for the published runs of torchtitan < v0.2.1, not written for 0.2.2/0.3.0
+    (["--framework", "torchtitan", "--zero", "3", "--torchtitan-flex-ac", "--emit",
+      "torchtitan"], "leave --torchtitan-flex-ac out to emit"),
 ])
 def test_flags_that_do_not_apply_are_refused_in_one_line(flags, says):
     r = runner.invoke(app, [*EXPLAIN, *flags])
