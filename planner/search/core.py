@@ -112,9 +112,12 @@ def fewest_gpus(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, target_
         best_seen = (n, step)
         if step <= target_step_s:
             result = _ranked(model, hw, sized, cols, costs, fits, top, len(cols["tp"]), headroom)
+            unsearched = [f"{k:,}" for k in sizes if k < n and k not in reach]
+            bound = (f"; {', '.join(unsearched)} not searched: even 100 % MFU misses it"
+                     if unsearched else "")
             return result.model_copy(update={"answer": (
-                f"{n:,} GPUs: the smallest size tried ({', '.join(f'{k:,}' for k in sizes)}) "
-                f"whose row 1 steps in ≤ {target_step_s:,.4g} s ({step:,.3f} s).")})
+                f"{n:,} GPUs: the smallest size ({', '.join(f'{k:,}' for k in sizes)}) "
+                f"whose row 1 steps in ≤ {target_step_s:,.4g} s ({step:,.3f} s){bound}.")})
     for n in [n for n in sizes if n not in reach] if best_seen is None else []:
         # none fits where searched: the best found, as searching every size finds it
         found = _row_one(model, hw, req.model_copy(update={"gpus": n}), headroom)
