@@ -154,7 +154,7 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
     """The `plan3d explain` arguments that reproduce `config` (a PlanConfig the search costed):
     the model and profile as the user named them, its GPU count, the layout as the table spells
     it (`--plan`), the global batch, and each setting the layout string does not carry where it
-    differs from explain's default. `framework`: the one the user asked for (None: the default).
+    differs from explain's default. `framework`: the one the user asked for (None: the plan's).
     seq_len_given: whether the search was given --seq-len (then explain is given it too).
     headroom: the search's --headroom, if given (explain then judges the margin as it did)."""
     c = config
@@ -162,6 +162,9 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
             "--plan", c.short_label(), "--gbs", str(c.gbs)]
     if seq_len_given:
         args += ["--seq-len", str(c.seq_len)]
+    # the framework the user named, else the plan's where it is not explain's default (one
+    # implied by --emit: the command must reproduce the row without it)
+    framework = framework or (c.framework if c.framework != "megatron" else None)
     if framework:
         args += ["--framework", framework]
     if headroom is not None:

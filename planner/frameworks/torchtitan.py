@@ -468,9 +468,10 @@ def _training(c: PlanConfig, notes: list[str]) -> dict[str, object]:
 
 def _general_notes(c: PlanConfig, notes: list[str]) -> None:
     if c.recompute is Recompute.SELECTIVE:
-        notes.append("Selective maps to per-op SAC: it saves matmul and attention outputs but "
-                     "recomputes pointwise ops and every second matmul, so memory is at or "
-                     "below the plan's and recompute time above it.")
+        notes.append("Selective is torchtitan's per-op SAC, as plan3d costs it: it saves "
+                     "attention outputs and every second matmul's, and recomputes the rest "
+                     "(pointwise ops, the other matmuls, the MoE router gate and grouped "
+                     "expert GEMMs).")
     if c.tp > 1 and not c.sequence_parallel:
         notes.append("torchtitan's TP always shards norms and residuals over the sequence "
                      "(sequence parallel); activations are smaller than the plan's.")

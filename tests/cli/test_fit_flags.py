@@ -71,3 +71,17 @@ def test_compile_loss_costs_torchtitans_compiled_loss_and_rides_along():
     r = runner.invoke(app, ["search", *base, "--compile-loss", "--top", "3"])
     assert r.exit_code == 0, r.output
     assert all("--compile-loss" in args for args in json.loads(r.stdout)["explain_args"])
+
+
+def test_a_framework_implied_by_emit_rides_along_in_the_row_command():
+    """search --emit torchtitan plans torchtitan's layouts without --framework: the row's explain
+    arguments must name it, or the pasted command explains a Megatron plan (and refuses
+    --compile-loss)."""
+    r = runner.invoke(app, ["search", "-m", "8b", "-n", "8", "--emit", "torchtitan",
+                            "--compile-loss", "--top", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    for args in json.loads(r.stdout)["explain_args"]:
+        assert args[args.index("--framework") + 1] == "torchtitan"
+        again = runner.invoke(app, [*args, "--json"])
+        assert again.exit_code == 0, again.output
+        assert json.loads(again.stdout)["config"]["framework"] == "torchtitan"
