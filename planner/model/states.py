@@ -45,10 +45,14 @@ def quantized_weight_bytes(x, c: Choices, k: SimpleNamespace, shards):
                     + x.amax * Q.amax_history_bytes(Q.LINEARS_PER_LAYER * k.layers))
 
 
-def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
+def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends, psi_e=0, edp=1):
     """What the framework holds beside the model states and activations, for a stage of psi
     parameters per GPU with `ends` embedding/head matrices: gathered ZeRO-3 layers, weights and
-    gradients kept unsharded across a pipelined step, fixed buckets, fp8 weight copies."""
+    gradients kept unsharded across a pipelined step, fixed buckets, fp8 weight copies. moe:
+    the stage's psi_e routed-expert parameters, sharded over their own edp group, are held
+    unsharded alike (torchtitan's apply_fsdp shards `moe.experts` over the edp mesh with the
+    block's reshard_after_forward, so ZeRO-2 keeps them gathered and a pipelined step keeps
+    them and their gradients whole)."""
     conv, z, t = c.framework.memory, int(c.zero_stage), k.t
     # data-parallel sharding on one rank falls back to no sharding (FSDP's NO_SHARD)
     shards = 1 - _ops.le(k.d_shard, 1)
@@ -72,10 +76,16 @@ def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends):
                                 + int(conv.head_unsharded) * ends * x.w_bytes * end_w
                                 + M.gathered_layers_bytes(layer_w, x.g_bytes,
                                                           conv.reduce_buffer_layers))
+    # moe: the routed experts where their edp group shards them (0 for a dense model)
+    shards_e = 1 - _ops.le(edp, 1) if any_row(x.moe) else 0
+    if z == 3:
+        held = held + shards_e * (1 - single_stage) * M.unsharded_stage_bytes(psi_e, pp_w)
     if z == 2 and conv.zero2_keeps_weights_gathered:
-        held = held + shards * M.unsharded_stage_bytes(psi, x.w_bytes)
+        held = held + (shards * M.unsharded_stage_bytes(psi, x.w_bytes)
+                       + shards_e * M.unsharded_stage_bytes(psi_e, x.w_bytes))
     if z >= 2:
-        held = held + shards * (1 - single_stage) * M.unsharded_stage_bytes(psi, pp_g)
+        held = held + (1 - single_stage) * (shards * M.unsharded_stage_bytes(psi, pp_g)
+                                            + shards_e * M.unsharded_stage_bytes(psi_e, pp_g))
     return held
 
 
@@ -108,7 +118,7 @@ def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_
     if c.offload:  # offload: the states that move to host memory leave the device
         w, g, o, host_states = offload_states(x, c, states, conv, w, g, o)
         host = host + host_states
-    held = held_buffers(x, c, k, psi, ends)
+    held = held_buffers(x, c, k, psi, ends, psi_e, edp)
     allocated = w + g + o + act + held
     frag = x.frag if conv.fragmentation is None else conv.fragmentation
     # the allocator's slack is on what the step allocates and frees, not on the model states,
