@@ -201,12 +201,13 @@ def exchange_traffic(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes)
     where the candidate's `deepep` column says so): an all-to-all's split over its NVLink and
     network peers, (g − 1)/(ep − 1) and (ep − g)/(ep − 1); an all-gather's or reduce-scatter's
     on its group's link; DeepEP's RDMA copies on the network and its forwarding on NVLink. The
-    forward's × fwd_passes (full recompute reruns them). Returns SimpleNamespace(fwd_nvl,
-    fwd_net, bwd_nvl, bwd_net)."""
+    forward's calls once in the forward pass; full recompute's reruns of them (fwd_passes − 1
+    more) run in the backward pass, with its own. Returns SimpleNamespace(fwd_nvl, fwd_net,
+    bwd_nvl, bwd_net)."""
     deepep, etp = [0, 0, 0, 0], deepep_etp_bytes(x, tokens, lam)
     for _, fwd, bwd, rdma, nvl, _ in deepep_calls(x, domain, tokens, lam):
         nvl = nvl + etp
-        for i, calls in ((0, fwd * fwd_passes), (2, bwd)):
+        for i, calls in ((0, fwd), (2, bwd + fwd * (fwd_passes - 1))):
             deepep[i], deepep[i + 1] = deepep[i] + calls * nvl, deepep[i + 1] + calls * rdma
     if dispatcher is Dispatcher.DEEPEP:
         return SimpleNamespace(**dict(zip(("fwd_nvl", "fwd_net", "bwd_nvl", "bwd_net"), deepep)))
@@ -219,7 +220,7 @@ def exchange_traffic(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes)
         else:
             inside = C.inside_domain(n, domain)
             nvl, net = inside * sent, (1 - inside) * sent
-        for i, calls in ((0, fwd * fwd_passes), (2, bwd)):
+        for i, calls in ((0, fwd), (2, bwd + fwd * (fwd_passes - 1))):
             nccl[i], nccl[i + 1] = nccl[i] + calls * nvl, nccl[i + 1] + calls * net
     return SimpleNamespace(**{name: _ops.select(x.deepep, d, n) for name, d, n in zip(
         ("fwd_nvl", "fwd_net", "bwd_nvl", "bwd_net"), deepep, nccl)})
