@@ -186,7 +186,7 @@ def _nccl_picks(symbol: str, expr, values: dict):
 
     from ..formulas.collectives import DISABLED_S
 
-    base = symbol.split(",")[0]
+    base = symbol  # the whole symbol: T_ep,layer₁ and T_ep,exp₁ are not one name
     subs, names = [], {}
     picks = [m for m in expr.atoms(sympy.Min) if sympy.Float(DISABLED_S) in m.args]
     for m in sorted(picks, key=sympy.default_sort_key):
@@ -202,7 +202,7 @@ def _fold(symbol: str, expr, values: dict, start: int = 0):
     shown once."""
     import sympy
 
-    base = symbol.split(",")[0]
+    base = symbol  # the whole symbol: T_ep,layer₁ and T_ep,exp₁ are not one name
     subs, known, names = [], dict(values), {}
     while True:
         inner = [c for c in expr.atoms(sympy.ceiling) if not c.args[0].has(sympy.ceiling)]
