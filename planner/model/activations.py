@@ -172,9 +172,6 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     def saved(recompute):
         return saved_layer_bytes(x, c, k, routed_ffn, recompute)
 
-    def moe_mla_act(recompute):
-        return moe_mla_layer_bytes(x, c, k, routed_ffn, recompute)
-
     not_mla = 1 - x.mla if k.moe_model else 1  # moe: an MLA layer's activations replace these
     levels = recompute_levels(x, c, k, routed_ffn, saved)
 
@@ -182,7 +179,8 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
 
     def layer_set(recompute):  # one layer's saved bytes at a level, MoE/MLA parts included
         drop = module_drop if recompute is Recompute.SELECTIVE else 0
-        return not_mla * levels[recompute] + moe_mla_act(recompute) - drop
+        return (not_mla * levels[recompute]
+                + moe_mla_layer_bytes(x, c, k, routed_ffn, recompute) - drop)
 
     # fit: partial recompute, r of the stage's layers recomputed fully and the rest keeping
     # everything; the stage holds layers × this mean layer (formulas.recompute)
@@ -208,18 +206,20 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
             units * g, g, layer_set(Recompute.FULL)) / k.layers)
     else:
         layer_act = note("layer_activation_bytes", layer_set(c.recompute))
+    all_set = (layer_set(Recompute.NONE) if c.recompute is Recompute.NONE  # the whole set,
+               else note("layer_all_bytes", layer_set(Recompute.NONE)))  # named where cut
     # the layer under backward recomputes what it did not save: under full recompute all of its
     # activations are alive for a moment (a whole group's under the uniform method: its g
     # layers rerun before their backward, formulas.recompute.grouped_working_bytes), under
     # selective the rest of them
     full_working = (RC.grouped_working_bytes(_ops.minimum(x.recompute_group, k.layers / k.v),
-                                             layer_set(Recompute.NONE))
+                                             all_set)
                     if grouped else
                     # fit: r < L recomputed layers rerun after the others freed theirs
-                    RC.partial_working_bytes(k.layers, recomputed, layer_set(Recompute.NONE))
-                    if partial else layer_set(Recompute.NONE))
+                    RC.partial_working_bytes(k.layers, recomputed, all_set)
+                    if partial else all_set)
     working_act = (full_working if c.recompute is Recompute.FULL else
-                   layer_set(Recompute.NONE) - layer_set(c.recompute)
+                   all_set - layer_act  # selective: neither partial nor grouped
                    if c.recompute is Recompute.SELECTIVE else 0)
     # and its activation gradients: the residual stream's and the MLP intermediates'
     grad_act = note("backward_gradient_bytes", A.backward_gradient_bytes(

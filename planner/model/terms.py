@@ -46,6 +46,10 @@ TERMS: dict[str, TermInfo] = {
                                        "one layer's saved activations for one micro-batch "
                                        "(Korthikanti 2022 Table 2; torchtitan: what its per-op "
                                        "policy keeps)"),
+    "layer_all_bytes": TermInfo("A_layer,all", "bytes", "memory",
+                                "one layer's activations with nothing recomputed: what the "
+                                "layer under backward holds for a moment once it has rerun "
+                                "what recompute dropped"),
     "inflight_first": TermInfo("n_f", "micro-batches", "pipeline",
                                "micro-batches the first stage holds at its peak (schedule)"),
     "inflight_last": TermInfo("n_l", "micro-batches", "pipeline",
@@ -177,7 +181,8 @@ TERMS: dict[str, TermInfo] = {
                            "regathers and the gradients' reduce-scatter, every group"),
     "zero_rs_s": TermInfo("T_z,rs", "s", "time",
                           "the gradients' reduce-scatter of one micro-batch's backward (the "
-                          "dense group's), of which the last bucket waits after the backward"),
+                          "dense group's): part of T_z,bwd; DeepSpeed's last bucket, T_z,rs/n, "
+                          "waits after the backward (T_z,mb)"),
     "zero_microbatch_exposed_s": TermInfo("T_z,mb", "s", "time",
                                           "ZeRO-2/3's collectives per micro-batch that its "
                                           "compute does not hide (the forward's gathers beside "
