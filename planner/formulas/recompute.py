@@ -273,7 +273,7 @@ def op_sac_recomputed_weights(counted_weights, forced_weights=0, grouped_weights
     return even + forced_weights + grouped_weights
 
 
-def op_sac_regions(flex_attention):
+def op_sac_regions(mla, flex_ac):
     """How torchtitan wraps a block for per-op selective AC, as (attention in full AC, 0/1):
     before v0.2.1 a model with flex attention and not compiled (its DeepSeek-V3 flavours) had its
     `attention` module in full AC — every attention weight and the attention product rerun —
@@ -282,9 +282,11 @@ def op_sac_regions(flex_attention):
     list holds the compiled flex region, `inductor_compiled_code`), the whole block in op SAC
     (the attention product saved). Source: torchtitan activation_checkpoint.py
     `_apply_op_sac_to_transformer_block_with_flex` @ 99fee810b and 176498cd4 (the published
-    rows' commits; removed at 575674a, v0.2.1). flex_attention: 0/1, the model's MLA flag
-    times PlanConfig.torchtitan_flex_ac."""
-    return flex_attention
+    rows' commits; removed at 575674a, v0.2.1). mla: 0/1, the model's MLA (flex-attention)
+    flag; flex_ac: 0/1, PlanConfig.torchtitan_flex_ac (the pre-v0.2.1 code).
+
+        r_att = [MLA]·[flex_ac]"""
+    return mla * flex_ac
 
 
 def op_sac_rerun_s(matmul_s, recomputed_share, forward_other_s, attention_s=0,

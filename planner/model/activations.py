@@ -41,20 +41,19 @@ def saved_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute):
 def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute):
     """moe: an MLA layer's own tensors and a MoE layer's dispatcher (the k − 1 extra token copies
     and the router's scores); 0 for a dense model. A torchtitan MLA + MoE block under selective
-    recompute is its per-op policy's whole set instead (torchtitan_sac_block_bytes)."""
+    recompute is its per-op policy's whole set instead (torchtitan_sac_block_bytes); an MLA
+    layer without MoE there keeps Korthikanti's MLA set, a MoE layer without MLA its
+    dispatcher's eager set beside the dense per-op set."""
     if not k.moe_model:
         return 0
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
-    if (c.framework.memory.activations is ActivationStyle.EAGER
-            and recompute is Recompute.SELECTIVE):
-        # fit: torchtitan's DeepSeek-V3 block keeps far less than the Korthikanti MLA set
-        return torchtitan_sac_block_bytes(x, c, k, routed_ffn)
+    eager = c.framework.memory.activations is ActivationStyle.EAGER
     mla = MO.mla_layer_activation_bytes(
         s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
         x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
     if recompute is Recompute.FULL:
         dispatch = 0
-    elif c.framework.memory.activations is ActivationStyle.EAGER:
+    elif eager:
         # torchtitan's eager MoE (formulas/moe_memory.py, exact against the CPU oracle): its
         # router, sort, gathered rows and fp32-scored combine; R = λ·T·k rows on the busiest rank
         dispatch = x.moe * MM.dispatch_saved_bytes(
@@ -64,36 +63,29 @@ def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute
         dispatch = x.moe * MO.moe_dispatch_activation_bytes(
             s, b, h, x.router_experts, x.top_k, t, cp, c.sequence_parallel, k.lam,
             x.act_bytes)
+    if eager and recompute is Recompute.SELECTIVE:
+        # fit: torchtitan's DeepSeek-V3 block keeps far less than the Korthikanti MLA set
+        mla = x.moe * torchtitan_sac_block_bytes(x, c, k) + (1 - x.moe) * mla
+        return x.mla * mla + (1 - x.mla) * dispatch
     return x.mla * mla + dispatch
 
 
-def torchtitan_sac_block_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn):
-    """fit: a torchtitan layer's MLA and MoE parts under its per-op selective AC. An MLA + MoE
-    block (DeepSeek-V3) is one set with the busiest rank's λ·T·k dispatched rows and its T·k
-    combined rows where ep > 1: the whole block one op-SAC region (torchtitan >= v0.2.1,
+def torchtitan_sac_block_bytes(x, c: Choices, k: SimpleNamespace):
+    """fit: a torchtitan MLA + MoE block (DeepSeek-V3) under its per-op selective AC, one set
+    with the busiest rank's λ·T·k dispatched rows and its T·k combined rows where ep > 1: the
+    whole block one op-SAC region (torchtitan >= v0.2.1,
     formulas.moe_memory.torchtitan_sac_mla_moe_block_bytes), or with `torchtitan_flex_ac` the
-    older flex path (torchtitan_flex_sac_block_bytes); an MLA layer
-    without MoE keeps Korthikanti's MLA set, a MoE layer without MLA its dispatcher's eager set
-    beside the dense per-op set (moe_mla_layer_bytes)."""
+    older flex path (torchtitan_flex_sac_block_bytes)."""
     s, b, h, t, cp, sp = k.s, k.b, k.h, k.t, k.cp, c.sequence_parallel
     rows_out = (1 - _ops.le(x.ep, 1)) * k.moe_tokens * x.top_k
     if c.torchtitan_flex_ac:
-        block = MM.torchtitan_flex_sac_block_bytes(
+        return MM.torchtitan_flex_sac_block_bytes(
             s / cp * b, k.lam * rows_out, rows_out, h, x.shared_ffn, x.n_shared, t, sp,
             x.act_bytes)
-    else:
-        block = MM.torchtitan_sac_mla_moe_block_bytes(
-            s / cp * b, k.lam * rows_out, rows_out, h, x.n_heads, x.q_rank, x.kv_rank,
-            x.head_dim - x.rope_dim, x.rope_dim, x.v_dim, x.top_k, x.shared_ffn, x.n_shared, t,
-            sp, x.act_bytes)
-    mla = MO.mla_layer_activation_bytes(
-        s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim,
-        routed_ffn, x.n_mlp, x.dropout, t, cp, sp, Recompute.SELECTIVE, c.attention,
-        x.act_bytes)
-    dispatch = x.moe * MM.dispatch_saved_bytes(
-        k.moe_tokens, k.lam * k.moe_tokens * x.top_k, h, x.router_experts, x.top_k, 1,
-        x.act_bytes)
-    return x.mla * (x.moe * block + (1 - x.moe) * mla) + (1 - x.mla) * dispatch
+    return MM.torchtitan_sac_mla_moe_block_bytes(
+        s / cp * b, k.lam * rows_out, rows_out, h, x.n_heads, x.q_rank, x.kv_rank,
+        x.head_dim - x.rope_dim, x.rope_dim, x.v_dim, x.top_k, x.shared_ffn, x.n_shared, t,
+        sp, x.act_bytes)
 
 
 def recompute_levels(x, c: Choices, k: SimpleNamespace, ffn, saved) -> dict:

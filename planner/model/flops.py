@@ -63,7 +63,7 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
         shares[Recompute.SELECTIVE] = (note("op_sac_mean_share", pick(
             lambda: op_sac_mean_share(x, k.L, n_moe_layers, c.torchtitan_flex_ac),
             x.sac_dense_matmul / active)),
-            pick(lambda: RC.op_sac_regions(x.mla * int(c.torchtitan_flex_ac)), 0))
+            pick(lambda: RC.op_sac_regions(x.mla, int(c.torchtitan_flex_ac)), 0))
     att_run_moe = att_flops(causal_skip)  # moe
     hardware_flops = note("hardware_flops", pick(
         lambda: F.mixed_model_flops(x.gbs, n_dense, n_moe, dense_mm_seq, moe_mm_seq,

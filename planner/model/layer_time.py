@@ -111,7 +111,7 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
         share = note("op_sac_share", pick(lambda: FL.op_sac_layer_share(x, h, c.torchtitan_flex_ac),
                                           x.sac_dense_matmul / k.active))
         selective_s = RC.op_sac_rerun_s(mm_s, share, fwd_s - mm_s - att_s - core_s, att_s,
-                                        RC.op_sac_regions(x.mla * int(c.torchtitan_flex_ac)))
+                                        RC.op_sac_regions(x.mla, int(c.torchtitan_flex_ac)))
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: selective_s,
                                              Recompute.FULL: k.rerun * fwd_s}[c.recompute])
     return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,
