@@ -146,6 +146,17 @@ def _resolve(expr, values: dict):
     return expr.replace(lambda e: isinstance(e, sympy.Piecewise), choose)
 
 
+def _valued(expr, values: dict) -> float:
+    """A formula's value at the plan's numbers (`values`: each symbol's), its Piecewise branches
+    chosen by them (_resolve); a plain number as it is."""
+    import sympy
+
+    if not isinstance(expr, sympy.Basic):
+        return float(expr)
+    value = _resolve(expr, values).xreplace(values)  # a bare symbol becomes its plain number
+    return float(value.doit() if isinstance(value, sympy.Basic) else value)
+
+
 def formula_text(expr) -> str:
     """A formula on one line, readable: products as ·, squares as ², other powers as ^."""
     import sympy
@@ -192,7 +203,7 @@ def _nccl_picks(symbol: str, expr, values: dict):
     for m in sorted(picks, key=sympy.default_sort_key):
         name = sympy.Symbol(f"{base}{str(len(subs) + 1).translate(SUBSCRIPTS)}", positive=True)
         names[m] = name
-        subs.append((str(name), NCCL_PICK_TEXT, float(m.xreplace(values).doit())))
+        subs.append((str(name), NCCL_PICK_TEXT, _valued(m, values)))
     return expr.xreplace(names), subs
 
 
@@ -211,7 +222,7 @@ def _fold(symbol: str, expr, values: dict, start: int = 0):
         for c in sorted(inner, key=sympy.default_sort_key):
             name = sympy.Symbol(f"{base}{str(start + len(subs) + 1).translate(SUBSCRIPTS)}",
                                 positive=True)
-            value = float(c.xreplace(known))
+            value = _valued(c, known)
             known[name] = value
             names[c] = name
             subs.append((str(name), formula_text(c), value))
@@ -229,8 +240,7 @@ def _named_sub_terms(name: str, exprs: tuple, values: dict, named: dict):
     term, kinds, label = name.split(":")
     if term not in TERMS:
         return exprs
-    found = [float(_resolve(e, values).xreplace(values).doit())
-             if isinstance(e, sympy.Basic) else float(e) for e in exprs]
+    found = [_valued(e, values) for e in exprs]
     if 0 in found:
         return tuple(0 for _ in exprs)
     out = []
@@ -253,7 +263,7 @@ def _atoms_decided(expr, values: dict):
         return guard or all(a.is_Number or a.is_Symbol for a in e.args)
 
     def decide(e):
-        vals = [float(a.xreplace(values)) for a in e.args]
+        vals = [_valued(a, values) for a in e.args]
         pick = max if isinstance(e, sympy.Max) else min
         return e.args[vals.index(pick(vals))]
 
