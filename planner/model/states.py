@@ -78,14 +78,17 @@ def held_buffers(x, c: Choices, k: SimpleNamespace, psi, ends, psi_e=0, edp=1):
                                                           conv.reduce_buffer_layers))
     # moe: the routed experts where their edp group shards them (0 for a dense model)
     shards_e = 1 - _ops.le(edp, 1) if any_row(x.moe) else 0
+
+    def whole(per_param):  # the stage's dense and expert parameters held unsharded
+        return (shards * M.unsharded_stage_bytes(psi, per_param)
+                + shards_e * M.unsharded_stage_bytes(psi_e, per_param))
+
     if z == 3:
         held = held + shards_e * (1 - single_stage) * M.unsharded_stage_bytes(psi_e, pp_w)
     if z == 2 and conv.zero2_keeps_weights_gathered:
-        held = held + (shards * M.unsharded_stage_bytes(psi, x.w_bytes)
-                       + shards_e * M.unsharded_stage_bytes(psi_e, x.w_bytes))
+        held = held + whole(x.w_bytes)
     if z >= 2:
-        held = held + (1 - single_stage) * (shards * M.unsharded_stage_bytes(psi, pp_g)
-                                            + shards_e * M.unsharded_stage_bytes(psi_e, pp_g))
+        held = held + (1 - single_stage) * whole(pp_g)
     return held
 
 
