@@ -247,6 +247,11 @@ class Framework:
     fused_permutation: bool = True
     """moe: whether the framework has a fused token permutation that PlanConfig.moe_permute_fusion
     turns on; without one (torchtitan) its un-permutation always scatter-adds."""
+    moe_forward_sync: str = "none"
+    """moe: where the host waits for the device in an MoE layer's forward, to read the routed
+    token counts as Python numbers, so that the layer's forward runs from an empty launch queue
+    (formulas/host.py): "always" (every MoE layer), "ep" (with ep > 1 only: the all-to-all's
+    split sizes), "none"."""
     op_sac_selective: bool = False
     """Whether "selective" recompute is torchtitan's per-op policy — every second mm, the router
     gate and the grouped expert GEMMs rerun with every unsaved op, the attention product saved

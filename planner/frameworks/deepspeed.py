@@ -491,4 +491,8 @@ FRAMEWORK = Framework(
     # (Jacobs et al. 2023; deepspeed/sequence/layer.py @ edaa72212 DistributedAttention),
     # priced by formulas/context.py with c_a = cp; there is no ring or hierarchical form
     cp_kinds=(ContextKind.ALL_TO_ALL,),
+    # moe: AutoEP with ep > 1 brings the all-to-all's split sizes to the host ("share a single
+    # device-to-host sync": module_inject/auto_ep_layer.py _split_plan_from_expert_counts,
+    # `.cpu().tolist()` @ edaa72212); with ep = 1 it keeps the counts on the device
+    moe_forward_sync="ep",
 )

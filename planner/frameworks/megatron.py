@@ -755,5 +755,13 @@ FRAMEWORK = Framework(
     unfused_permute_scatters=True,
     # moe: --mtp-num-layers (core/transformer/multi_token_prediction.py @ d98e8a64dd)
     trains_mtp=True,
+    # moe: every dispatcher waits for the token counts on the host once per MoE layer forward:
+    # the all-to-all's `_maybe_dtoh_and_synchronize` at its cuda_sync_point, which is "no_sync"
+    # only when padding to capacity (--moe-pad-expert-input-to-capacity, not a plan3d setting),
+    # also with ep = tp = 1 ("before_finish", for the counts' CPU value); the all-gather's
+    # `.cpu()`; DeepEP's dispatch returning num_recv_tokens_per_expert_list (moe/token_
+    # dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, MoEAllGatherTokenDispatcher, moe/
+    # fused_a2a.py FusedDispatch @ d98e8a64dd); the backward reuses the split lists
+    moe_forward_sync="always",
     dp_step_phases=megatron_step_phases,
 )

@@ -685,4 +685,12 @@ FRAMEWORK = Framework(
     # replaced the forward's by an index-put and a bmm), with no fused alternative
     unfused_permute_scatters=True,
     fused_permutation=False,
+    # moe: with ep > 1 the dispatch copies the all-to-all's split sizes to the host with a
+    # blocking `.to("cpu")` and `.tolist()` ("this would incur a device-to-host sync":
+    # distributed/expert_parallel.py ExpertParallel._token_dispatch @ 99fee810b); with ep = 1
+    # the grouped GEMM's padding runs "without incurring synchronization between device and
+    # host" (the same file, expert_parallel). The backward's all-to-all reuses the lists; the
+    # op-SAC policy saves the device-to-host copy (MUST_SAVE, activation_checkpoint.py
+    # _apply_op_sac), so its recompute does not wait again; full AC reruns the forward and does
+    moe_forward_sync="ep",
 )

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from ..formulas import _ops
 from ..formulas import flops as F
+from ..formulas import host as H
 from ..formulas import moe as MO
 from ..formulas import moe_layer as ML
 from ..formulas import quantization as Q
@@ -97,11 +98,13 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     fused = c.moe_permute_fusion and c.framework.fused_permutation
     if k.moe_model and c.framework.unfused_permute_scatters and not fused:
         scatter_s = note("moe_atomic_scatter_s", x.moe * unfused_scatter_s(x, k))
-    fwd_s = note("forward_layer_s", mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s
-                 + scatter_s)
+    gpu_fwd_s = mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s + scatter_s
+    # moe: the host's share where the framework waits for the token counts (forward only)
+    host_s = host_wait_s(x, c, k, gpu_fwd_s, note)
+    fwd_s = note("forward_layer_s", gpu_fwd_s + host_s)
     att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
-    bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - att_s - scatter_s, att_s, att_bwd)
-                 + scatter_s)
+    bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - host_s - att_s - scatter_s,
+                                                        att_s, att_bwd) + scatter_s)
     # what the backward runs again: the checkpointed modules' forward (the attention core;
     # fit: the MLP's matmuls with `mlp`), or the recomputed layers' whole forward
     modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
@@ -110,12 +113,28 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     if FL.op_sac(c):  # torchtitan's per-op SAC: share ρ of the matmuls, every unsaved op
         share = note("op_sac_share", pick(lambda: FL.op_sac_layer_share(x, h, c.torchtitan_flex_ac),
                                           x.sac_dense_matmul / k.active))
-        selective_s = RC.op_sac_rerun_s(mm_s, share, fwd_s - mm_s - att_s - core_s, att_s,
+        selective_s = RC.op_sac_rerun_s(mm_s, share, fwd_s - host_s - mm_s - att_s - core_s, att_s,
                                         RC.op_sac_regions(x.mla, int(c.torchtitan_flex_ac)))
     recompute_s = note("recompute_layer_s", {Recompute.NONE: 0, Recompute.SELECTIVE: selective_s,
                                              Recompute.FULL: k.rerun * fwd_s}[c.recompute])
     return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,
                            recompute_s=recompute_s, quant_s=quantize_layer_s(x, c, k, note))
+
+
+def host_wait_s(x, c: Choices, k: SimpleNamespace, gpu_fwd_s, note=same):
+    """moe: what one MoE layer's forward adds where the framework's host waits for the device
+    once in it (Framework.moe_forward_sync): its forward from that wait to the next runs from an
+    empty launch queue, formulas.host.synced_exposed_s of the layer's GPU time and the kernels
+    it launches (moe.forward_kernels) at t_h each. layer_times keeps it out of the backward
+    (autograd reuses the split lists) and torchtitan's op-SAC recompute (its policy saves the
+    copy); full recompute reruns the forward and its wait."""
+    sync = c.framework.moe_forward_sync
+    if not k.moe_model or sync == "none":
+        return 0
+    synced = 1 if sync == "always" else 1 - _ops.le(x.ep, 1)
+    kernels = MOE.forward_kernels(x, c.moe_dispatcher, c.framework.expert_gemm_streams)
+    return note("moe_host_wait_s", x.moe * synced * H.synced_exposed_s(gpu_fwd_s, kernels,
+                                                                       x.host_op_s))
 
 
 def unfused_scatter_s(x, k: SimpleNamespace):

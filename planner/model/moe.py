@@ -113,16 +113,27 @@ def forward_extra_s(x, dispatcher: Dispatcher, tokens, lam, tp, streams=0):
     follows the layer's (backward_layer_s doubles it)."""
     passes = ROUTER_PASSES[(Balancing.AUX_LOSS, False)]
     local = MO.local_experts(x.n_experts, x.ep)
-    per_expert = int(streams > 0)
 
     def term(kind: Dispatcher):
         moved = S.memory_bound_bytes(tokens, x.top_k, x.hidden, x.n_experts, local, kind,
                                      passes, tp, x.ep, lam, x.act_bytes)
         return (T.memory_bound_time_s(moved, x.hbm_bw, x.hbm_eff)
-                + T.kernel_overhead_s(S.layer_kernels(kind, False, local, per_expert),
-                                      x.kernel_s))
+                + T.kernel_overhead_s(_layer_kernels(x, kind, streams), x.kernel_s))
 
     return _by_dispatcher(x, dispatcher, term)
+
+
+def _layer_kernels(x, kind: Dispatcher, streams):
+    """moe_step.layer_kernels of the plan's layer under dispatcher `kind`: one GEMM launch per
+    local expert where the framework runs its grouped GEMMs on `streams` > 0 streams."""
+    return S.layer_kernels(kind, False, MO.local_experts(x.n_experts, x.ep), int(streams > 0))
+
+
+def forward_kernels(x, dispatcher: Dispatcher, streams=0):
+    """Kernels one MoE layer's forward launches: a fused layer's (timing.KERNELS_PER_LAYER_
+    FORWARD) and those the router, the dispatch and the experts add (moe_step.layer_kernels)."""
+    return T.KERNELS_PER_LAYER_FORWARD + _by_dispatcher(
+        x, dispatcher, lambda kind: _layer_kernels(x, kind, streams))
 
 
 def ep_link(x, domain) -> SimpleNamespace:

@@ -12,6 +12,7 @@ from ..formulas import _ops
 from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import flops as F
+from ..formulas import host as HOST
 from ..formulas import moe_layer as ML
 from ..formulas import params as P
 from ..formulas import quantization as Q
@@ -226,6 +227,8 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         # moe: the links' nominal one-way rates, which DeepEP's measured efficiency is taken of
         fast_link_bw=hw.fast.gb_per_s * 1e9, net_link_bw=hw.network.gb_per_s * 1e9,
         kernel_s=hw.efficiency.kernel_overhead_us * 1e-6,
+        # moe: the host's seconds per eager kernel launch, where a framework waits (formulas.host)
+        host_op_s=HOST.HOST_OP_S,
         # moe: PyTorch's atomic scatter-add, Megatron's un-fused un-permutation (formulas.moe_layer)
         scatter_bw=ML.SCATTER_ADD_BYTES_PER_S,
         n_sm=hw.sm_count or 0, tile_rows=hw.gemm_tile[0], tile_cols=hw.gemm_tile[1],

@@ -262,6 +262,10 @@ TERMS: dict[str, TermInfo] = {
                                      "scatter-add at W_sc beyond the "
                                      "streaming pass, forward; once more in the backward "
                                      "(index_add_)"),
+    "moe_host_wait_s": TermInfo("T_host", "s", "time",
+                                "one MoE layer's forward from the host's wait for the token "
+                                "counts (the framework's sync): the first launch, or the "
+                                "host's excess n·t_h − G over the GPU; forward only"),
     "expert_wave_efficiency": TermInfo("w_exp", "fraction", "time",
                                        "grouped expert GEMMs: tokens per expert padded to "
                                        "tiles, tiles in waves"),

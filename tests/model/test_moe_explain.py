@@ -10,7 +10,8 @@ from planner.model.estimate import estimate
 from planner.model.explain import explain
 from planner.schema import PlanConfig
 
-MOE_TERMS = ("moe_load", "moe_router_permute_s", "expert_matmul_s", "expert_wave_efficiency",
+MOE_TERMS = ("moe_load", "moe_router_permute_s", "moe_host_wait_s", "expert_matmul_s",
+             "expert_wave_efficiency",
              "all_to_all_s", "ep_exposed_s", "ep_bytes", "moe_dispatch_buffer_bytes")
 
 PLANS = {

@@ -57,8 +57,7 @@ scales it, T = G + H on both gives G ≈ 0.95 s on H100 (plan3d: 0.77) and a GPU
 H ≈ 0.48 s a step: host-side time, which plan3d prices only as t_k per kernel (4 µs) on the GPU. torchtitan's EP dispatch synchronises
 the host with the device once per MoE layer's forward (`input_splits.tolist()`,
 torchtitan/distributed/expert_parallel.py l.113–120 @ 99fee810b), emptying the launch queue;
-its router, permutation and experts run as eager kernels. No source or micro-benchmark fixes a
-per-operation host cost, so none is modelled (README, MoE section).
+its router, permutation and experts run as eager kernels.
 
 What torchtitan's step runs that plan3d did not cost, from its source at the rows' commits:
 its per-op selective AC reruns every second `aten.mm` of a block, the router gate and the routed
@@ -70,7 +69,16 @@ with an atomic `scatter_add`, whose gather's backward is another (models/moe/moe
 176498cd4), costed at TileOPs' measured rate as Megatron's un-fused path is. The H100 row moves
 −45.8 → −24.8 %, the B200 row −59.9 → −36.2 % (still held to direction); no Megatron row moves.
 What is left is 0.35 s a step on H100 and 0.34 s on B200: the same on both GPUs, as host-side
-time would be."""
+time would be.
+
+The host's wait itself is costed since (T_host, formulas/host.py: a layer's forward from an
+empty launch queue is max(G + t_h, n·t_h), t_h = 6 µs a kernel from a micro-benchmark and
+tritonbench's cuLaunchKernel): every row's layers are GPU-bound at it, so each MoE layer's
+forward gains one launch and the rows move by under 0.1 point (the torchtitan pair −24.83 →
+−24.81 %, −36.15 → −36.13 %; the kept median 11.4 % unchanged). The rest is not that wait: a
+host-bound forward would need n·t_h ≈ 22 ms a layer on H100 and 18 ms on B200 (the gap over the
+26 MoE layers plus plan3d's forward), two host times for one program — 250 µs for each of the
+90 kernels counted."""
 
 from __future__ import annotations
 
