@@ -240,6 +240,10 @@ class Framework:
     expert (torch._grouped_mm); n > 0, one GEMM per local expert spread over n CUDA streams
     (Transformer Engine's GroupedLinear: formulas.moe_step.grouped_gemm_launches and
     formulas.moe.concurrent_experts)."""
+    fp8_expert_gemms: bool = True
+    """moe: whether its FP8 recipe runs the routed experts' grouped GEMMs in FP8; False where
+    only linear layers are converted and the experts' GEMMs stay 16-bit (costed at the 16-bit
+    peak and efficiency)."""
     unfused_permute_scatters: bool = False
     """moe: with its permutation fusion off (PlanConfig.moe_permute_fusion False) the framework
     un-permutes by PyTorch's atomic scatter-add (Megatron-Core's moe_utils.unpermute, and

@@ -530,6 +530,9 @@ def _titan_02(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
         sections["model"]["converters"] = ["quantize.linear.float8"]
         notes.append("FP8: torchao Float8Linear via model.converters (recipe in "
                      "[quantize.linear.float8] recipe_name; tensorwise by default).")
+        if m.is_moe:
+            notes.append("FP8: the routed experts' grouped GEMMs stay bf16, as costed "
+                         "(quantize.grouped_mm.float8 is a prototype needing pp = cp = 1).")
     sections.update(_sections(c, m, "0.2", notes))
     ac: dict[str, object] = {"mode": c.recompute.value}
     if c.recompute is Recompute.SELECTIVE:
@@ -693,4 +696,10 @@ FRAMEWORK = Framework(
     # op-SAC policy saves the device-to-host copy (MUST_SAVE, activation_checkpoint.py
     # _apply_op_sac), so its recompute does not wait again; full AC reruns the forward and does
     moe_forward_sync="ep",
+    # moe: the FP8 plan3d writes is the Float8Linear converter ("quantize.linear.float8"), which
+    # swaps nn.Linear only; the routed experts are GroupedExperts parameters run by
+    # torch._grouped_mm and stay bf16. Their converter ("quantize.grouped_mm.float8", rowwise)
+    # is a prototype that asserts pp = cp = 1 (components/quantization/float8.py
+    # Float8GroupedMMConverter @ v0.2.2 l.176-200) and is not written
+    fp8_expert_gemms=False,
 )

@@ -20,7 +20,8 @@ from . import moe as MOE
 from .numbers import Choices, may_be_nonzero, moe_picker, same
 
 
-def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, note=same):
+def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, fp8_experts=True,
+                note=same):
     """moe: a MoE/MLA layer's GEMMs (the time sizes a MoE layer, a stage's heaviest): the
     non-expert weights over t at their own wave quantisation, the expert GEMMs per GPU as
     T·k·load tokens through one expert each (etp splits the expert and gathers etp× the
@@ -45,9 +46,13 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, note=same):
             padded, h, x.expert_ffn, x.n_mlp, x.etp,
             MO.concurrent_experts(MO.local_experts(x.n_experts, x.ep), streams),
             _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols), 1))
+    # a framework whose FP8 recipe converts linear layers only runs the experts' grouped GEMMs
+    # in 16 bits (Framework.fp8_expert_gemms)
+    peak, eff = ((x.peak_flops, x.gemm_eff) if fp8_experts
+                 else (x.peak_flops_16, x.gemm_eff_16))
     expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
         F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul)
-        * padded / rows_per_expert, x.peak_flops, x.gemm_eff * expert_wave))
+        * padded / rows_per_expert, peak, eff * expert_wave))
     ne_s = T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
                             x.gemm_eff * ne_wave)
     if may_be_nonzero(x.shared_matmul):
@@ -72,6 +77,7 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
         _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols, tokens * x.top_k / x.n_experts), 1))
     mm_s = note("matmul_s", pick(lambda: moe_matmul_s(x, k, tokens, has_sm,
                                                               c.framework.expert_gemm_streams,
+                                                              c.framework.fp8_expert_gemms,
                                                               note),
                                  T.compute_time_s(F.layer_matmul_flops(s, b, k.active) / (t * cp),
                                                   x.peak_flops, x.gemm_eff * wave)))

@@ -349,6 +349,19 @@ def test_torchtitan_fp8_and_selective(llama70b):
     # (components/quantization/float8.py register_model_converter)
     assert doc["model"]["converters"] == ["quantize.linear.float8"]
     assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert not any("grouped GEMMs" in n for n in emit("torchtitan@0.2", INTERLEAVED_ZERO3_CP,
+                                                       llama70b).notes)
+
+
+def test_torchtitan_fp8_moe_says_its_experts_stay_bf16():
+    # Float8Linear converts nn.Linear only; the routed experts' grouped GEMMs stay bf16 as
+    # costed (Framework.fp8_expert_gemms False), and no grouped-mm converter is written
+    qwen = load_model("qwen3-30b-a3b")
+    plan = PlanConfig(framework="torchtitan", dp=8, ep=8, mbs=1, n_micro=1, gbs=8, seq_len=4096,
+                      zero_stage=3, precision="fp8", recompute="full")
+    r = emit("torchtitan@0.2", plan, qwen)
+    assert tomllib.loads(r.text)["model"]["converters"] == ["quantize.linear.float8"]
+    assert any("grouped GEMMs stay bf16" in n for n in r.notes)
 
 
 # --------------------------------------------------------------------------------------------
