@@ -566,6 +566,14 @@ def _bridge_doc(c: PlanConfig, m: ModelSpec, model: dict, notes: list[str]) -> d
         "mixed_precision": bridge_precision(c, notes),
     }
     ddp: dict[str, object] = {"overlap_grad_reduce": c.overlap_grad_reduce}
+    if c.overlap_grad_reduce and c.zero_stage >= ZeroStage.OPTIMIZER:
+        # the gather overlapped as costed (and as --emit megatron writes --overlap-param-gather);
+        # DistributedDataParallelConfig's default is False, and Megatron-LM aligns the gather
+        # across a virtual pipeline's chunks, which a ConfigContainer must say itself
+        # (arguments.py, distributed_data_parallel_config.py @ d98e8a64dd)
+        ddp["overlap_param_gather"] = True
+        if c.vpp > 1:
+            ddp["align_param_gather"] = True
     optimizer: dict[str, object] = {}
     if c.zero_stage >= ZeroStage.OPTIMIZER:
         ddp["use_distributed_optimizer"] = True

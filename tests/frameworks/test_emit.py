@@ -271,6 +271,11 @@ def test_nemo_yaml_round_trip(config, llama70b):
             "optim_grads" if config.zero_stage == 2 else "optim_grads_params")
     else:
         assert "dist" not in doc and "use_megatron_fsdp" not in doc["ddp"]
+    # the gather overlapped as costed and as --emit megatron writes --overlap-param-gather;
+    # aligned across the chunks of a virtual pipeline, as Megatron-LM's arguments set it
+    gathers = config.overlap_grad_reduce and config.zero_stage >= 1
+    assert doc["ddp"].get("overlap_param_gather", False) is gathers
+    assert doc["ddp"].get("align_param_gather", False) is (gathers and config.vpp > 1)
     assert doc["mixed_precision"] == {"bf16": "bf16_mixed", "fp16": "fp16_mixed",
                                       "fp8": "bf16_with_fp8_delayed_scaling_mixed"}[
                                           config.precision.value]
