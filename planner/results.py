@@ -82,10 +82,12 @@ class Comm(_Out):
     tp_bytes: float
     pp_bytes: float
     cp_bytes: float
+    ep_bytes: float = 0.0  # moe: the expert all-to-all's bytes (0 without experts or at ep = 1)
     dp_link: Literal["nvlink", "network", "none"] = "none"
     tp_link: Literal["nvlink", "network", "none"] = "none"
     pp_link: Literal["nvlink", "network", "none"] = "none"
     cp_link: Literal["nvlink", "network", "none"] = "none"
+    ep_link: Literal["nvlink", "network", "none"] = "none"
     # placement and links (formulas/comm.py): the bus bandwidth each group's collectives get per
     # GPU (bytes/s), the share of its link it keeps while other groups' traffic runs beside it,
     # its ranks per NVLink domain, and how busy each link is over the step
@@ -120,6 +122,8 @@ class Time(_Out):
     pp_exposed_s: float
     cp_exposed_s: float
     dp_exposed_s: float
+    # moe: the expert all-to-all compute does not hide; exposed_comm_s is the five groups' sum
+    ep_exposed_s: float = 0.0
     optimizer_s: float
     tokens_per_s: float
     mfu: float

@@ -59,12 +59,11 @@ EP_PART = "exposed all-to-all (EP)"
 
 def step_parts(t: Time) -> dict[str, float]:
     """The step's parts in seconds, named as the reasons name them: STEP_PARTS, and the exposed
-    expert all-to-all — the exposed communication the four groups' parts leave (0 without
-    experts). They add up to the step: step = compute + bubble + exposed communication +
-    optimizer + offload + stragglers (planner.model.step's composition)."""
+    expert all-to-all (0 without experts). They add up to the step: step = compute + bubble +
+    exposed communication + optimizer + offload + stragglers (planner.model.step's
+    composition)."""
     parts = {name: getattr(t, key, 0.0) for key, name in STEP_PARTS.items()}
-    parts[EP_PART] = t.exposed_comm_s - (t.tp_exposed_s + t.dp_exposed_s + t.pp_exposed_s
-                                         + t.cp_exposed_s)
+    parts[EP_PART] = t.ep_exposed_s
     return parts
 
 

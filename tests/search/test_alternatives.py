@@ -73,8 +73,8 @@ def test_hybrid_sharding_read_off_the_search_when_searched():
 
 def test_step_differences_name_every_part_and_their_sum():
     parts = dict(compute_s=5.0, bubble_s=0.5, tp_exposed_s=0.0, dp_exposed_s=0.2,
-                 pp_exposed_s=0.0, cp_exposed_s=0.0, optimizer_s=0.1, offload_s=0.0,
-                 exposed_comm_s=0.2, step_s=5.8)
+                 pp_exposed_s=0.0, cp_exposed_s=0.0, ep_exposed_s=0.0, optimizer_s=0.1,
+                 offload_s=0.0, exposed_comm_s=0.2, step_s=5.8)
     plan = SimpleNamespace(**parts)
     # other: bubble 0.5 → 0.2 (−0.3 s), exposed TP 0 → 0.1 (+0.1 s); step 5.8 → 5.6 (−0.2 s):
     # every part that differs, the largest first, and their sum
@@ -82,8 +82,9 @@ def test_step_differences_name_every_part_and_their_sum():
                                "exposed_comm_s": 0.3, "step_s": 5.6})
     assert step_differences(plan, other) == "bubble −0.300 s, exposed TP +0.100 s = −0.200 s"
     assert step_differences(plan, plan) == ""
-    # the expert all-to-all is what the exposed communication leaves after the four groups
-    moe = SimpleNamespace(**{**parts, "exposed_comm_s": 0.5, "step_s": 6.1})
+    # the expert all-to-all's exposed time, a part of its own (Time.ep_exposed_s)
+    moe = SimpleNamespace(**{**parts, "ep_exposed_s": 0.3, "exposed_comm_s": 0.5,
+                             "step_s": 6.1})
     assert step_differences(plan, moe) == "exposed all-to-all (EP) +0.300 s"
 
 
