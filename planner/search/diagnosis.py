@@ -4,6 +4,7 @@ nearest values of each degree and GPU count that work."""
 from __future__ import annotations
 
 import itertools
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -85,7 +86,7 @@ def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str
             f"{budget / gib:.1f} GiB usable; would fit with " + ", or ".join(hints))
 
 
-DIAGNOSED_DIMS = ("tp", "pp", "cp", "vpp", "mbs", "dp")
+DIAGNOSED_DIMS = ("tp", "pp", "cp", "vpp", "mbs", "dp", "ep", "etp")
 
 
 NEAREST_SHOWN = 8  # values suggested per dimension
@@ -247,7 +248,10 @@ def no_layout_message(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -
         raw = len(space["tp"])
     for count, said in removals.values():
         reasons.append((count, said))
-    reasons.sort(key=lambda r: -r[0])
+    # a rule that names a value the user fixed (ep=3 …) is the cause, whatever else it removed
+    named = re.compile("|".join(rf"(?<![a-z]){dim}={v}\b" for dim in DIAGNOSED_DIMS
+                                for v in (getattr(req, dim) or ())) or "(?!)")
+    reasons.sort(key=lambda r: (not named.search(r[1]), -r[0]))
     said = "; ".join(f"{text} (removed {count:,})" for count, text in reasons[:3])
     total = raw * settings
     hints = []

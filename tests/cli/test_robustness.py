@@ -304,6 +304,15 @@ def test_nothing_satisfies_the_constraints_exits_1():
     assert "--mbs 1, 2, 4, 8" in line  # the values of the fixed dimension that would work
 
 
+def test_a_fixed_value_no_rule_admits_leads_the_reasons():
+    # --ep 3 on DeepSeek-V3's 256 routed experts: the rule naming ep=3 is the cause, said
+    # first though other rules removed more candidates, and the expert degrees that work listed
+    r = run("search", "-m", "deepseek-v3", "-n", "2048", "--hw", "h800-nvlink", "--ep", "3")
+    line = assert_one_line_error(r, 1, "no layout of deepseek-v3 satisfies the constraints")
+    assert line.split(" candidates, ", 1)[1].startswith("ep=3 must divide the 256 routed")
+    assert "--ep 1, 2, 4, 8, 16, 32, 64, 128" in line
+
+
 # ---------------------------------------------------------------------------------------------
 # The interface: help documents the exit codes; internal errors are one line too
 
