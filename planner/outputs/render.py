@@ -736,11 +736,12 @@ def render_models(listing, out: Console) -> None:
         Column("h", [str(m.hidden) for m in rows]),
         Column("a/kv", [f"{m.n_heads}/{m.n_kv_heads}" for m in rows]),
         Column("seq", [str(m.seq_len) for m in rows]),
-        Column("aliases", [",".join(m.aliases) for m in rows], priority=1, justify="left"),
-        Column("ffn", [str(m.ffn) for m in rows], priority=2),
-        Column("V", [str(m.vocab) for m in rows], priority=3),
+        Column("aliases", [",".join(m.aliases) for m in rows], priority=2, justify="left"),
+        Column("ffn", [str(m.ffn) for m in rows], priority=3),
+        Column("V", [str(m.vocab) for m in rows], priority=4),
+        # the experts (×E) say which models are MoE: the last optional column to go
         Column("mlp", [m.mlp + (f" ×{m.n_experts}" if m.n_experts > 1 else "") for m in rows],
-               priority=4, justify="left"),
+               priority=1, justify="left"),
     ]
     out.print(fitted_table(out, columns))
 

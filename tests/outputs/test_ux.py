@@ -64,6 +64,14 @@ def test_every_command_fits_the_terminal_without_truncating(args, columns):
     assert not too_long, too_long
 
 
+def test_models_says_which_are_moe_at_80_columns():
+    # the mlp column (×E routed experts) is the last optional one to go: at 80 columns the
+    # vocabulary and FFN width give way first
+    out = run("models", columns=80).stdout
+    assert re.search(r"^ deepseek-v3 .* swiglu ×256 *$", out, re.M), out
+    assert re.search(r"^ mixtral-8x7b .* swiglu ×8 *$", out, re.M), out
+
+
 def test_explains_verdict_wraps_short_of_the_width():
     # the verdict's words wrap at 78 at 80 columns (the width less 2): the peak line, 80
     # columns before, now breaks before 'the rest'
