@@ -189,7 +189,9 @@ TERMS: dict[str, TermInfo] = {
                                           "the forward, the rest beside the backward, each "
                                           "max(T/n, T − W·(n−1)/n) for the framework's n pieces: "
                                           "FSDP2 blocks; DeepSpeed's first fetch and last "
-                                          "reduce bucket), with σ of the hidden part"),
+                                          "reduce bucket), with σ of the hidden part; "
+                                          "averaged over the m micro-batches where they run "
+                                          "fewer times (FSDP2 under pp: once a step, ×1/m)"),
     "optimizer_s": TermInfo("T_opt", "s", "time", "Adam step, HBM-bound, on the local shard"),
     "stage_microbatch_s": TermInfo("T_stage", "s", "time",
                                    "one micro-batch through the slowest stage, exposed comm included"),
