@@ -285,6 +285,9 @@ REGISTRY = {
     # moe: torchtitan/models/deepseek_v3 and qwen3 config_registry.py @ 0.3.0 (deepseek_v3_671b,
     # qwen3_30b_a3b; flavors "671B" and "30B-A3B")
     "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
+    # the 16B flavour (DeepSeek-V2-Lite's shape): config_registry.py @ 0.3.0 deepseek_v3_16b,
+    # __init__.py @ 0.2.2 deepseekv3_args["16B"]; plan3d's model is a reference file
+    "torchtitan-deepseek-v3-16b": ("deepseek_v3", "deepseek_v3_16b", "16B"),
     "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b", "30B-A3B"),
     "llama-3.1-8b": ("llama3", "llama3_8b", "8B"),
     "llama-3.1-70b": ("llama3", "llama3_70b", "70B"),
@@ -300,24 +303,51 @@ FLOAT8_CONFIGS = {"llama3_405b"}
 left in bf16; with torch.compile and async TP): config_registry.py @ 0.3.0 llama3_405b. Their
 precision is fixed: the plan's must match."""
 
+REFERENCE_MODELS = {"torchtitan-deepseek-v3-16b": "reference/models/torchtitan-deepseek-v3-16b.toml"}
+"""REGISTRY's models that are plan3d model files shipped with the package, not presets (the
+path under planner/)."""
+
 SHAPE = ("n_layers", "hidden", "n_heads", "kv_heads", "ffn", "vocab", "rope_theta",
-         "rope_scaling", "rope_factor", "norm_eps", "qk_norm", "tied_embeddings")
+         "rope_scaling", "rope_factor", "norm_eps", "qk_norm", "tied_embeddings",
+         # moe: the experts and MLA, so that a MoE model is matched by its whole shape
+         "n_experts", "top_k", "moe_ffn", "n_shared_experts", "first_k_dense", "q_lora_rank",
+         "kv_lora_rank")
 
 
-def _registry_entry(fw: str, m: ModelSpec) -> tuple[str, str, str]:
-    """The registry entry that builds `m`: by preset name, or a model of the same shape."""
-    if m.name in REGISTRY:
-        return REGISTRY[m.name]
+def registry_model(name: str) -> ModelSpec:
+    """The plan3d model of a REGISTRY entry: a preset, or a model file shipped with plan3d."""
+    from pathlib import Path
+
     from ..catalog import load_model
 
+    file = REFERENCE_MODELS.get(name)
+    return load_model(str(Path(__file__).parents[1] / file) if file else name)
+
+
+def _megatron_instead(c: PlanConfig) -> str:
+    """The refusals' other way out, Megatron-Core, offered only where the plan's flags run there:
+    --compile-loss and --torchtitan-flex-ac are torchtitan's own settings, which Megatron
+    refuses."""
+    own = [flag for flag, given in (("--compile-loss", c.compile_loss),
+                                    ("--torchtitan-flex-ac", c.torchtitan_flex_ac)) if given]
+    if own:
+        return (f" (not --emit megatron: {' and '.join(own)} "
+                f"{'is' if len(own) == 1 else 'are'} torchtitan's own)")
+    return ", or plan it for Megatron-Core (--emit megatron, without --framework torchtitan)"
+
+
+def _registry_entry(fw: str, m: ModelSpec, c: PlanConfig) -> tuple[str, str, str]:
+    """The registry entry that builds `m`: by name, or a model of the same shape."""
+    if m.name in REGISTRY:
+        return REGISTRY[m.name]
     for name, entry in REGISTRY.items():
-        known = load_model(name)
+        known = registry_model(name)
         if all(getattr(known, f) == getattr(m, f) for f in SHAPE):
             return entry
     raise PlanError(
         f"{fw}: torchtitan builds its models from its config registry, which has no "
         f"{m.name} (plan3d knows {', '.join(REGISTRY)}); write a config_registry function "
-        "for it and pass it with --module, or use --emit megatron")
+        f"for it and pass it with --module{_megatron_instead(c)}")
 
 
 def _check(fw: str, c: PlanConfig) -> None:
@@ -370,7 +400,7 @@ def _dispatcher(c: PlanConfig, m: ModelSpec, version: str) -> dict[str, object]:
         raise PlanError(_dispatch_refusal(m, layout(c, 1)))
     if c.moe_dispatcher != "deepep" or c.ep == 1:
         return {}
-    module = _registry_entry("torchtitan", m)[0]
+    module = _registry_entry("torchtitan", m, c)[0]
     if version == "0.2" and module == "deepseek_v3":
         return {"expert_parallel_comm_backend": "deepep"}
     if version == "0.2":
@@ -524,7 +554,7 @@ def _sections(c: PlanConfig, m: ModelSpec, version: str, notes: list[str]) -> di
 def _titan_02(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
     """torchtitan 0.2 (TOML-era): [model] [training] [parallelism] [activation_checkpoint]
     (torchtitan/config/job_config.py @ 0.2.2)."""
-    module, _, flavor = _registry_entry("torchtitan", m)
+    module, _, flavor = _registry_entry("torchtitan", m, c)
     sections: dict[str, dict[str, object]] = {"model": {"name": module, "flavor": flavor}}
     if c.precision is Precision.FP8:
         sections["model"]["converters"] = ["quantize.linear.float8"]
@@ -570,7 +600,7 @@ def _titan_03(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
     """torchtitan 0.3: `--module M --config C` and `--section.key value` overrides (booleans
     as bare switches), the activation-checkpointing policy as tyro's subcommand
     `activation-checkpoint:{none,selective,full}` (trainer.py Trainer.Config @ 0.3.0)."""
-    module, config, _ = _registry_entry("torchtitan", m)
+    module, config, _ = _registry_entry("torchtitan", m, c)
     fp8_entry = config in FLOAT8_CONFIGS
     if (c.precision is Precision.FP8) != fp8_entry:
         raise PlanError(

@@ -325,3 +325,61 @@ def test_the_loss_is_compiled_as_costed(tmp_path):
     out = cli("explain", "--model", "llama-3.1-8b", "--gpus", "8", "--compile-loss")
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and "torchtitan" in out.stderr
+
+
+MODEL_16B = "planner/reference/models/torchtitan-deepseek-v3-16b.toml"
+
+
+def test_the_shipped_deepseek_v3_16b_is_the_registry_flavour(tmp_path):
+    """The model file plan3d ships for torchtitan's DeepSeek-V3 16B flavour is emitted as that
+    registry entry (0.3: --module deepseek_v3 --config deepseek_v3_16b; 0.2: [model] flavor
+    "16B"), with --compile-loss, and the entry builds plan3d's model: its dense and MoE layers,
+    MLA and experts field by field, and on the meta device plan3d's parameter count,
+    15,706,484,224 (torchtitan does not pad the vocabulary)."""
+    import copy
+
+    from planner.catalog import load_model
+
+    row = f"--model {MODEL_16B} --gpus 8 --framework torchtitan --ep 8 --zero 3 --compile-loss"
+    plan, model, cfg = plan_json(row), load_model(MODEL_16B), load(row, tmp_path)
+    assert plan["model"]["n_params"] == 15_706_484_224
+    dims = parallel_dims(cfg, 8)
+    assert (dims.dp_shard, dims.ep, dims.tp, dims.pp) == (8, 8, 1, 1)
+    assert cfg.compile.enable and list(cfg.compile.components) == ["loss"]
+    if SHORT == "0.3":
+        built = cfg.model_spec.model
+        layers = built.layers
+        dense = [layer for layer in layers if layer.moe is None]
+        attention, moe = layers[-1].attention, layers[-1].moe
+        shape = (built.dim, built.vocab_size, len(layers), len(dense),
+                 dense[0].feed_forward.w1.out_features, attention.n_heads,
+                 attention.q_lora_rank, attention.kv_lora_rank, attention.qk_nope_head_dim,
+                 attention.qk_rope_head_dim, attention.v_head_dim, moe.num_experts,
+                 moe.router.top_k, moe.routed_experts.inner_experts.hidden_dim,
+                 moe.shared_experts.w1.out_features, moe.router.score_func,
+                 moe.router.route_norm)
+        with torch.device("meta"):
+            module = built.build()
+    else:
+        from torchtitan.protocols.train_spec import get_train_spec
+
+        assert (cfg.model.name, cfg.model.flavor) == ("deepseek_v3", "16B")
+        spec = get_train_spec(cfg.model.name)
+        args = copy.deepcopy(spec.model_args[cfg.model.flavor])
+        args.update_from_config(cfg)  # the release's own step before it builds the model
+        m = args.moe_args
+        shape = (args.dim, args.vocab_size, args.n_layers, args.n_dense_layers, args.inter_dim,
+                 args.n_heads, args.q_lora_rank, args.kv_lora_rank, args.qk_nope_head_dim,
+                 args.qk_rope_head_dim, args.v_head_dim, m.num_experts, m.top_k,
+                 args.moe_inter_dim, m.num_shared_experts * args.moe_inter_dim, m.score_func,
+                 m.route_norm)
+        with torch.device("meta"):
+            module = spec.model_cls(args)
+    # q_lora_rank 0 in torchtitan is no query compression: None in plan3d's model
+    assert shape == (model.hidden, model.vocab, model.n_layers, model.first_k_dense, model.ffn,
+                     model.n_heads, model.q_lora_rank or 0, model.kv_lora_rank,
+                     model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim,
+                     model.n_experts, model.top_k, model.moe_ffn,
+                     model.n_shared_experts * model.moe_ffn, model.router,
+                     model.norm_topk_prob)
+    assert sum(p.numel() for p in module.parameters()) == plan["model"]["n_params"]
