@@ -167,7 +167,40 @@ class PanelledHelp(typer.core.TyperCommand):
 
     def format_help(self, ctx, formatter) -> None:
         self.rich_markup_mode = "rich"
-        super().format_help(ctx, formatter)
+        from typer import rich_utils
+
+        typers = getattr(rich_utils, "_print_options_panel", None)
+        if typers is None or not hasattr(rich_utils, "_get_parameter_help"):
+            super().format_help(ctx, formatter)  # a typer without them: its own panels
+            return
+        rich_utils._print_options_panel = _options_panel  # whole flag names at any width
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            rich_utils._print_options_panel = typers
+
+
+def _options_panel(*, name, params, ctx, markup_mode, console) -> None:
+    """typer's options panel with the flag names never cut: typer sets the names of a flag and
+    its --no- form in columns of their own, which at 80 columns rich shortens
+    (`--torchtitan-fle…`); here they stack in one column (outputs.render.options_panel)."""
+    from typer import rich_utils
+
+    from ..outputs.render import options_panel
+
+    rows = []
+    for param in params:
+        opts = getattr(param, "opts", []) or [param.human_readable_name]
+        names = [o for o in opts if o.startswith("--")] + [o for o in opts
+                                                           if not o.startswith("--")]
+        kind = (param.display_type_rich(ctx=ctx) if hasattr(param, "display_type_rich")
+                else None) or ""
+        bounds = getattr(param, "_get_number_range_help_str", lambda: None)()
+        kind += f" [{bounds}]" if bounds else ""
+        help_text = rich_utils._get_parameter_help(param=param, ctx=ctx, markup_mode=markup_mode)
+        rows.append((param.required, names, list(getattr(param, "secondary_opts", [])), kind,
+                     help_text))
+    options_panel(console, name, rows)
 
 
 def _version(value: bool) -> None:

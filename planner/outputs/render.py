@@ -64,6 +64,34 @@ def prose_width(out: Console) -> int:
     return max(PLAIN_MIN_WIDTH, out.width - PROSE_MARGIN)
 
 
+def options_panel(out: Console, title: str, rows: list[tuple]) -> None:
+    """--help: one panel of options, each row (required, long names, negative names, type,
+    help) with its names whole: the name and its short form on one line, the --no- form and the
+    type under it, the help wrapping beside them, so that no flag is cut at 80 columns."""
+    from rich.panel import Panel
+
+    if not rows:
+        return
+    table = Table(show_header=False, box=None, expand=True, padding=(0, 1), pad_edge=False)
+    marked = any(row[0] for row in rows)
+    if marked:
+        table.add_column(no_wrap=True, width=1)
+    table.add_column(no_wrap=True)
+    table.add_column(ratio=1)
+    for required, names, negatives, kind, help_text in rows:
+        cell = Text(", ".join(names), style="bold cyan")
+        for negative in negatives:
+            cell.append("\n" + negative, style="bold magenta")
+        if kind:
+            cell.append("\n" + kind, style="yellow")
+        for part in getattr(help_text, "renderables", [help_text]):  # typer's Columns of Text
+            if isinstance(part, Text):
+                part.overflow = "fold"  # a long word (a framework's key) folds, not cut
+        mark = [Text("*" if required else "", style="red")] if marked else []
+        table.add_row(*mark, cell, help_text)
+    out.print(Panel(table, border_style="dim", title=title, title_align="left"))
+
+
 def non_finite(data, path: str = "") -> str | None:
     """The path of the first NaN or infinite number in a JSON-like value, or None."""
     if isinstance(data, float):
