@@ -6,6 +6,7 @@ Exit codes (the CLI's stable interface): 0 success, 1 no plan fits, 2 bad usage 
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 EXIT_OK, EXIT_NO_FIT, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
@@ -115,3 +116,28 @@ def describe_validation(err, where: str = "", model_cls=None, limit: int = 4) ->
         parts.append(f"and {len(errors) - limit} more")
     text = "; ".join(parts)
     return f"{where}: {text}" if where else text
+
+
+def in_flag_names(text: str, fields, renamed: dict[str, str] | None = None) -> str:
+    """`text` with each field name of `fields` (snake_case, a whole word) written as the
+    command-line flag that sets it: fp8_recipe → --fp8-recipe; `renamed` maps the names whose
+    flag is spelled otherwise (zero_stage → --zero), or plain words to translate too (recompute →
+    --recompute). A name already written as a flag, or inside a dotted key, is left alone."""
+    flags = {name: "--" + name.replace("_", "-") for name in fields if "_" in name}
+    flags.update(renamed or {})
+    if not flags:
+        return text
+    words = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
+    return re.sub(rf"(?<![\w.-])({words})(?![\w.-])", lambda m: flags[m.group(1)], text)
+
+
+def flag_refusal(err, fields, renamed: dict[str, str] | None = None) -> str:
+    """A pydantic ValidationError of a model the command-line flags filled, as one line in the
+    flags' names: `--flag: problem` for a field, the validator's own sentence for a rule across
+    fields (in_flag_names)."""
+    parts = []
+    for e in err.errors():
+        text = in_flag_names(problem_text(e), fields, renamed)
+        loc = field_path(tuple(e["loc"]))
+        parts.append(f"{in_flag_names(loc, fields, renamed)}: {text}" if loc else text)
+    return "; ".join(parts)

@@ -924,6 +924,9 @@ def cp_kind_problem(kind: ContextKind | None, cp: int, cp_a2a: int | None) -> st
                 "cp_kind hierarchical, or leave cp_a2a out")
     if kind is not ContextKind.HIERARCHICAL or (cp == 1 and cp_a2a is None):
         return ""
+    if cp_a2a is None and not [d for d in range(2, cp) if cp % d == 0]:
+        return (f"the hierarchical kind needs an all-to-all group (cp_a2a) strictly between 1 "
+                f"and cp, and cp = {cp} has none: use the ring or a2a kind")
     if cp_a2a is None:
         return (f"the hierarchical kind needs cp_a2a, its all-to-all group: a divisor of cp = "
                 f"{cp} between 2 and {cp // 2}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
-from ..errors import PlanError
+from ..errors import PlanError, flag_refusal
 from ..formulas.choices import (
     Attention,
     ContextKind,
@@ -235,14 +235,14 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
         raise PlanError("--contiguous-checkpoints copies partitioned checkpoints into buffers "
                         "allocated ahead: it needs --distribute-saved-activations (DeepSpeed's "
                         "contiguous_memory_optimization only with partition_activations)")
-    configs = [PlanConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
+    configs = [_config(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, n_micro=gbs // (dp * mbs),
                        gbs=gbs, seq_len=req.seq(model), zero_stage=z, recompute=r,
                        sequence_parallel=sp, schedule=schedule, precision=req.precision,
                        **precision_settings(req), **recompute_settings(req, r),  # fit
                        grad_dtype=req.grad_dtype, attention=req.attention,
                        overlap_grad_reduce=req.overlap_grad_reduce, framework=req.framework,
                        dp_shard=_one_dp_shard(req, dp), **moe_settings(req),
-                       **cp_kind_settings(req, cp),  # cp-kind
+                       **cp_kind_settings(req),  # cp-kind
                        **req.fixed_offload())  # offload
                for z in zeros for r in recomputes]
     if req.offload_fixed and len(configs) > 1:
@@ -256,11 +256,26 @@ def explain_configs(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> 
     return configs
 
 
-def cp_kind_settings(req: PlanRequest, cp: int) -> dict:
-    """cp-kind: explain's cp_kind and cp_a2a: one value each (a --cp-a2a alone implies the
-    hierarchical kind); a PlanError in the flags' names when they do not fit cp."""
-    from ..schema import cp_kind_problem
+CONFIG_FLAGS = {"zero_stage": "--zero", "sequence_parallel": "--sp", "recompute": "--recompute",
+                "precision": "--precision"}
+"""PlanConfig's names whose flag is spelled otherwise, and the plain words its validators use
+for a flag (errors.in_flag_names)."""
 
+
+def _config(**fields) -> PlanConfig:
+    """One of explain's plans from the flags: PlanConfig's refusal of values that contradict
+    each other (its validators) as a PlanError in the flags' names, one line, not pydantic's
+    ValidationError (which the command line would report as a bug)."""
+    try:
+        return PlanConfig(**fields)
+    except ValidationError as err:
+        raise PlanError(flag_refusal(err, PlanConfig.model_fields, CONFIG_FLAGS)) from None
+
+
+def cp_kind_settings(req: PlanRequest) -> dict:
+    """cp-kind: explain's cp_kind and cp_a2a: one value each (a --cp-a2a alone implies the
+    hierarchical kind); whether they fit cp is PlanConfig's check (schema.cp_kind_problem),
+    refused in the flags' names (_config)."""
     if req.cp_kind == "auto":
         raise PlanError("--cp-kind auto is for search; explain takes one kind (ring, a2a or "
                         "hierarchical)")
@@ -268,10 +283,7 @@ def cp_kind_settings(req: PlanRequest, cp: int) -> dict:
     cp_a2a = _one(req.cp_a2a, "cp-a2a", None)
     if kind is None and cp_a2a is not None:
         kind = ContextKind.HIERARCHICAL
-    problem = cp_kind_problem(kind, cp, cp_a2a)
-    if problem:
-        raise PlanError(problem.replace("cp_kind", "--cp-kind").replace("cp_a2a", "--cp-a2a"))
-    return dict(cp_kind=kind, cp_a2a=cp_a2a if kind is ContextKind.HIERARCHICAL else None)
+    return dict(cp_kind=kind, cp_a2a=cp_a2a)
 
 
 def _one_dp_shard(req: PlanRequest, dp: int) -> int | None:
