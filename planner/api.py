@@ -17,12 +17,23 @@ if TYPE_CHECKING:  # the search (numpy arrays, ranking) is imported by the comma
     from .search.core import SearchResult
 
 
+def _check_model_flags(model, req: PlanRequest) -> None:
+    """The flags that mean something for some models only, refused where they would change
+    nothing (search.options.flex_ac_refusal)."""
+    from .search.options import flex_ac_refusal
+
+    refusal = flex_ac_refusal(model, req)
+    if refusal:
+        raise PlanError(refusal)
+
+
 def explain_request(model_name: str, hw_name: str, req: PlanRequest) -> Plan:
     """explain: one plan; with --zero/--recompute auto, the fastest setting that fits (or, if none
     fits, the one that needs least memory)."""
     from .model.explain import explain
 
     model, hw = load_model(model_name), req.cluster(load_hardware(hw_name))
+    _check_model_flags(model, req)
     configs = explain_configs(model, hw, req)
     if len(configs) > 1:
         plans = [estimate(model, hw, c) for c in configs]
@@ -60,6 +71,23 @@ def plan_timeline(model_name: str, hw_name: str, plan: Plan):
     # the split-backward schedules run the weight-gradient GEMMs as their own W blocks
     return simulate(config.schedule, config.pp, config.n_micro, config.vpp, fwd_s, bwd_s,
                     float(terms["wgrad_microbatch_s"]))
+
+
+def profiles_that_fit(model_name: str, hw_name: str, plan: Plan, limit: int = 2) -> list[str]:
+    """A plan that does not fit: the other hardware profiles it fits on, the smallest memory
+    first (at most `limit`), the plan estimated on each; a profile without the plan's precision
+    is passed over."""
+    current = load_hardware(hw_name)
+    model, found = load_model(model_name), []
+    for name in hardware_presets():
+        hw = load_hardware(name)
+        precision = plan.config.precision
+        if (hw.name == current.name or hw.capacity_bytes <= current.capacity_bytes
+                or hw.peak_flops_per_s(precision) is None or hw.gemm_efficiency(precision) is None):
+            continue
+        if estimate(model, hw, plan.config).memory.fits:
+            found.append((hw.capacity_bytes, name))
+    return [name for _, name in sorted(found)[:limit]]
 
 
 def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_price: float | None,
@@ -102,7 +130,9 @@ def search_request(model_name: str, hw_name: str, req: PlanRequest, **kwargs) ->
     """search: the ranked plans that fit."""
     from .search.core import search
 
-    return search(load_model(model_name), req.cluster(load_hardware(hw_name)), req, **kwargs)
+    model = load_model(model_name)
+    _check_model_flags(model, req)
+    return search(model, req.cluster(load_hardware(hw_name)), req, **kwargs)
 
 
 class ModelListing(BaseModel):
@@ -154,7 +184,9 @@ def compare_request(model_name: str, hw_names: list[str], gpus: list[int], req: 
     if len(set(hw_names)) != len(hw_names):
         raise PlanError(f"--hw names a profile twice ({', '.join(hw_names)})")
     profiles = [(name, req.cluster(load_hardware(name))) for name in hw_names]
-    return compare(load_model(model_name), profiles, gpus, req, train_tokens,
+    model = load_model(model_name)
+    _check_model_flags(model, req)
+    return compare(model, profiles, gpus, req, train_tokens,
                    prices=per_profile(price, "price", hw_names, MAX_PRICE, allow_zero=True),
                    powers_w=per_profile(gpu_power_w, "gpu-power-w", hw_names, MAX_POWER_W),
                    goodput=goodput, deadline_days=deadline_days, headroom=headroom)

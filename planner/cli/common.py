@@ -122,13 +122,33 @@ def _write_file(path: str, content: str | bytes) -> None:
     write_atomic(path, content)
 
 
-def _not_fit_message(plan) -> str:
-    m = plan.memory
+def _not_fit_message(plan, model: str, hw: str) -> str:
+    """The one line for a plan that does not fit: what it needs, what there is, and only the
+    levers that would change something for this plan (a ZeRO stage it is not at and its
+    framework runs, full recompute if not every layer is recomputed, a larger tp or pp while dp
+    leaves room, the profiles it fits on)."""
+    from .. import api
+    from ..formulas.choices import Recompute, ZeroStage
+    from ..frameworks import FRAMEWORKS
+
+    m, c = plan.memory, plan.config
     gib = 2**30
+    levers = []
+    if (c.zero_stage is not ZeroStage.PARAMETERS
+            and ZeroStage.PARAMETERS in FRAMEWORKS[c.framework].zero_stages):
+        levers.append("--zero 3")
+    if c.recompute is not Recompute.FULL or c.recompute_layers:
+        levers.append("--recompute full" + (" (every layer: --recompute-layers 0)"
+                                            if c.recompute_layers else ""))
+    if c.dp > 1:
+        levers.append("a larger --tp or --pp")
+    levers.append("more --gpus")
+    larger = api.profiles_that_fit(model, hw, plan)
+    if larger:
+        levers.append(f"a GPU with more memory (--hw {' or --hw '.join(larger)})")
     return (f"this plan does not fit: it needs {m.total_bytes / gib:,.1f} GiB per GPU on the "
-            f"{m.stage} pipeline stage, {m.capacity_bytes / gib:,.1f} GiB available; try --zero 3, "
-            "--recompute full, a larger --tp or --pp, more --gpus, or `plan3d search` for a "
-            "layout that fits")
+            f"{m.stage} pipeline stage, {m.capacity_bytes / gib:,.1f} GiB available; try "
+            f"{', '.join(levers)}, or `plan3d search` for a layout that fits")
 
 
 def _request(gpus: int, flags: dict, emit: str | None = None, **extra):

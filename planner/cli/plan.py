@@ -223,13 +223,13 @@ def _show_explained(o, run) -> None:
                                    step_bubble=render.bubble_share(plan))
         if launch is not None:
             render.render_launch_notes(launch, out)
-            _write_launch(launch, plan, fits, o.force)
+            _write_launch(launch, plan, fits, o.force, o.model, o.hw)
     if not fits:
         note = f" ({o.timeline_out} not written)" if svg is not None else ""
-        raise _fail(NoFeasiblePlan(_not_fit_message(plan) + note))
+        raise _fail(NoFeasiblePlan(_not_fit_message(plan, o.model, o.hw) + note))
 
 
-def _write_launch(launch, plan, fits: bool, force: bool) -> None:
+def _write_launch(launch, plan, fits: bool, force: bool, model: str, hw: str) -> None:
     """--emit's settings on stdout: only for a plan that fits, unless --force, which writes them
     under a warning (planner.frameworks.emit.with_warning)."""
     from ..frameworks.emit import with_warning
@@ -238,7 +238,7 @@ def _write_launch(launch, plan, fits: bool, force: bool) -> None:
     if fits:
         render.write_settings(launch)
     elif force:
-        render.write_settings(with_warning(launch, _not_fit_message(plan)))
+        render.write_settings(with_warning(launch, _not_fit_message(plan, model, hw)))
     else:
         render.notice("settings not written: the plan does not fit (--force writes them, with "
                       "a warning at their top)")

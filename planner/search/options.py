@@ -217,6 +217,28 @@ TORCHTITAN_FLAGS = {
 """fit: the plan flags that describe a torchtitan setting, refused under another framework."""
 
 
+def flex_ac_refusal(model, req: PlanRequest) -> str | None:
+    """fit: --torchtitan-flex-ac changes only a DeepSeek-V3-style block (MLA attention and a
+    routed MoE) under torchtitan's selective recompute (model.activations
+    torchtitan_sac_block_bytes; formulas.recompute.op_sac_regions = [MLA]·[flex]): given
+    anywhere else it would change nothing, so it is refused, saying why. None when it applies
+    (or was not given)."""
+    if not req.torchtitan_flex_ac:
+        return None
+    lacks = [what for what, has in (("MLA attention", model.is_mla),
+                                    ("routed experts", model.is_moe)) if not has]
+    if lacks:
+        return (f"--torchtitan-flex-ac changes only MLA + MoE blocks (torchtitan's DeepSeek-V3 "
+                f"flavours) under selective recompute; {model.name} has no "
+                f"{' and no '.join(lacks)}, so it would change nothing: leave it out")
+    if req.recompute is not None and Recompute.SELECTIVE not in req.recompute:
+        given = ",".join(r.value for r in req.recompute)
+        return (f"--torchtitan-flex-ac changes torchtitan's selective recompute only; with "
+                f"--recompute {given} it would change nothing: give --recompute selective (or "
+                "auto), or leave --torchtitan-flex-ac out")
+    return None
+
+
 def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=False,
                   offload="fit", **flags) -> PlanRequest:
     """The plan flags (cli.plan_flags.PlanFlags, by the PlanRequest field each sets), validated,

@@ -35,15 +35,30 @@ def test_explain_takes_the_recipe_and_the_levels_and_says_them_back():
       "3"], "deepspeed does not run it"),
     (["--compile-loss"], "--compile-loss is torchtitan's"),  # fit: megatron has no such switch
     (["--torchtitan-flex-ac"], "--torchtitan-flex-ac is torchtitan's"),
-    # costed for the published runs of torchtitan < v0.2.1, not written for 0.2.2/0.3.0
-    (["--framework", "torchtitan", "--zero", "3", "--torchtitan-flex-ac", "--emit",
-      "torchtitan"], "leave --torchtitan-flex-ac out to emit"),
+    # on a model without MLA + MoE blocks it changes nothing (test_refusals_say_what_works)
+    (["--framework", "torchtitan", "--zero", "3", "--torchtitan-flex-ac"],
+     "--torchtitan-flex-ac changes only MLA + MoE blocks"),
 ])
 def test_flags_that_do_not_apply_are_refused_in_one_line(flags, says):
     r = runner.invoke(app, [*EXPLAIN, *flags])
     assert r.exit_code != 0
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0], r.stderr
+
+
+def test_flex_ac_is_costed_but_not_emitted():
+    # costed for the published runs of torchtitan < v0.2.1, not written for 0.2.2/0.3.0
+    from pathlib import Path
+
+    import planner
+
+    model = str(Path(planner.__file__).parent / "reference/models/torchtitan-deepseek-v3-16b.toml")
+    r = runner.invoke(app, ["explain", "-m", model, "-n", "8", "--framework", "torchtitan",
+                            "--ep", "8", "--zero", "3", "--torchtitan-flex-ac", "--emit",
+                            "torchtitan"])
+    assert r.exit_code != 0
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "leave --torchtitan-flex-ac out to emit" in lines[0], r.stderr
 
 
 def test_compile_loss_costs_torchtitans_compiled_loss_and_rides_along():
