@@ -126,7 +126,8 @@ def _not_fit_message(plan, model: str, hw: str) -> str:
     """The one line for a plan that does not fit: what it needs, what there is, and only the
     levers that would change something for this plan (a ZeRO stage it is not at and its
     framework runs, full recompute if not every layer is recomputed, a larger tp or pp while dp
-    leaves room, the profiles it fits on)."""
+    leaves room, else more GPUs for one, more GPUs to shard over under ZeRO, the profiles it
+    fits on)."""
     from .. import api
     from ..formulas.choices import Recompute, ZeroStage
     from ..frameworks import FRAMEWORKS
@@ -142,7 +143,10 @@ def _not_fit_message(plan, model: str, hw: str) -> str:
                                             if c.recompute_layers else ""))
     if c.dp > 1:
         levers.append("a larger --tp or --pp")
-    levers.append("more --gpus")
+        if c.zero_stage is not ZeroStage.NONE:  # more data-parallel ranks to shard the states
+            levers.append("more --gpus")
+    else:  # tp·pp·cp is every GPU: a larger one needs more of them
+        levers.append("more --gpus for a larger --tp or --pp")
     larger = api.profiles_that_fit(model, hw, plan)
     if larger:
         levers.append(f"a GPU with more memory (--hw {' or --hw '.join(larger)})")

@@ -79,11 +79,14 @@ def test_the_hints_leave_out_what_the_plan_already_does():
     assert "--zero 3" not in line and "--recompute full" not in line
     assert ("try a larger --tp or --pp, more --gpus, a GPU with more memory (--hw b200-nvlink "
             "or --hw gb200-nvl72), or `plan3d search`") in line
-    # dp 1 (tp 8 on 8 GPUs): no larger tp or pp without more GPUs; ZeRO-1 and selective: both
+    # dp 1 (tp 8 on 8 GPUs): a larger tp or pp needs more GPUs; ZeRO-1 and selective: both
     r = runner.invoke(app, ["explain", "-m", "70b", "-n", "8", "--zero", "1", "--tp", "8"])
     line = one_line_error(r, 1)
-    assert "try --zero 3, --recompute full, more --gpus," in line
-    assert "a larger --tp" not in line
+    assert "try --zero 3, --recompute full, more --gpus for a larger --tp or --pp," in line
+    # ZeRO-0 with dp 8: more GPUs only add replicas that hold everything, so not offered alone
+    r = runner.invoke(app, ["explain", "-m", "70b", "-n", "8", "--zero", "0"])
+    line = one_line_error(r, 1)
+    assert "try --zero 3, --recompute full, a larger --tp or --pp, or `plan3d search`" in line
 
 
 # ---- --torchtitan-flex-ac: refused where it would change nothing --------------------------------
