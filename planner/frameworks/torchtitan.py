@@ -324,12 +324,16 @@ def registry_model(name: str) -> ModelSpec:
     return load_model(str(Path(__file__).parents[1] / file) if file else name)
 
 
+def _torchtitans_own(c: PlanConfig) -> list[str]:
+    """The plan's flags that are torchtitan's own settings, which Megatron refuses."""
+    return [flag for flag, given in (("--compile-loss", c.compile_loss),
+                                     ("--torchtitan-flex-ac", c.torchtitan_flex_ac)) if given]
+
+
 def _megatron_instead(c: PlanConfig) -> str:
-    """The refusals' other way out, Megatron-Core, offered only where the plan's flags run there:
-    --compile-loss and --torchtitan-flex-ac are torchtitan's own settings, which Megatron
-    refuses."""
-    own = [flag for flag, given in (("--compile-loss", c.compile_loss),
-                                    ("--torchtitan-flex-ac", c.torchtitan_flex_ac)) if given]
+    """The refusals' other way out, Megatron-Core, offered only where the plan's flags run there
+    (_torchtitans_own)."""
+    own = _torchtitans_own(c)
     if own:
         return (f" (not --emit megatron: {' and '.join(own)} "
                 f"{'is' if len(own) == 1 else 'are'} torchtitan's own)")
@@ -381,7 +385,8 @@ def _check(fw: str, c: PlanConfig) -> None:
         raise PlanError(f"{fw}: context parallelism is ring attention only (PyTorch's "
                         f"context_parallel); the plan's {c.cp_kind.value} kind cannot be written "
                         "(context_parallel_rotate_method alltoall only changes how the ring "
-                        "passes K/V); re-plan with --cp-kind ring or --framework megatron")
+                        "passes K/V); re-plan with --cp-kind ring"
+                        + ("" if _torchtitans_own(c) else " or --framework megatron"))
     divisor = c.tp * (2 * c.cp if c.cp > 1 else 1)
     if c.seq_len % divisor:
         raise PlanError(f"{fw}: seq_len {c.seq_len} must be a multiple of tp·2·cp = {divisor}")

@@ -154,3 +154,19 @@ def test_help_at_80_columns_shows_every_flag_whole(command):
     params = typer.main.get_command(app).commands[command].params
     names = {o for p in params for o in (*p.opts, *p.secondary_opts)}
     assert names <= words, sorted(names - words)  # --torchtitan-flex-ac, not --torchtitan-fle…
+
+
+def test_the_emitters_cp_refusal_offers_megatron_only_without_torchtitans_own_flags():
+    from planner.catalog import load_model
+    from planner.errors import PlanError
+    from planner.frameworks.emit import emit
+    from planner.schema import PlanConfig
+
+    plan = PlanConfig(dp=2, tp=2, cp=2, gbs=16, n_micro=8, seq_len=8192, zero_stage=3,
+                      framework="torchtitan", cp_kind="a2a")
+    for own, offered in ((False, True), (True, False)):
+        with pytest.raises(PlanError) as caught:
+            emit("torchtitan", plan.model_copy(update={"compile_loss": own}),
+                 load_model("llama-3.1-8b"))
+        assert "re-plan with --cp-kind ring" in str(caught.value)
+        assert ("--framework megatron" in str(caught.value)) == offered
