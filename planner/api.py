@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict
 
 from .catalog import MODEL_ALIASES, hardware_presets, load_hardware, load_model, model_presets
 from .errors import PlanError
-from .model.estimate import estimate
+from .model.estimate import check_config, estimate
 from .results import Plan
-from .schema import HardwareProfile
+from .schema import HardwareProfile, PlanConfig
 from .search.request import PlanRequest, explain_configs
 
 if TYPE_CHECKING:  # the search (numpy arrays, ranking) is imported by the commands that search
@@ -88,6 +88,19 @@ def profiles_that_fit(model_name: str, hw_name: str, plan: Plan, limit: int = 2)
         if estimate(model, hw, plan.config).memory.fits:
             found.append((hw.capacity_bytes, name))
     return [name for _, name in sorted(found)[:limit]]
+
+
+def runs_with(model_name: str, hw_name: str, config: PlanConfig, **update) -> bool:
+    """Whether the plan's framework runs `config` changed by `update` (the rules check_config
+    enforces: Megatron runs no ZeRO-3 with pp > 1, …), so that a hint offers only what runs."""
+    from pydantic import ValidationError
+
+    try:
+        changed = PlanConfig.model_validate({**config.model_dump(), **update})
+        check_config(load_model(model_name), load_hardware(hw_name), changed)
+    except (PlanError, ValidationError):
+        return False
+    return True
 
 
 def budgeted(plan: Plan, hw_name: str, train_tokens: float | None, gpu_hour_price: float | None,

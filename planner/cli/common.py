@@ -136,7 +136,8 @@ def _not_fit_message(plan, model: str, hw: str) -> str:
     gib = 2**30
     levers = []
     if (c.zero_stage is not ZeroStage.PARAMETERS
-            and ZeroStage.PARAMETERS in FRAMEWORKS[c.framework].zero_stages):
+            and ZeroStage.PARAMETERS in FRAMEWORKS[c.framework].zero_stages
+            and api.runs_with(model, hw, c, zero_stage=ZeroStage.PARAMETERS)):
         levers.append("--zero 3")
     if c.recompute is not Recompute.FULL or c.recompute_layers:
         levers.append("--recompute full" + (" (every layer: --recompute-layers 0)"

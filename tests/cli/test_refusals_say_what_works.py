@@ -89,6 +89,17 @@ def test_the_hints_leave_out_what_the_plan_already_does():
     assert "try --zero 3, --recompute full, a larger --tp or --pp, or `plan3d search`" in line
 
 
+def test_the_hints_offer_no_zero_3_the_framework_refuses():
+    # Megatron runs ZeRO-3 (Megatron-FSDP) without a pipeline only: at pp 2 the hint leaves it
+    # out (70B dp8 tp4 pp2 v2 z1 on 64 H100 needs 118.6 GiB); at pp 1 it offers it
+    r = runner.invoke(app, ["explain", "-m", "70b", "-n", "64", "--plan", "dp8 tp4 pp2 v2 z1"])
+    line = one_line_error(r, 1)
+    assert "118.6 GiB per GPU" in line and "--zero 3" not in line
+    assert "try --recompute full, a larger --tp or --pp" in line
+    r = runner.invoke(app, ["explain", "-m", "70b", "-n", "64", "--plan", "dp32 tp2 pp1 z1"])
+    assert "try --zero 3, --recompute full" in one_line_error(r, 1)
+
+
 # ---- --torchtitan-flex-ac: refused where it would change nothing --------------------------------
 
 @pytest.mark.parametrize("model, flags, says", [
