@@ -852,6 +852,8 @@ class PlanConfig(_Strict):
         if self.recompute_modules is not None:  # fit: sel+mlp = core_attn and mlp checkpointed
             short = "sel" + "".join(f"+{m.value}" for m in self.recompute_modules
                                     if m is not RecomputeModule.CORE_ATTN)
+            if RecomputeModule.CORE_ATTN not in self.recompute_modules:  # the long spelling
+                short = self._recompute_level()  # selective[layernorm+mla_up_proj]
         if short and self.distribute_saved_activations:  # fit: full+dist, split over tp
             short += "+dist"
         if short:
