@@ -100,8 +100,9 @@ class PlanFlags:
         "--recompute-method uniform --recompute-num-layers N); 1: every layer its own unit.",
         min=1, rich_help_panel=MEMORY)] = 1
     recompute_modules: _text(
-        "With --recompute selective: the submodules checkpointed, comma list of core_attn, mlp "
-        "(Megatron --recompute-modules; default core_attn).", MEMORY) = None
+        "With --recompute selective: the submodules checkpointed, comma list of core_attn, mlp, "
+        "layernorm, moe_act, mla_up_proj, shared_experts, moe (Megatron --recompute-modules; "
+        "default core_attn).", MEMORY) = None
     distribute_saved_activations: Annotated[bool, typer.Option(
         "--distribute-saved-activations/--no-distribute-saved-activations",
         rich_help_panel=MEMORY,

@@ -119,6 +119,12 @@ class RecomputeModule(str, Enum):
     """The two norms' outputs, discarded after use and recomputed."""
     MOE_ACT = "moe_act"
     """The (routed experts') activation function's output."""
+    MLA_UP_PROJ = "mla_up_proj"
+    """MLA's query and key/value up-projections with RoPE: Q, K, V and the normed latents."""
+    SHARED_EXPERTS = "shared_experts"
+    """A MoE layer's shared experts, from the MoE layer's input."""
+    MOE = "moe"
+    """The whole MoE layer (router, dispatch, experts, combine), from its input."""
 
 
 class MlpKind(str, Enum):

@@ -21,7 +21,8 @@ Frameworks offer finer levels than Korthikanti et al. (2022)'s three:
   `grouped_working_bytes`).
 - **Per module** — Megatron `--recompute-granularity selective --recompute-modules ...`
   (transformer_config.py l.560-590 @ d98e8a6): each module listed drops what it saved
-  (the *_saving_bytes functions below), and its forward is rerun in the backward.
+  (the *_saving_bytes functions below: core_attn, mlp, layernorm, moe_act, mla_up_proj,
+  shared_experts, moe), and its forward is rerun in the backward.
 - **Where the checkpoint lives** — Megatron `--distribute-saved-activations` (only without
   sequence parallelism, transformer_config.py l.1934) and DeepSpeed `partition_activations` split
   the checkpointed input over the t tensor-parallel ranks; DeepSpeed `cpu_checkpointing` moves it
@@ -160,6 +161,73 @@ def activation_fn_saving_bytes(seq_len, mbs, width, tp, cp, input_bytes):
     input, is discarded and recomputed from the kept fc1 output: input·sb·width/t, with width the
     f (or for routed experts k·f_e, times the load factor) the layer's fc2 reads."""
     return input_bytes * seq_len / cp * mbs * width / tp
+
+
+def mla_up_proj_saving_bytes(seq_len, mbs, n_heads, q_lora_rank, kv_lora_rank, qk_head_dim,
+                             v_head_dim, tp, cp, sequence_parallel: bool, act_bytes=2):
+    """`mla_up_proj`: MLA's up-projections and RoPE run in an output-discarding checkpoint
+    (`CheckpointWithoutOutput`) from the pre-norm latents c_Q, [c_KV; k_R], which it keeps (the
+    up-projections' fused norms kept them anyway, and k_R shares c_KV's storage); once the
+    attention core has saved Q, K and V their storage is freed and refilled before its backward.
+    Dropped: the normed latents the up-projections saved as their inputs (r_q + r_kv, on the
+    sequence shard) and the core's Q, K (a·d_qk each) and V (a·d_v), split over t:
+
+        act·sb·((r_q + r_kv)/t_sp + a·(2·d_qk + d_v)/t),   over c
+
+    (r_q = 0 without query compression: the query projection then reads the input norm's
+    output, which the down-projection keeps.)  The attention output, the output projection's
+    input, stays.  Source: Megatron-LM multi_latent_attention.py `qkv_up_proj_and_rope_apply`
+    under `self.recompute_up_proj`, `discard_output_and_register_recompute(core_attn_out)`;
+    gpt_layer_specs.py (qk_layernorm: TELayerNormColumnParallelLinear up-projections, q/kv_
+    layernorm IdentityOp) @ d98e8a64dd.  DeepSeek-V3 (a = 128, r_q = 1536, r_kv = 512,
+    d_qk = 192, d_v = 128) at s = 4096, b = 1, t = c = 1: 2·4096·(2048 + 128·512) = 528 MiB."""
+    s = seq_len / cp
+    sp = tp if sequence_parallel else 1
+    return act_bytes * s * mbs * ((q_lora_rank + kv_lora_rank) / sp
+                                  + n_heads * (2 * qk_head_dim + v_head_dim) / tp)
+
+
+def mla_up_proj_weights(hidden, n_heads, q_lora_rank, kv_lora_rank, qk_head_dim, v_head_dim,
+                        qk_rope_head_dim):
+    """The matmul weights `mla_up_proj` reruns per token (∝ its GEMM FLOPs): the query up- (or,
+    without compression, r_q = 0, the query) projection and the key/value up-projection,
+
+        q_in·a·d_qk + r_kv·a·(d_qk − d_r + d_v),   q_in = r_q or h
+
+    the norms and RoPE being memory-bound beside them.  DeepSeek-V3: 1536·128·192 +
+    512·128·256 = 37,748,736 + 16,777,216 = 54,525,952 (of its 187,105,280 MLA weights)."""
+    q_in = q_lora_rank + _ops.le(q_lora_rank, 0) * hidden
+    return (q_in * n_heads * qk_head_dim
+            + kv_lora_rank * n_heads * (qk_head_dim - qk_rope_head_dim + v_head_dim))
+
+
+def shared_experts_saving_bytes(seq_len, mbs, width, n_mlp, tp, cp, input_bytes, act_bytes=2):
+    """`shared_experts`: the shared experts (n_s·f_s = width) run in a plain checkpoint from the
+    MoE layer's input, which the router and the dispatched copies keep anyway; dropped are their
+    activation function's input and fc2's input:
+
+        sb·width·(act·(n_mlp − 1) + input)/t,   over c
+
+    Source: Megatron-LM moe/moe_layer.py `shared_experts_compute` (`tensor_parallel.checkpoint`,
+    `te_checkpoint` under a recipe) @ d98e8a64dd.  DeepSeek-V3 (one shared expert of 2048,
+    SwiGLU) at s = 4096, b = 1, t = 1, 16-bit: 4096·2048·(2·2 + 2) = 48 MiB."""
+    return seq_len / cp * mbs * width * (act_bytes * (n_mlp - 1) + input_bytes) / tp
+
+
+def moe_layer_saving_bytes(seq_len, mbs, width, n_mlp, tp, cp, dispatch_bytes, input_bytes,
+                           act_bytes=2):
+    """`moe`: the whole MoE layer (router, dispatch, routed and shared experts, combine) runs in
+    a plain checkpoint that keeps only its input, the pre-MLP norm's output; dropped are the
+    experts' activation inputs and fc2 inputs over the layer's stored width (λ·k·f_e + n_s·f_s)
+    and what the dispatcher keeps (the extra token copies and the router's scores,
+    formulas.moe.moe_dispatch_activation_bytes):
+
+        sb·width·(act·(n_mlp − 1) + input)/t + dispatch,   over c
+
+    Its backward reruns the layer's forward, the token exchange included.  Source: Megatron-LM
+    moe/moe_layer.py `forward` (`custom_forward` under `moe_layer_recompute`) @ d98e8a64dd."""
+    return (shared_experts_saving_bytes(seq_len, mbs, width, n_mlp, tp, cp, input_bytes,
+                                        act_bytes) + dispatch_bytes)
 
 
 def fewest_layers_to_recompute(n_layers, full_bytes, capacity_bytes, per_layer_gain_bytes):

@@ -127,13 +127,16 @@ def recompute_levels(x, c: Choices, k: SimpleNamespace, ffn, saved) -> dict:
 
 
 def moe_module_drop(x, c: Choices, k: SimpleNamespace):
-    """fit: what `layernorm` and `moe_act` in --recompute-modules drop from a MoE/MLA layer
-    (0 for a dense model: Transformer Engine fuses a dense layer's norms into its linears, and
-    moe_act touches only routed experts).  layernorm: the norms that are modules of their own,
-    the pre-MLP norm of a MoE layer and an MLA layer's input norm (gpt_layer_specs.py
-    @ d98e8a64dd), 16-bit outputs; moe_act: the routed experts' activation output, fc2's saved
-    input (experts.py activation_recompute; under a recipe fc2 saves its original input, which
-    the checkpoint discards: set_save_original_input)."""
+    """fit: what `layernorm`, `moe_act`, `mla_up_proj`, `shared_experts` and `moe` in
+    --recompute-modules drop from a MoE/MLA layer (0 for a dense model: Transformer Engine fuses
+    a dense layer's norms into its linears, and the others touch MLA or experts only).
+    layernorm: the norms that are modules of their own, the pre-MLP norm of a MoE layer and an
+    MLA layer's input norm (gpt_layer_specs.py @ d98e8a64dd), 16-bit outputs; moe_act: the
+    routed experts' activation output, fc2's saved input (experts.py activation_recompute; under
+    a recipe fc2 saves its original input, which the checkpoint discards:
+    set_save_original_input); mla_up_proj: Q, K, V and the normed latents of an MLA layer;
+    shared_experts: the shared experts' intermediates; moe: the whole MoE layer's set beside its
+    input, which holds what moe_act and shared_experts would drop (counted once)."""
     modules = c.recompute_modules or ()
     if not k.moe_model or c.recompute is not Recompute.SELECTIVE:
         return 0
@@ -143,9 +146,22 @@ def moe_module_drop(x, c: Choices, k: SimpleNamespace):
     drop = 0
     if RecomputeModule.LAYERNORM in modules:
         drop = drop + RC.layernorm_saving_bytes(s, b, h, t, cp, sp, x.act_bytes, x.moe + x.mla)
+    if RecomputeModule.MLA_UP_PROJ in modules:
+        drop = drop + x.mla * RC.mla_up_proj_saving_bytes(
+            s, b, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.v_dim, t, cp, sp, x.act_bytes)
+    shared_width = x.shared_ffn * x.n_shared
+    if RecomputeModule.MOE in modules:
+        dispatch = MO.moe_dispatch_activation_bytes(s, b, h, x.router_experts, x.top_k, t, cp,
+                                                    sp, k.lam, x.act_bytes)
+        return drop + x.moe * RC.moe_layer_saving_bytes(
+            s, b, MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, k.lam),
+            x.n_mlp, t, cp, dispatch, e, x.act_bytes)
     if RecomputeModule.MOE_ACT in modules:
         drop = drop + x.moe * RC.activation_fn_saving_bytes(
             s, b, MO.routed_ffn_width(x.expert_ffn, x.top_k, imbalance=k.lam), t, cp, e)
+    if RecomputeModule.SHARED_EXPERTS in modules:
+        drop = drop + x.moe * RC.shared_experts_saving_bytes(s, b, shared_width, x.n_mlp, t,
+                                                             cp, e, x.act_bytes)
     return drop
 
 
@@ -167,7 +183,7 @@ def layer_activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     not_mla = 1 - x.mla if k.moe_model else 1  # moe: an MLA layer's activations replace these
     levels = recompute_levels(x, c, k, routed_ffn, saved)
 
-    module_drop = moe_module_drop(x, c, k)  # fit: layernorm, moe_act
+    module_drop = moe_module_drop(x, c, k)  # fit: the MoE/MLA modules listed
 
     def layer_set(recompute):  # one layer's saved bytes at a level, MoE/MLA parts included
         drop = module_drop if recompute is Recompute.SELECTIVE else 0

@@ -79,7 +79,7 @@ def expert_traffic(x, c: Choices, k: SimpleNamespace, domain) -> SimpleNamespace
     if not k.moe_model:
         zero = SimpleNamespace(fwd_nvl=0, fwd_net=0, bwd_nvl=0, bwd_net=0)
         return SimpleNamespace(nvl=0, net=0, by_pass=zero)
-    t = MOE.exchange_traffic(x, c.moe_dispatcher, domain, k.moe_tokens, k.lam, k.fwd_passes)
+    t = MOE.exchange_traffic(x, c.moe_dispatcher, domain, k.moe_tokens, k.lam, k.ep_passes)
     layers = x.moe * k.moe_last
     by_pass = SimpleNamespace(**{name: layers * v for name, v in vars(t).items()})
     return SimpleNamespace(nvl=by_pass.fwd_nvl + by_pass.bwd_nvl,
@@ -135,7 +135,7 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     m, g, moe_tokens, lam = k.m, k.links, k.moe_tokens, k.lam
     ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
     one, layer, calls = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
-                                       k.fwd_passes)
+                                       k.ep_passes)
     a2a_s = note("all_to_all_s", one)  # one token dispatch, as before
     layer_s = note("ep_layer_s", layer)
     note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, calls, k.moe_last * m))

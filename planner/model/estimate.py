@@ -70,12 +70,27 @@ def check_config(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> N
 def recompute_modules_problem(model: ModelSpec, c: PlanConfig) -> str | None:
     """fit: module lists Megatron-Core refuses (transformer_config.py __post_init__
     @ d98e8a64dd): moe_act only with --moe-grouped-gemm, which plan3d writes for a MoE model
-    alone; moe_act or layernorm under fp8 delayed scaling."""
+    alone; mla_up_proj only with multi-latent attention; shared_experts not with
+    --moe-shared-expert-overlap; moe_act or layernorm under fp8 delayed scaling. And lists that
+    checkpoint nothing in the model: moe or shared_experts without experts (shared ones)."""
     modules = set(c.recompute_modules or ())
     if RecomputeModule.MOE_ACT in modules and not model.is_moe:
         return (f"--recompute-modules moe_act recomputes routed experts' activation; "
                 f"{model.name} has none (Megatron-Core runs it only with --moe-grouped-gemm)")
-    fine = {RecomputeModule.CORE_ATTN, RecomputeModule.MLP}
+    if RecomputeModule.MLA_UP_PROJ in modules and not model.is_mla:
+        return (f"--recompute-modules mla_up_proj recomputes MLA's up-projections; "
+                f"{model.name} has no multi-latent attention (Megatron-Core refuses it)")
+    if RecomputeModule.MOE in modules and not model.is_moe:
+        return f"--recompute-modules moe recomputes the MoE layer; {model.name} has none"
+    if RecomputeModule.SHARED_EXPERTS in modules and not (model.is_moe
+                                                          and model.n_shared_experts):
+        return (f"--recompute-modules shared_experts recomputes a MoE layer's shared experts; "
+                f"{model.name} has none")
+    if RecomputeModule.SHARED_EXPERTS in modules and c.moe_shared_expert_overlap:
+        return ("--recompute-modules shared_experts does not run with "
+                "--moe-shared-expert-overlap (Megatron-Core transformer_config.py)")
+    fine = {RecomputeModule.CORE_ATTN, RecomputeModule.MLP, RecomputeModule.MLA_UP_PROJ,
+            RecomputeModule.SHARED_EXPERTS, RecomputeModule.MOE}
     if modules - fine and c.precision is Precision.FP8 and (
             c.fp8_recipe or QuantRecipe.DELAYED) is QuantRecipe.DELAYED:
         return ("--recompute-modules moe_act and layernorm do not run under fp8 delayed scaling "

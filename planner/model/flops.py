@@ -59,6 +59,11 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     # and recomputation runs (part of) the forward again
     att_run = F.layer_attention_flops(s, 1, x.n_heads, x.head_dim, causal_skip)
     shares = recompute_shares(x, c, k, active)  # fit: partial and per-module levels
+    mlp_share = shares[Recompute.SELECTIVE][0]  # what layer_time reruns of the matmuls
+    if k.moe_model and c.recompute is Recompute.SELECTIVE:  # fit: the MoE/MLA modules' GEMMs
+        mm_share, att_share = shares[Recompute.SELECTIVE]
+        shares[Recompute.SELECTIVE] = (mm_share + module_matmul_weights(
+            x, c, n_moe_layers / L) * F.layer_matmul_flops(s, 1, 1) / mean_mm_seq, att_share)
     if op_sac(c):  # torchtitan's per-op SAC: its rerun matmuls, not the attention product
         shares[Recompute.SELECTIVE] = (note("op_sac_mean_share", pick(
             lambda: op_sac_mean_share(x, k.L, n_moe_layers, c.torchtitan_flex_ac),
@@ -73,7 +78,7 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
         F.model_flops(x.gbs, s, L, mm_seq, att_run, head_seq)
         + F.recompute_flops(x.gbs, L, mm_seq, att_run, *shares[c.recompute])
         + F.flash_backward_flops(x.gbs, L, att_run, causal_skip)))
-    return SimpleNamespace(active=active, mlp_share=shares[Recompute.SELECTIVE][0],
+    return SimpleNamespace(active=active, mlp_share=mlp_share,
                            model_flops=model_flops,
                            model_flops_causal=model_flops_causal, hardware_flops=hardware_flops)
 
@@ -116,6 +121,25 @@ def op_sac_mean_share(x, n_layers, n_moe_layers, flex=False):
     dense, moe = op_sac_weights(x, flex)
     return ((n_dense * dense + n_moe_layers * moe)
             / (n_dense * dense_w + n_moe_layers * moe_w))
+
+
+def module_matmul_weights(x, c: Choices, moe_fraction):
+    """fit: the matmul weights per token of the model's mean layer that `mla_up_proj`,
+    `shared_experts` and `moe` in --recompute-modules rerun: MLA's up-projections
+    (formulas.recompute.mla_up_proj_weights) in every layer, and in the MoE layers (a share
+    moe_fraction of them) the shared experts, or with `moe` the router, k experts and the
+    shared experts."""
+    modules = c.recompute_modules or ()
+    weights = 0
+    if RecomputeModule.MLA_UP_PROJ in modules:
+        weights = weights + x.mla * RC.mla_up_proj_weights(
+            x.hidden, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.v_dim, x.rope_dim)
+    if RecomputeModule.MOE in modules:
+        weights = weights + x.moe * moe_fraction * (
+            x.hidden * x.router_experts + x.top_k * x.expert_matmul + x.shared_matmul)
+    elif RecomputeModule.SHARED_EXPERTS in modules:
+        weights = weights + x.moe * moe_fraction * x.shared_matmul
+    return weights
 
 
 def recompute_shares(x, c: Choices, k: SimpleNamespace, active) -> dict:

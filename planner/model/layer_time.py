@@ -26,7 +26,9 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, fp8_experts=T
     non-expert weights over t at their own wave quantisation, the expert GEMMs per GPU as
     T·k·load tokens through one expert each (etp splits the expert and gathers etp× the
     tokens), as grouped GEMMs of expert_tokens rows per local expert, the experts whose GEMMs
-    run at once (the framework's `streams`: moe.concurrent_experts) sharing the waves."""
+    run at once (the framework's `streams`: moe.concurrent_experts) sharing the waves.
+    Returns (all of them, the MoE block's own: experts, shared experts and router, which
+    `--recompute-modules moe` reruns)."""
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
     # the shared experts apart (explain's T_sh), at the same wave quantisation and efficiency
     ne_weights = _ops.select(x.moe, x.attn_matmul + h * x.router_experts,
@@ -59,7 +61,13 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, fp8_experts=T
         ne_s = ne_s + note("shared_matmul_s", x.moe * T.compute_time_s(
             F.layer_matmul_flops(s, b, x.shared_matmul) / (t * cp), x.peak_flops,
             x.gemm_eff * ne_wave))
-    return ne_s + expert_s
+    # fit: the MoE block's GEMMs apart (the router's at the non-expert waves)
+    router_s = T.compute_time_s(F.layer_matmul_flops(s, b, h * x.router_experts) / (t * cp),
+                                x.peak_flops, x.gemm_eff * ne_wave)
+    block_s = x.moe * (router_s + T.compute_time_s(F.layer_matmul_flops(s, b, x.shared_matmul)
+                                                   / (t * cp), x.peak_flops,
+                                                   x.gemm_eff * ne_wave)) + expert_s
+    return ne_s + expert_s, block_s
 
 
 def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -75,10 +83,10 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     wave = note("wave_efficiency", _ops.select(has_sm, T.layer_gemm_wave_efficiency(
         tokens, h, x.n_heads, x.n_kv_heads, x.head_dim, x.ffn, x.n_mlp, t,
         _ops.maximum(x.n_sm, 1), x.tile_rows, x.tile_cols, tokens * x.top_k / x.n_experts), 1))
-    mm_s = note("matmul_s", pick(lambda: moe_matmul_s(x, k, tokens, has_sm,
-                                                              c.framework.expert_gemm_streams,
-                                                              c.framework.fp8_expert_gemms,
-                                                              note),
+    moe_mm = (moe_matmul_s(x, k, tokens, has_sm, c.framework.expert_gemm_streams,
+                           c.framework.fp8_expert_gemms, note)
+              if k.moe_model else (0, 0))
+    mm_s = note("matmul_s", pick(lambda: moe_mm[0],
                                  T.compute_time_s(F.layer_matmul_flops(s, b, k.active) / (t * cp),
                                                   x.peak_flops, x.gemm_eff * wave)))
     att_fwd = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
@@ -115,7 +123,8 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # fit: the MLP's matmuls with `mlp`), or the recomputed layers' whole forward
     modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
     selective_s = (int(RecomputeModule.CORE_ATTN in modules) * (att_s + core_s)
-                   + k.mlp_share * mm_s + module_rerun_s(x, c, k, modules))
+                   + k.mlp_share * mm_s + module_rerun_s(x, c, k, modules)
+                   + int(RecomputeModule.MOE in modules) * x.moe * (moe_mm[1] + moe_extra_s))
     if FL.op_sac(c):  # torchtitan's per-op SAC: share ρ of the matmuls, every unsaved op
         share = note("op_sac_share", pick(lambda: FL.op_sac_layer_share(x, h, c.torchtitan_flex_ac),
                                           x.sac_dense_matmul / k.active))
@@ -152,21 +161,40 @@ def unfused_scatter_s(x, k: SimpleNamespace):
 
 
 def module_rerun_s(x, c: Choices, k: SimpleNamespace, modules) -> float:
-    """fit: the memory-bound reruns of `layernorm` (a MoE layer's pre-MLP norm, an MLA layer's
-    input norm) and `moe_act` (the routed experts' activation function) in the backward
-    (formulas.recompute); 0 for a dense model, whose norms Transformer Engine fuses."""
+    """fit: what the backward reruns of `layernorm` (a MoE layer's pre-MLP norm, an MLA layer's
+    input norm), `moe_act` (the routed experts' activation function), `mla_up_proj` (MLA's two
+    up-projection GEMMs, formulas.recompute.mla_up_proj_weights, and its latent norms) and
+    `shared_experts` (their GEMMs and activation function): the GEMMs at the layer's peak and
+    efficiency, the rest memory-bound (formulas.recompute); 0 for a dense model, whose norms
+    Transformer Engine fuses.  `moe` reruns the whole MoE block: layer_times adds its GEMMs and
+    kernels, and the exchange's passes count its token exchange again (volumes.py)."""
     if not k.moe_model:
         return 0
-    s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
-    rerun = 0
+    s, b, h, t, cp, sp = k.s, k.b, k.h, k.t, k.cp, c.sequence_parallel
+    rerun, weights = 0, 0
     if RecomputeModule.LAYERNORM in modules:
-        rerun = rerun + RC.layernorm_rerun_bytes(s, b, h, t, cp, c.sequence_parallel,
-                                                 x.moe + x.mla, x.act_bytes)
-    if RecomputeModule.MOE_ACT in modules:
+        rerun = rerun + RC.layernorm_rerun_bytes(s, b, h, t, cp, sp, x.moe + x.mla, x.act_bytes)
+    if RecomputeModule.MOE_ACT in modules and RecomputeModule.MOE not in modules:
         rerun = rerun + x.moe * RC.activation_fn_rerun_bytes(
             s, b, MO.routed_ffn_width(x.expert_ffn, x.top_k, imbalance=k.lam), x.n_mlp, t, cp,
             x.act_bytes)
-    return T.memory_bound_time_s(rerun, x.hbm_bw, x.hbm_eff)
+    if RecomputeModule.MLA_UP_PROJ in modules:
+        # the q and kv latent norms fused into the up-projections: n = 1 each of width r
+        rerun = rerun + x.mla * (x.q_rank + x.kv_rank) / h * RC.layernorm_rerun_bytes(
+            s, b, h, t, cp, sp, 1, x.act_bytes)
+        weights = weights + x.mla * RC.mla_up_proj_weights(
+            h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.v_dim, x.rope_dim)
+    if RecomputeModule.SHARED_EXPERTS in modules and RecomputeModule.MOE not in modules:
+        rerun = rerun + x.moe * RC.activation_fn_rerun_bytes(
+            s, b, x.shared_ffn * x.n_shared, x.n_mlp, t, cp, x.act_bytes)
+        weights = weights + x.moe * x.shared_matmul
+    if RecomputeModule.MOE in modules:  # the block's activation functions, routed and shared
+        rerun = rerun + x.moe * RC.activation_fn_rerun_bytes(
+            s, b, MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, k.lam),
+            x.n_mlp, t, cp, x.act_bytes)
+    gemm_s = T.compute_time_s(F.layer_matmul_flops(s, b, weights) / (t * cp), x.peak_flops,
+                              x.gemm_eff)
+    return T.memory_bound_time_s(rerun, x.hbm_bw, x.hbm_eff) + gemm_s
 
 
 def quantize_layer_s(x, c: Choices, k: SimpleNamespace, note=same):

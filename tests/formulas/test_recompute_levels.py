@@ -84,6 +84,30 @@ def test_layernorm_and_activation_savings_hand():
     assert RC.activation_fn_saving_bytes(4096, 1, 8 * 2048, 1, 1, 2) == 128 * MiB
 
 
+def test_mla_up_proj_saving_hand():
+    # DeepSeek-V3 (a = 128, r_q = 1536, r_kv = 512, d_qk = 192, d_v = 128), s = 4096, b = 1,
+    # t = c = 1: 2·4096·(1536 + 512 + 128·(2·192 + 128)) = 8192·67,584 = 528 MiB
+    assert RC.mla_up_proj_saving_bytes(4096, 1, 128, 1536, 512, 192, 128, 1, 1, False) == \
+        528 * MiB
+    # t = 8 without SP: the latents stay whole on each rank, the heads split:
+    # 2·4096·(2048 + 65,536/8) = 8192·10,240 = 80 MiB
+    assert RC.mla_up_proj_saving_bytes(4096, 1, 128, 1536, 512, 192, 128, 8, 1, False) == \
+        80 * MiB
+    # its GEMMs: 1536·128·192 + 512·128·(192 − 64 + 128) = 37,748,736 + 16,777,216
+    assert RC.mla_up_proj_weights(7168, 128, 1536, 512, 192, 128, 64) == 54_525_952
+    # without query compression (r_q = 0) the query projection reads h: 7168·128·192 + …
+    assert RC.mla_up_proj_weights(7168, 128, 0, 512, 192, 128, 64) == \
+        7168 * 128 * 192 + 16_777_216
+
+
+def test_expert_module_savings_hand():
+    # shared_experts: one shared expert of 2048, SwiGLU, 16-bit, t = 1:
+    # 4096·2048·(2·2 + 2) = 48 MiB
+    assert RC.shared_experts_saving_bytes(4096, 1, 2048, 3, 1, 1, 2) == 48 * MiB
+    # moe: the same over the whole stored width, plus what the dispatcher keeps
+    assert RC.moe_layer_saving_bytes(4096, 1, 2048, 3, 1, 1, 5 * MiB, 2) == 53 * MiB
+
+
 def test_recompute_layer_fraction():
     assert RC.recompute_layer_fraction(20, 5) == 0.25
     assert RC.recompute_layer_fraction(20, 20) == 1.0

@@ -39,6 +39,15 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
     ("recompute-moe-modules-qwen3", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 "
      "--etp 1 --recompute selective --recompute-modules core_attn,layernorm,moe_act",
      ("megatron",)),
+    # DeepSeek-V3's own recipe (report §3.2.3): RMSNorm and the MLA up-projections recomputed
+    ("recompute-mla-modules-dsv3", "--model deepseek-v3 --gpus 1024 --tp 1 --pp 16 --ep 64 "
+     "--etp 1 --recompute selective --recompute-modules layernorm,mla_up_proj "
+     "--hw h200-nvlink", ("megatron",)),
+    ("recompute-moe-layer-dsv3", "--model deepseek-v3 --gpus 1024 --tp 1 --pp 16 --ep 64 "
+     "--etp 1 --recompute selective --recompute-modules core_attn,moe,shared_experts "
+     "--hw h200-nvlink", ("megatron",)),
+    ("recompute-moe-layer-qwen3", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 "
+     "--etp 1 --recompute selective --recompute-modules core_attn,moe", MEGATRON),
     ("moe-deepseek-v3", "--model deepseek-v3 --gpus 1024 --tp 1 --pp 16 --ep 64 --etp 1 "
      "--recompute full --hw h200-nvlink", ("megatron",)),
     ("moe-qwen3-30b", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1",
