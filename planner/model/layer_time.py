@@ -122,9 +122,12 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # what the backward runs again: the checkpointed modules' forward (the attention core;
     # fit: the MLP's matmuls with `mlp`), or the recomputed layers' whole forward
     modules = c.recompute_modules or (RecomputeModule.CORE_ATTN,)
+    # fit: `moe` reruns the MoE block's GEMMs, router and permutation, and its dispatcher's
+    # wait for the token counts (the layer's host_s; the exchange: volumes.py ep_passes)
     selective_s = (int(RecomputeModule.CORE_ATTN in modules) * (att_s + core_s)
                    + k.mlp_share * mm_s + module_rerun_s(x, c, k, modules)
-                   + int(RecomputeModule.MOE in modules) * x.moe * (moe_mm[1] + moe_extra_s))
+                   + int(RecomputeModule.MOE in modules) * (x.moe * (moe_mm[1] + moe_extra_s)
+                                                            + host_s))
     if FL.op_sac(c):  # torchtitan's per-op SAC: share ρ of the matmuls, every unsaved op
         share = note("op_sac_share", pick(lambda: FL.op_sac_layer_share(x, h, c.torchtitan_flex_ac),
                                           x.sac_dense_matmul / k.active))
@@ -142,7 +145,8 @@ def host_wait_s(x, c: Choices, k: SimpleNamespace, gpu_fwd_s, note=same):
     empty launch queue, formulas.host.synced_exposed_s of the layer's GPU time and the kernels
     it launches (moe.forward_kernels) at t_h each. layer_times keeps it out of the backward
     (autograd reuses the split lists) and torchtitan's op-SAC recompute (its policy saves the
-    copy); full recompute reruns the forward and its wait."""
+    copy); full recompute reruns the forward and its wait, `--recompute-modules moe` the MoE
+    block's."""
     sync = c.framework.moe_forward_sync
     if not k.moe_model or sync == "none":
         return 0
