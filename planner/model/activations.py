@@ -48,9 +48,14 @@ def moe_mla_layer_bytes(x, c: Choices, k: SimpleNamespace, routed_ffn, recompute
         return 0
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
     eager = c.framework.memory.activations is ActivationStyle.EAGER
+    # fit: a --recompute-modules list without core_attn leaves the attention core's scores
+    # (flash: its log-sum-exp) saved, as recompute_levels keeps them for a dense layer
+    core_kept = (recompute is Recompute.SELECTIVE and c.recompute_modules is not None
+                 and RecomputeModule.CORE_ATTN not in c.recompute_modules)
     mla = MO.mla_layer_activation_bytes(
         s, b, h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.rope_dim, x.v_dim, routed_ffn,
-        x.n_mlp, x.dropout, t, cp, c.sequence_parallel, recompute, c.attention, x.act_bytes)
+        x.n_mlp, x.dropout, t, cp, c.sequence_parallel,
+        Recompute.NONE if core_kept else recompute, c.attention, x.act_bytes)
     if recompute is Recompute.FULL:
         dispatch = 0
     elif eager:

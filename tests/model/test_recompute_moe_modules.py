@@ -124,6 +124,14 @@ def test_mla_up_proj_drops_q_k_v_and_the_normed_latents():
     assert float(a["layer_activation_bytes"]) - float(b["layer_activation_bytes"]) == 264 * MiB
 
 
+def test_an_mla_layer_keeps_its_core_without_core_attn():
+    # DeepSeek-V3's recipe leaves core_attn out: the flash core's fp32 log-sum-exp stays saved,
+    # 4 B · a · s · b / t = 4 · 128 · 4096 / 2 = 1 MiB per layer (as for a dense layer)
+    a = noted("deepseek-v3", recompute_modules=("layernorm", "mla_up_proj"))
+    b = noted("deepseek-v3", recompute_modules=("core_attn", "layernorm", "mla_up_proj"))
+    assert float(a["layer_activation_bytes"]) - float(b["layer_activation_bytes"]) == 1 * MiB
+
+
 def test_mla_up_proj_reruns_the_two_up_projections():
     # its GEMMs: 2·s·b·W_up/t FLOPs with W_up = 1536·128·192 + 512·128·256 = 54,525,952,
     # 2·4096·54,525,952/2 = 223,338,299,392 at the peak × GEMM efficiency; its two latent
