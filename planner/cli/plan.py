@@ -62,7 +62,7 @@ from .plan_flags import (
 @app.command(cls=PanelledHelp)
 @with_plan_flags
 def explain(
-    model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink", plan: PlanOpt = None,
+    ctx: typer.Context, model: ModelOpt, gpus: GpusOpt, hw: HwOpt = "h100-nvlink", plan: PlanOpt = None,
     train_tokens: TrainTokensOpt = None, gpu_hour_price: PriceOpt = None,
     gpu_power_w: PowerOpt = None, goodput: GoodputOpt = None, flags: PlanFlags = None,
     headroom: HeadroomOpt = None, json_: JsonOpt = False, emit: EmitOpt = None,
@@ -159,10 +159,18 @@ def _apply_layout(o) -> None:
     from ..layout_text import merge_layout
 
     # options at the values they take when not given count as not given (and --no-moe-a2a-overlap,
-    # a layout without `ovl`)
+    # a layout without `ovl`), unless typed on the command line (`--precision bf16` beside a
+    # layout in fp8 contradicts it)
+    ctx = getattr(o, "ctx", None)
+
+    def typed(key: str) -> bool:
+        source = ctx.get_parameter_source(key) if ctx is not None else None
+        return getattr(source, "name", None) == "COMMANDLINE"
+
     unset = {k: PLAN_FLAG_DEFAULTS[k] for k in LAYOUT_OPTIONS
              if PLAN_FLAG_DEFAULTS[k] is not None} | {"moe_a2a_overlap": False}
-    given = {k: (None if k in unset and getattr(o, k) == unset[k] else getattr(o, k))
+    given = {k: (None if k in unset and getattr(o, k) == unset[k] and not typed(k)
+                 else getattr(o, k))
              for k in LAYOUT_OPTIONS}
     fields = merge_layout(o.plan, given)
     for key, value in fields.items():

@@ -71,6 +71,21 @@ def test_a_layout_that_contradicts_a_flag_is_an_error_naming_both():
         128, 2, 2, 3, "selective")
 
 
+def test_a_flag_typed_at_its_default_still_contradicts_the_layout():
+    # --precision bf16 is the default, but typed beside a layout in fp8 it contradicts it; not
+    # typed, the layout's fp8 is taken
+    layout = "dp256 tp2 pp1 z3 full18 fp8"
+    r = runner.invoke(app, ["explain", "--model", "70b", "--gpus", "512", "--gbs", "512",
+                            "--plan", layout, "--precision", "bf16"])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"plan3d: error: --plan '{layout}' says precision fp8 but "
+                                "--precision bf16 was given: leave one of them out")
+    r = runner.invoke(app, ["explain", "--model", "70b", "--gpus", "512", "--gbs", "512",
+                            "--plan", layout, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["precision"] == "fp8"
+
+
 def test_emit_takes_the_layout_too():
     r = runner.invoke(app, ["explain", "--model", "70b", "--gpus", "512", "--plan",
                             "dp128 tp2 pp1 cp2 z3 sel", "--emit", "torchtitan"])
