@@ -39,8 +39,10 @@ class Memory(_Out):
     total_bytes: float
     capacity_bytes: float
     fits: bool
-    stage: Literal["first", "last"]
+    stage: Literal["first", "last", "middle"]
     params_per_gpu: float
+    stage_rank: int = 0
+    """The most loaded GPU's pipeline rank (0 for the first stage, pp − 1 for the last)."""
     stage_layers: float = 0.0
     allocated_bytes: float = 0.0
     reserved_bytes: float = 0.0
@@ -51,6 +53,11 @@ class Memory(_Out):
     # offloaded activations) and what the profile's host gives a GPU; fits needs both to fit
     host_bytes: float = 0.0
     host_capacity_bytes: float = 0.0
+
+    @property
+    def stage_name(self) -> str:
+        """The stage as a person reads it: "first", "last" or "middle (rank r)"."""
+        return f"middle (rank {self.stage_rank})" if self.stage == "middle" else self.stage
 
 
 class CollectiveCall(_Out):

@@ -152,7 +152,7 @@ def _not_fit_message(plan, model: str, hw: str) -> str:
     if larger:
         levers.append(f"a GPU with more memory (--hw {' or --hw '.join(larger)})")
     return (f"this plan does not fit: it needs {m.total_bytes / gib:,.1f} GiB per GPU on the "
-            f"{m.stage} pipeline stage, {m.capacity_bytes / gib:,.1f} GiB available; try "
+            f"{m.stage_name} pipeline stage, {m.capacity_bytes / gib:,.1f} GiB available; try "
             f"{', '.join(levers)}, or `plan3d search` for a layout that fits")
 
 

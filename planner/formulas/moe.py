@@ -17,6 +17,8 @@ dp × cp × tp, so edp = dp·cp·tp / (ep·etp).
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import _ops
 from .activations import replicated_activation_bytes, score_activation_bytes
 from .choices import Attention, Recompute
@@ -192,3 +194,54 @@ def moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq, is_moe=1):
     first = _ops.maximum(start, first_k_dense)
     return is_moe * _ops.maximum(0, _ops.ceil(stop / moe_layer_freq)
                                  - _ops.ceil(first / moe_layer_freq))
+
+
+def _chunk_moe_layers(chunk, n_layers, n_chunks, lead, trail, first_k_dense, moe_layer_freq):
+    """MoE layers of pipeline chunk j: moe_layers_in_span over its layers
+    [first(j), first(j + 1)) (pipeline.chunk_first_layer over L + lead + trail slots), cut at
+    layer L."""
+    from .pipeline import chunk_first_layer
+
+    n_slots = n_layers + lead + trail
+    start = _ops.minimum(chunk_first_layer(chunk, n_slots, n_chunks, lead), n_layers)
+    stop = _ops.minimum(chunk_first_layer(chunk + 1, n_slots, n_chunks, lead), n_layers)
+    return moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq)
+
+
+def _rank_moe_layers(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead, trail,
+                     v_shape=False):
+    """moe_layers_on_rank on floats or arrays (one term per chunk, up to the largest v)."""
+    if v_shape:
+        return sum(_chunk_moe_layers(chunk, n_layers, 2 * pp, lead, trail, first_k_dense,
+                                     moe_layer_freq) for chunk in (rank, 2 * pp - 1 - rank))
+    total = 0
+    for i in range(int(np.max(vpp))):
+        total = total + _ops.le(i + 1, vpp) * _chunk_moe_layers(
+            rank + i * pp, n_layers, pp * vpp, lead, trail, first_k_dense, moe_layer_freq)
+    return total
+
+
+def moe_layers_on_rank(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead=0, trail=0,
+                       v_shape=0, is_moe=1):
+    """MoE layers pipeline rank r holds: the sum of moe_layers_in_span over its chunks' layers,
+
+        Σ_i n_moe(chunk c_i),  c_i = r + i·p for i < v (looped placement: Megatron-Core's chunk
+        k on rank k mod p, pipeline_parallel_layer_layout.py @ d98e8a64dd; torchtitan's
+        `_get_pp_rank_to_stage_indices_mapping` @ 0.3.0), or c = r and 2p − 1 − r for the
+        V schedules (ZB-V, DualPipeV: v = 1 here, two half-stage chunks),
+
+    each chunk's layers from pipeline.chunk_first_layer over L + lead + trail slots (L counts
+    the MTP modules where the framework places them as layers; they are MoE layers as the
+    model's last is). DeepSeek-V3 (L = 61, first_k_dense 3), p = 16, v = 1 under Megatron's
+    uneven split (lead 2, trail 1: 64 slots, 4 a stage): rank 0 holds layers 0-1, both dense,
+    rank 1 layers 2-5, three MoE, rank 2 layers 6-9, four. 0 for a dense model."""
+    value = _ops.shown("n_moe,r({5}; {0}, {3}, {4})", _rank_moe_layers if not v_shape else
+                       _rank_moe_layers_v, n_layers, first_k_dense, moe_layer_freq, pp, vpp,
+                       rank, lead, trail)
+    return is_moe * value
+
+
+def _rank_moe_layers_v(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead, trail):
+    """moe_layers_on_rank for the V schedules (two chunks per rank)."""
+    return _rank_moe_layers(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead, trail,
+                            True)

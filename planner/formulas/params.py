@@ -119,6 +119,12 @@ def layers_per_gpu(n_layers, pp):
     return _ops.ceil(n_layers / pp)
 
 
+def layer_params_per_gpu(stage_layers, tp, layer_sharded, layer_replicated):
+    """Parameters of a stage's L_s layers on one GPU, what a middle pipeline stage holds (no
+    embedding, head or final norm): L_s·(sharded/t + replicated)."""
+    return stage_layers * (layer_sharded / tp + layer_replicated)
+
+
 def stage_params_per_gpu(stage_layers, tp, layer_sharded, layer_replicated, vocab_padded, hidden,
                          position_params, norm_width, tied_embeddings, first_stage, single_stage):
     """Parameters held by one GPU of the first (first_stage = 1) or last (0) pipeline stage.
@@ -129,7 +135,7 @@ def stage_params_per_gpu(stage_layers, tp, layer_sharded, layer_replicated, voca
       embedding on the last stage to compute the head, and all-reduces its gradient), final norm.
     With p = 1 (single_stage = 1) one GPU holds both ends, and a tied head adds nothing.
     """
-    layers = stage_layers * (layer_sharded / tp + layer_replicated)
+    layers = layer_params_per_gpu(stage_layers, tp, layer_sharded, layer_replicated)
     embedding = vocab_padded * hidden / tp
     first = embedding + position_params
     head_copies = _ops.select(single_stage, 1 - tied_embeddings, 1)

@@ -187,3 +187,51 @@ def ends_on_first_gpu(schedule: Schedule):
     of the reverse direction; that GPU then holds the embedding and the LM head (and the logits),
     as a single stage does, while GPU p − 1 holds neither end (a V) or both (DualPipe)."""
     return 1 if schedule in (Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV) else 0
+
+
+def in_flight_on_rank(rank, pp, n_micro, vpp, schedule: Schedule):
+    """Micro-batches (in units of a whole stage's layers) pipeline rank r holds at its peak, its
+    first backward: r = 0 gives in_flight_first_stage, r = p − 1 in_flight_last_stage.
+
+    GPipe: m.  1F1B: min(p − r, m) (p − r − 1 warm-up forwards, then one more).
+    Interleaved: min(((p − r − 1)·2 + (v − 1)·p + 1)/v, m): rank r's warm-up chunk-forwards
+    (Megatron-Core schedules.py get_pp_rank_microbatches @ d98e8a64dd, with
+    microbatch_group_size_per_vp_stage = p, its default) plus one, each 1/v of the stage.
+    The split-backward schedules: the same on every rank (in_flight_split).
+    At p = 4, v = 2, m = 8: rank 0 (6 + 4 + 1)/2 = 5.5, rank 1 4.5, rank 3 2.5."""
+    if schedule in SPLIT_BACKWARD:
+        return in_flight_split(pp, n_micro, schedule)
+    if schedule is Schedule.GPIPE:
+        return n_micro
+    if schedule is Schedule.ONE_F_ONE_B:
+        return _ops.minimum(pp - rank, n_micro)
+    return _ops.minimum(((pp - rank - 1) * 2 + (vpp - 1) * pp + 1) / vpp, n_micro)
+
+
+def chunk_first_layer(chunk, n_slots, n_chunks, lead=0):
+    """The first layer of pipeline chunk j (0-based, in model order) when S chunks split N layer
+    slots as evenly as they can, the first N mod S chunks one slot more, and the first `lead`
+    slots stand for the embedding rather than a layer:
+
+        j·⌊N/S⌋ + min(j, N mod S) − lead        (never below 0)
+
+    Megatron-Core's --pipeline-model-parallel-layout as plan3d writes it (lead 0; N = L + D
+    with the D MTP modules in the last slots), and torchtitan's split, which spreads L + 2 slots
+    (the embedding and the output weighed as one layer each, lead 1) where pp·vpp does not divide
+    L (`_generate_llm_fqn_per_model_part` @ 0.3.0). Chunk j holds layers
+    [first(j), first(j + 1)), cut at the model's last layer by the caller."""
+    per_chunk = -_ops.ceil(-n_slots / n_chunks)  # ⌊N/S⌋
+    extra = n_slots - n_chunks * per_chunk  # N mod S
+    return _ops.maximum(chunk * per_chunk + _ops.minimum(chunk, extra) - lead, 0)
+
+
+def uneven_end_slots(n_layers, pp):
+    """The slots (lead, trail) by which the first and last of p stages fall short of ⌈L/p⌉
+    layers where every middle stage holds ⌈L/p⌉ (Megatron-Core's
+    --decoder-first/last-pipeline-num-layers as plan3d writes them for p ∤ L with one chunk):
+    with F = ⌈L/p⌉ and R = L − (p − 2)·F, lead = F − ⌊R/2⌋, trail = F − ⌈R/2⌉; 0 and 0 when p
+    divides L. Spread by chunk_first_layer over L + lead + trail = p·F slots."""
+    full = _ops.ceil(n_layers / pp)
+    rest = n_layers - (pp - 2) * full
+    uneven = 1 - _ops.divides(pp, n_layers)
+    return (uneven * (full + _ops.ceil(-rest / 2)), uneven * (full - _ops.ceil(rest / 2)))

@@ -203,6 +203,10 @@ class Framework:
     rules: tuple[Rule, ...]
     memory: MemoryConventions
     stage_split: str = "chunks"
+    split_end_slots: int = 0
+    """Layer slots the embedding and the output each weigh in the pipeline split where pp·vpp
+    does not divide the layers (torchtitan: 1, `_generate_llm_fqn_per_model_part`'s
+    input_weight and output_weight @ 0.3.0); 0 where the split spreads the layers alone."""
     extra_stage_units: int = 0
     emitters: dict[str, Callable[[PlanConfig, ModelSpec], EmitResult]] = field(
         default_factory=dict, hash=False, compare=False)

@@ -682,6 +682,7 @@ FRAMEWORK = Framework(
         gathered_layers=2, reduce_buffer_layers=1, zero2_keeps_weights_gathered=True,
         head_unsharded=True, pp_unsharded=(2.0, 4.0)),
     stage_split="chunks",
+    split_end_slots=1,
     extra_stage_units=2,
     emitters={"torchtitan": _torchtitan},
     grad_bytes_fixed=FP32,

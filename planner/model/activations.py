@@ -290,7 +290,17 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
                                 * x.top_k * k.lam * h * x.act_bytes)
         act_first = act_first + dispatch_buffers
         act_last = act_last + dispatch_buffers
-    return SimpleNamespace(routed_ffn=lay.routed_ffn, layer_act=layer_act, rerun=lay.rerun,
+    # moe: each middle rank that may hold the most (parameters.split_moe_layers): its layers'
+    # activations with its own micro-batches in flight, a backward's, the dispatch buffers; no
+    # embedding and no loss
+    middle = []
+    for r in k.middle:
+        inflight = PL.in_flight_on_rank(r.rank, p, m, v, c.schedule)
+        middle.append(SimpleNamespace(**vars(r), inflight=inflight,
+                                      act=inflight * layers * layer_act + bwd_phase
+                                      + dispatch_buffers))
+    return SimpleNamespace(middle=tuple(middle), routed_ffn=lay.routed_ffn, layer_act=layer_act,
+                           rerun=lay.rerun,
                            checkpoints=lay.checkpoints, checkpoint_bytes=lay.checkpoint_bytes,
                            inflight_first=inflight_first, inflight_last=inflight_last,
                            logits_act=logits_act, act_first=act_first, act_last=act_last,

@@ -180,34 +180,40 @@ def link_fields(f: dict) -> dict:
     return out
 
 
-def peak_moment(config: PlanConfig, first: bool, costs: dict) -> str:
+def peak_moment(config: PlanConfig, stage: str, costs: dict) -> str:
     """When the most loaded GPU peaks: the loss of a single stage (its micro-batch's activations
-    and the loss at its peak), the first stage's first backward (its warm-up micro-batches'
-    activations), or the last stage's loss."""
+    and the loss at its peak), the first stage's or a middle rank's first backward (its warm-up
+    micro-batches' activations), or the last stage's loss."""
     if config.pp == 1:
         return "the loss (one micro-batch's activations and the loss at its peak)"
-    if first:
-        n = float(costs["inflight_first"])
+    n = float(costs["inflight_peak"])
+    if stage == "first":
         return f"the first stage's first backward ({n:.3g} micro-batches' activations in flight)"
-    n = float(costs["inflight_last"])
+    if stage == "middle":
+        return (f"pipeline rank {costs['peak_rank']:.0f}'s first backward ({n:.3g} "
+                "micro-batches' activations in flight)")
     return f"the last stage's loss ({n:.3g} micro-batches' activations in flight)"
+
+
+STAGE_KINDS = ("first", "last", "middle")
+"""Memory.stage by the cost model's peak_stage (0, 1, 2)."""
 
 
 def plan_from_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig,
                     costs: dict) -> Plan:
     """The typed result from the cost dictionary of one plan (floats)."""
     f = {k: float(v) for k, v in costs.items()}
-    first = f["is_first_stage"] >= 0.5
+    stage = STAGE_KINDS[round(f["peak_stage"])]
     memory = Memory(
         weights_bytes=f["weights_bytes"], gradients_bytes=f["gradients_bytes"],
         optimizer_bytes=f["optimizer_bytes"], activations_bytes=f["activations_bytes"],
         overhead_bytes=f["overhead_bytes"], total_bytes=f["total_bytes"],
         capacity_bytes=f["capacity_bytes"],
         fits=f["total_bytes"] <= f["capacity_bytes"] and f["host_bytes"] <= f["host_capacity_bytes"],
-        stage="first" if first else "last", params_per_gpu=f["stage_params"],
+        stage=stage, stage_rank=round(f["peak_rank"]), params_per_gpu=f["stage_params"],
         stage_layers=f["stage_layers"], allocated_bytes=f["allocated_bytes"],
         reserved_bytes=f["reserved_bytes"], margin_bytes=f["capacity_bytes"] - f["total_bytes"],
-        peak_at=peak_moment(config, first, f), framework=config.framework,
+        peak_at=peak_moment(config, stage, f), framework=config.framework,
         host_bytes=f["host_bytes"], host_capacity_bytes=f["host_capacity_bytes"])  # offload
     time = Time(**{k: f[k] for k in Time.model_fields})
     return Plan(

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
 from ..formulas import _ops
 from ..formulas import moe as MO
 from ..formulas import moe_mtp as MTP
 from ..formulas import params as P
 from ..formulas import pipeline as PL
+from ..formulas.choices import Schedule
 from . import moe as MOE
 from .links import shard_group_ranks
 from .numbers import Choices, any_row, moe_picker, same
@@ -66,12 +69,15 @@ def parameters(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
         return P.stage_params_per_gpu(layers, t, layer_sharded, layer_replicated, vocab_padded, h,
                                       positions, x.norm_width, x.tied, first, both)
 
-    # ---- moe: MoE/MLA parameters. The stage's MoE layers (first stage: layers [0, L_s), last:
-    # [L − L_s, L)) hold their non-expert part over t and their routed experts over ep·etp,
-    # apart (expert_first/last), for their own ZeRO group; a dense model selects stage() as is
+    # ---- moe: MoE/MLA parameters. The MoE layers a pipeline rank holds (split_moe_layers: the
+    # first rank's, the last's, the middle ranks') hold their non-expert part over t and their
+    # routed experts over ep·etp, apart (expert_*), for their own ZeRO group; a dense model
+    # selects stage() as is
     moe_model = k.moe_model
-    moe_first = (MO.moe_layers_in_span(0, layers, x.first_k_dense, x.moe_freq, x.moe)
-                 if moe_model else 0)
+    moe_first, moe_end, middle = (split_moe_layers(x, c, k, note) if moe_model
+                                  else (0, 0, ()))
+    # the MoE layers the step's time counts on the slowest stage (model/collectives.py): the
+    # fullest stage's L_s layers, taken at the model's end
     moe_last = (MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe)
                 if moe_model else 0)
     expert_shard = MO.expert_state_shard(x.ep, x.etp)
@@ -89,12 +95,22 @@ def parameters(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     mtp_params = (MTP.mtp_extra_params(k.mtp_depth, h, vocab_padded, t, x.norm_width)
                   if moe_model else 0)
     expert_first = moe_first * x.expert_layer / expert_shard
-    expert_last = moe_last * x.expert_layer / expert_shard
+    expert_last = moe_end * x.expert_layer / expert_shard
 
     params_first = note("params_first_stage", pick(lambda: moe_stage(1, both_ends, moe_first),
                                                    stage(1, both_ends)))
     params_last = note("params_last_stage", pick(
-        lambda: moe_stage(0, single_stage, moe_last) + mtp_params, stage(0, single_stage)))
+        lambda: moe_stage(0, single_stage, moe_end) + mtp_params, stage(0, single_stage)))
+    # moe: each middle rank that may hold the most: its layers alone (no embedding, head or
+    # norm), its MoE layers' experts apart; none for a dense model, whose middle stages hold the
+    # first's layers with fewer micro-batches in flight and no embedding
+    dense_layers = P.layer_params_per_gpu(layers, t, x.dense_sharded, x.dense_replicated) \
+        if moe_model else 0
+    middle = tuple(SimpleNamespace(
+        rank=r.rank, valid=r.valid, experts=r.moe * x.expert_layer / expert_shard,
+        params=dense_layers + r.moe * ((x.moe_sharded - x.dense_sharded) / t
+                                       + x.moe_replicated - x.dense_replicated))
+        for r in middle)
     # moe: the layer ZeRO-3 gathers is a MoE layer (its experts counted with the replicated part,
     # as they are not divided by t)
     layer_sharded = pick(lambda: _ops.select(x.moe, x.moe_sharded, x.dense_sharded),
@@ -104,5 +120,48 @@ def parameters(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
         layer_replicated)
     return SimpleNamespace(n_params=n_params, vocab_padded=vocab_padded, both_ends=both_ends,
                            moe_last=moe_last, expert_first=expert_first, expert_last=expert_last,
-                           params_first=params_first, params_last=params_last,
+                           params_first=params_first, params_last=params_last, middle=middle,
                            layer_sharded=layer_sharded, layer_replicated=layer_replicated)
+
+
+def split_ends(x, c: Choices, k: SimpleNamespace):
+    """(layers counted, lead, trail, V placement) of the framework's pipeline split for
+    MO.moe_layers_on_rank: Megatron places L + D slots (the D MTP modules last) through its
+    layout, or, for p ∤ L with one chunk and no MTP, ⌈L/p⌉ on every middle stage
+    (PL.uneven_end_slots); torchtitan weighs the embedding and the output as a layer each where
+    its S stages do not divide L (split_end_slots); the V schedules place chunks r and
+    2p − 1 − r on rank r."""
+    L, p, v = k.L, k.p, k.v
+    v_shape = c.schedule in (Schedule.ZBV, Schedule.DUALPIPEV)
+    if c.framework.stage_split == "flexible":
+        lead, trail = PL.uneven_end_slots(L, p)
+        uneven = _ops.le(v, 1) * _ops.le(k.mtp_depth, 0)
+        return L + k.mtp_depth, uneven * lead, uneven * trail, v_shape
+    weight = c.framework.split_end_slots
+    if not weight:
+        return L, 0, 0, v_shape
+    n_chunks = 2 * p if v_shape else p * v
+    ends = weight * (1 - _ops.divides(n_chunks, L))
+    return L, ends, ends, v_shape
+
+
+def split_moe_layers(x, c: Choices, k: SimpleNamespace, note=same):
+    """moe: the MoE layers of the first pipeline rank, of the last, and of each middle rank
+    r = 1 … min(k + f, p − 2) (k = first_k_dense, f = moe_layer_freq) with its micro-batches
+    in flight. Past rank k + f a rank's first chunk starts at or after layer k, so with f = 1
+    it holds no more MoE layers than rank k + 1 and fewer micro-batches in flight: the heaviest
+    middle rank is among these (for f > 1 up to one MoE layer of the rank past them may be
+    missed). Returns (first, last, (SimpleNamespace(rank, valid, moe, inflight), …)), valid 0
+    for a rank the plan does not have (r > p − 2)."""
+    n_layers, lead, trail, v_shape = split_ends(x, c, k)
+
+    def on_rank(rank):
+        return MO.moe_layers_on_rank(n_layers, x.first_k_dense, x.moe_freq, k.p, k.v, rank,
+                                     lead, trail, int(v_shape), x.moe)
+
+    first = note("moe_layers_first", on_rank(0))
+    last = note("moe_layers_last", on_rank(k.p - 1))
+    middle = []
+    for r in range(1, int(np.max(x.first_k_dense + x.moe_freq)) + 1):
+        middle.append(SimpleNamespace(rank=r, valid=_ops.le(r, k.p - 2), moe=on_rank(r)))
+    return first, last, tuple(middle)

@@ -1,8 +1,8 @@
 """Memory of the most loaded stage, as the plan's framework lays it out: the model states
 (weights, gradients, optimizer) sharded by the ZeRO stage, the buffers the framework holds beside
 them, the activations, the allocator's slack, what the runtime holds beside the tensors
-(model/runtime.py); the first or the last stage, whichever holds more
-(formulas/memory.py)."""
+(model/runtime.py); on the pipeline rank that needs the most: the first, the last, or a middle
+rank that holds more MoE layers (formulas/memory.py)."""
 
 from __future__ import annotations
 
@@ -150,34 +150,54 @@ def checkpoint_holdings(x, c: Choices, k: SimpleNamespace):
     return resident + (1 - on_host) * extra, on_host * extra
 
 
+def rank_bytes(x, c: Choices, k: SimpleNamespace, psi, act, inflight, ends, psi_e):
+    """stage_bytes of one pipeline rank with `inflight` micro-batches in flight: under offload
+    N layers' activations of each micro-batch in flight on the host (at most the stage's
+    layers: DeepSpeed's cpu_checkpointing moves every checkpoint), plus DeepSpeed's checkpoint
+    holdings."""
+    act_host = 0
+    if c.offload:  # offload
+        n_off = _ops.minimum(x.offload_activations, k.layers)
+        act_host = OF.activation_offload_saved_bytes(n_off, k.layer_act, inflight)
+        act = act - act_host
+    ckpt_device, ckpt_host = checkpoint_holdings(x, c, k)  # fit: DeepSpeed's checkpoint options
+    return stage_bytes(x, c, k, psi, act + ckpt_device, ends, psi_e, act_host + ckpt_host)
+
+
 def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
-    """The most loaded stage's memory (the first or the last), part by part."""
+    """The most loaded GPU's memory, part by part: the pipeline's first rank, its last, or
+    (moe) a middle rank holding more MoE layers (parameters.split_moe_layers), whichever needs
+    the most; `rank` is its pipeline rank and `kind` 0 first, 1 last, 2 middle."""
     first_ends = _ops.select(_ops.maximum(k.single_stage, PL.ends_on_first_gpu(c.schedule)),
                              2 - x.tied, 1)
-    act_first, act_last, act_host_first, act_host_last = k.act_first, k.act_last, 0, 0
-    if c.offload:  # offload: N layers' activations of each micro-batch in flight on the host
-        # (at most the stage's layers: DeepSpeed's cpu_checkpointing moves every checkpoint)
-        n_off = _ops.minimum(x.offload_activations, k.layers)
-        act_host_first = OF.activation_offload_saved_bytes(n_off, k.layer_act, k.inflight_first)
-        act_host_last = OF.activation_offload_saved_bytes(n_off, k.layer_act, k.inflight_last)
-        act_first, act_last = act_first - act_host_first, act_last - act_host_last
-    ckpt_device, ckpt_host = checkpoint_holdings(x, c, k)  # fit: DeepSpeed's checkpoint options
-    act_first, act_last = act_first + ckpt_device, act_last + ckpt_device
-    act_host_first, act_host_last = act_host_first + ckpt_host, act_host_last + ckpt_host
-    first = stage_bytes(x, c, k, k.params_first, act_first, first_ends, k.expert_first,
-                        act_host_first)
-    last = stage_bytes(x, c, k, k.params_last, act_last, first_ends, k.expert_last,
-                       act_host_last)
+    first = rank_bytes(x, c, k, k.params_first, k.act_first, k.inflight_first, first_ends,
+                       k.expert_first)
+    last = rank_bytes(x, c, k, k.params_last, k.act_last, k.inflight_last, first_ends,
+                      k.expert_last)
     is_first = _ops.le(sum(last[:5]), sum(first[:5]))  # 1 where the first stage is the most loaded
     worst = [_ops.select(is_first, f_, l_) for f_, l_ in zip(first, last)]
+    rank = _ops.select(is_first, 0, k.p - 1)
+    kind = 1 - is_first
+    stage_params = _ops.select(is_first, k.params_first, k.params_last)
+    stage_experts = _ops.select(is_first, k.expert_first, k.expert_last)  # moe
+    inflight = _ops.select(is_first, k.inflight_first, k.inflight_last)
+    costed = [(0, first), (k.p - 1, last)]  # each costed rank's parts, for the tests
+    for r in k.middle:  # moe: a middle rank that holds more, where the plan has it
+        mid = rank_bytes(x, c, k, r.params, r.act, r.inflight, 0, r.experts)
+        costed.append((r.rank * r.valid, mid))
+        more = r.valid * (1 - _ops.le(sum(mid[:5]), sum(worst[:5])))
+        worst = [_ops.select(more, m_, w_) for m_, w_ in zip(mid, worst)]
+        rank, kind = _ops.select(more, r.rank, rank), _ops.select(more, 2, kind)
+        stage_params = _ops.select(more, r.params, stage_params)
+        stage_experts = _ops.select(more, r.experts, stage_experts)
+        inflight = _ops.select(more, r.inflight, inflight)
     # what the runtime holds beside the tensors, the same on every stage: the CUDA context and
     # NCCL's buffers outside the allocator, the GEMM workspaces inside it (allocated once, no
     # slack on them)
     rt = runtime_holdings(x, c, k, note)
     worst[4] = worst[4] + rt.outside + rt.workspaces
     worst[5], worst[6] = worst[5] + rt.workspaces, worst[6] + rt.workspaces
-    stage_params = note("stage_params", _ops.select(is_first, k.params_first, k.params_last))
-    stage_experts = _ops.select(is_first, k.expert_first, k.expert_last)  # moe
+    stage_params = note("stage_params", stage_params)
     if any_row(x.moe):  # moe: the expert parameters per GPU, shown for MoE models
         stage_experts = note("expert_stage_params", stage_experts)
     weights = note("weights_bytes", worst[0])
@@ -186,7 +206,9 @@ def stage_memory(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespac
     activations = note("activations_bytes", worst[3])
     overhead = note("overhead_bytes", worst[4])
     return SimpleNamespace(
-        is_first=is_first, stage_params=stage_params, stage_experts=stage_experts,
+        is_first=is_first, rank=rank, kind=kind, inflight=inflight, costed=costed,
+        stage_params=stage_params,
+        stage_experts=stage_experts,
         weights=weights, grads=grads, optimizer=optimizer, activations=activations,
         overhead=overhead,
         total_bytes=note("total_bytes", weights + grads + optimizer + activations + overhead),

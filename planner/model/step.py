@@ -74,6 +74,9 @@ def reported(x, c: Choices, k: SimpleNamespace, mem, dp, opt, sched, step, note=
         n_params=k.n_params, vocab_padded=k.vocab_padded, stage_layers=k.layers,
         params_first_stage=k.params_first, params_last_stage=k.params_last,
         stage_params=mem.stage_params, is_first_stage=mem.is_first,
+        # the most loaded GPU's pipeline rank, its kind (0 first, 1 last, 2 middle) and the
+        # micro-batches it holds in flight at its peak
+        peak_rank=mem.rank, peak_stage=mem.kind, inflight_peak=mem.inflight,
         weights_bytes=mem.weights, gradients_bytes=mem.grads, optimizer_bytes=mem.optimizer,
         activations_bytes=mem.activations, overhead_bytes=mem.overhead,
         total_bytes=mem.total_bytes, capacity_bytes=x.capacity, layer_activation_bytes=k.layer_act,

@@ -26,6 +26,13 @@ TERMS: dict[str, TermInfo] = {
                                    "first stage's share per GPU: L/p layers over t + embedding"),
     "params_last_stage": TermInfo("Ψ_last", "params", "memory",
                                   "last stage's share per GPU: L/p layers over t + LM head"),
+    "moe_layers_first": TermInfo("n_moe,first", "count", "memory",
+                                 "MoE layers on the first pipeline rank: those of its chunks "
+                                 "under the framework's split (dense first_k_dense layers "
+                                 "first)"),
+    "moe_layers_last": TermInfo("n_moe,last", "count", "memory",
+                                "MoE layers on the last pipeline rank (its chunks; MTP modules "
+                                "count as MoE layers where Megatron places them)"),
     "stage_params": TermInfo("Ψ_gpu", "params", "memory",
                              "parameters on the most loaded GPU (the stage that needs most memory)"),
     "weights_bytes": TermInfo("M_w", "bytes", "memory",

@@ -288,13 +288,15 @@ def verdict_lines(plan: Plan, mfu_convention: str = "causal",
         inside = bool(in_margin(m.total_bytes, m.capacity_bytes, headroom))
         lines.append(Text(f"Fits: {gib(m.total_bytes)} of {gib(m.capacity_bytes)} GiB per GPU "
                           f"({share_of_capacity(m)}), {gib(spare)} GiB to spare "
-                          f"on the most loaded ({m.stage}) pipeline stage"
+                          + (f"on the most loaded ({m.stage}) pipeline stage"
+                             if m.stage != "middle" else
+                             f"on the most loaded pipeline stage, {m.stage_name}")
                           + (f", inside the {headroom:.0%} memory margin (search "
                              "marks it m, never row 1)." if inside else "."),
                           style="yellow" if inside else "green"))
     else:
         lines.append(Text(f"DOES NOT FIT: {gib(m.total_bytes)} GiB per GPU needed of "
-                          f"{gib(m.capacity_bytes)} GiB ({gib(-spare)} GiB over) on the {m.stage} "
+                          f"{gib(m.capacity_bytes)} GiB ({gib(-spare)} GiB over) on the {m.stage_name} "
                           "pipeline stage.", style="bold red"))
     if m.peak_at:
         lines.append(Text(f"Peak at {m.peak_at}: {gib(m.allocated_bytes)} GiB of tensors, "
@@ -335,7 +337,7 @@ def render_explain(plan: Plan, out: Console, *, sections=None, brief: bool = Fal
     total_mem, step = plan.memory.total_bytes, plan.time.step_s
     wide = out.width >= WIDE_EXPLAIN
     for group in wanted:
-        title = SECTIONS[group].format(stage=plan.memory.stage)
+        title = SECTIONS[group].format(stage=plan.memory.stage_name)
         out.print()
         if group == "constants":
             _render_constants(constants or [], out, title)
