@@ -43,7 +43,8 @@ def row_model(row: dict):
 
 def fit_config(row: dict) -> PlanConfig:
     """The row's layout: torchtitan FSDP2 over dp ranks (times tp), the local batch as one
-    micro-batch. 'layer' (torchtitan's per-layer selective AC, every N-th block checkpointed:
+    micro-batch; a row with a global batch (Megatron's pipelines) runs gbs/(dp·b) of them, its
+    recompute modules, dispatcher and all-to-all overlap as stated. 'layer' (torchtitan's per-layer selective AC, every N-th block checkpointed:
     activation_checkpoint.py @ 1f029641b) is partial recompute of ⌊L/N⌋ layers, each keeping
     only its input, the others everything."""
     extra = {}
@@ -51,9 +52,17 @@ def fit_config(row: dict) -> PlanConfig:
     if recompute == "layer":
         recompute = "full"
         extra["recompute_layers"] = row_model(row).n_layers // row["ac_layer_every"]
+    if "gbs" in row:  # a pipeline's micro-batches: the global batch over dp local batches
+        extra["n_micro"] = row["gbs"] // (row["dp"] * row["local_batch"])
+    if row.get("vpp", 1) > 1:
+        extra.update(vpp=row["vpp"], schedule="interleaved")
+    for key in ("recompute_modules", "moe_dispatcher", "moe_a2a_overlap"):
+        if key in row:
+            extra[key] = row[key]
     return PlanConfig(
         dp=row["dp"], tp=row["tp"], pp=row["pp"], cp=row["cp"], mbs=row["local_batch"],
-        n_micro=1, gbs=row["dp"] * row["local_batch"], seq_len=row["seq_len"],
+        n_micro=extra.pop("n_micro", 1), gbs=row.get("gbs", row["dp"] * row["local_batch"]),
+        seq_len=row["seq_len"],
         zero_stage=row["zero"], recompute=recompute, sequence_parallel=row["tp"] > 1,
         ep=row.get("ep", 1),
         framework=row["framework"], precision=row["precision"],
