@@ -201,6 +201,13 @@ def divides(a, b):
     return 1.0 if b % a == 0 else 0.0
 
 
+def all_off(indicator) -> bool:
+    """Whether an indicator is a numpy array of zeros alone (select would give if_zero on every
+    row): what lets a formula skip computing the if_one side it would throw away. False for
+    anything else (a plain number, a symbol), which computes both sides as before."""
+    return type(indicator) is np.ndarray and not (indicator > 0.5).any()
+
+
 def select(indicator, if_one, if_zero):
     """indicator·if_one + (1 − indicator)·if_zero, for an indicator that is 0 or 1 (on arrays, the
     same by np.where, which is one pass instead of three)."""

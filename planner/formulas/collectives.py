@@ -485,8 +485,14 @@ def _available(coll: Coll, algo: Algo, proto: Proto, nvls: bool = False, sharp: 
 
 
 def _enabled(on, parts):
-    """(latency, transfer) where on = 1; (DISABLED_S, 0) where on = 0."""
-    return _ops.select(on, parts[0], DISABLED_S), _ops.select(on, parts[1], 0)
+    """(latency, transfer) where on = 1; (DISABLED_S, 0) where on = 0. `parts` a function
+    giving them, called only where some row may run the candidate: an array `on` of zeros alone
+    gives (DISABLED_S, 0) without it (every row's value is those numbers either way; the search
+    asks for PAT on ~75 % of its chunks with no group one rank per node)."""
+    if _ops.all_off(on):
+        return DISABLED_S, 0
+    latency, transfer = parts()
+    return _ops.select(on, latency, DISABLED_S), _ops.select(on, transfer, 0)
 
 
 def candidate_parts_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes,
@@ -500,8 +506,6 @@ def candidate_parts_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_rank
     (group_net_busbw; NVLS-tree), nvls_bw the measured NVLS all-reduce bus bandwidth,
     collnet_efficiency CollNet-direct's 0.85 on sm90+ (1 before); caps the tuner's per-channel
     caps across nodes (channel_caps: tree, tree LL128, ring LL128; None: uncapped)."""
-    multi = 1 - one_node(n_nodes)
-    ppn = n_ranks / n_nodes
     if algo is Algo.RING:
         return ring_parts_s(coll, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
                             net_overhead_us, n_channels, caps)
@@ -509,14 +513,25 @@ def candidate_parts_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_rank
         return tree_parts_s(proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, caps)
     if proto is not Proto.SIMPLE:
         return DISABLED_S, 0
+    multi = 1 - one_node(n_nodes)
     if algo is Algo.PAT and coll is not Coll.ALL_REDUCE:
-        return _enabled(one_rank_per_node(n_ranks, n_nodes) * multi,
-                        (pat_latency_s(n_ranks, n_nodes), buffer_bytes / pat_busbw(busbw)))
+        return _enabled(one_rank_per_node(n_ranks, n_nodes) * multi, lambda: (
+            pat_latency_s(n_ranks, n_nodes), buffer_bytes / pat_busbw(busbw)))
     if algo is Algo.NVLS:
-        return _enabled(one_node(n_nodes), (nvls_latency_s(n_nodes), buffer_bytes / algbw(
-            coll, Algo.NVLS, nvls_busbw(coll, nvls_bw, ppn), n_ranks)))
+        return _enabled(one_node(n_nodes), lambda: (nvls_latency_s(n_nodes), buffer_bytes / algbw(
+            coll, Algo.NVLS, nvls_busbw(coll, nvls_bw, n_ranks / n_nodes), n_ranks)))
     if coll is not Coll.ALL_REDUCE:
         return DISABLED_S, 0
+    return _enabled(multi, lambda: _multi_node_parts_s(
+        algo, buffer_bytes, n_ranks, n_nodes, busbw, net_busbw, nvls_bw, nics_per_node,
+        collnet_efficiency))
+
+
+def _multi_node_parts_s(algo: Algo, buffer_bytes, n_ranks, n_nodes, busbw, net_busbw, nvls_bw,
+                        nics_per_node, collnet_efficiency):
+    """candidate_parts_s of the all-reduce's multi-node algorithms (NVLS-tree, CollNet direct
+    and chain), before _enabled keeps them to the groups across nodes."""
+    ppn = n_ranks / n_nodes
     if algo is Algo.NVLS_TREE:
         latency = nvls_tree_latency_s(n_nodes)
         bw = nvls_tree_busbw(nvls_bw, net_busbw, n_nodes)
@@ -525,7 +540,7 @@ def candidate_parts_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_rank
         bw = collnet_direct_busbw(busbw, ppn, nics_per_node) / 0.85 * collnet_efficiency
     else:  # CollNet chain
         latency, bw = collnet_chain_latency_s(n_ranks, n_nodes), busbw
-    return _enabled(multi, (latency, buffer_bytes / algbw(coll, algo, bw, n_ranks)))
+    return latency, buffer_bytes / algbw(Coll.ALL_REDUCE, algo, bw, n_ranks)
 
 
 def candidate_time_s(coll: Coll, algo: Algo, proto: Proto, buffer_bytes, n_ranks, n_nodes, busbw,
