@@ -163,18 +163,22 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
     # moe: each phase's (own seconds alone on the link, exposed exchange seconds beside it) per
     # group, for the exchange's delay (dp_times, comm.flow_delay_s)
     beside = {"fwd": [], "bwd": [], C.When.STEP_REDUCE: [], C.When.STEP_GATHER: []}
+    on_link = {}  # moe: the exchange's bytes on each group's link, once for its three phases
 
     def dp_time(when, params=dp.held_params, ranks=k.d_shard, on=group, experts=False):
         # moe: the expert exchange beside it where the schedule runs them together: its
         # hidden part shares the compute's window with the collective, its exposed part (which
         # lengthens the window by its own time) is delayed by it (MOE.beside_dp_bytes)
-        flow = MOE.beside_dp_bytes(x, k, when, on.inside) if k.moe_model else 0
+        if k.moe_model and experts not in on_link:
+            on_link[experts] = MOE.exchange_on_link(k, on.inside)
+        flow = (MOE.beside_dp_bytes(x, k, when, on.inside, on_link[experts]) if k.moe_model
+                else 0)
         hidden = k.ep_hidden if k.moe_model else 0
         share, t, calls, fwd, first, last, last_s = zero_collective_s(
             x, c, k, when, params, ranks, on, concurrent + hidden * flow, dp.zero_rounds,
             experts=experts)
         if k.moe_model:
-            f_s, b_s = MOE.exposed_beside_s(x, k, when, on.inside)
+            f_s, b_s = MOE.exposed_beside_s(x, k, when, on.inside, on_link[experts])
             keep = _ops.select(x.moe, 1, 0) if experts else 1
             if when is C.When.MICRO_BATCH:
                 beside["fwd"].append((keep * share * fwd, f_s))

@@ -277,7 +277,7 @@ def exchange_on_link(k, inside):
     return on_link(inside, t.fwd_nvl, t.fwd_net), on_link(inside, t.bwd_nvl, t.bwd_net)
 
 
-def beside_dp_bytes(x, k, when, inside):
+def beside_dp_bytes(x, k, when, inside, on_link=None):
     """The expert exchange's bytes per micro-batch on a data-parallel group's link (NVLink where
     `inside` = 1) that run beside its collectives at `when` (comm.When; Megatron-Core @
     d98e8a64dd): with --overlap-grad-reduce each bucket's reduction starts in the last
@@ -290,18 +290,20 @@ def beside_dp_bytes(x, k, when, inside):
     model/data_parallel.py splits them by what compute does of the exchange (hidden_share): the
     part it hides runs in the collective's window and takes a share of its link
     (comm.link_share); the exposed part lengthens that window by its own time, so it takes
-    none, and is itself delayed by the collective (exposed_beside_s)."""
-    fwd, bwd = exchange_on_link(k, inside)
+    none, and is itself delayed by the collective (exposed_beside_s). `on_link`: the
+    exchange_on_link(k, inside) the caller holds already (a group's three phases share it)."""
+    fwd, bwd = exchange_on_link(k, inside) if on_link is None else on_link
     if when is C.When.MICRO_BATCH:
         return fwd + bwd
     return x.overlap * (bwd if when is C.When.STEP_REDUCE else fwd)
 
 
-def exposed_beside_s(x, k, when, inside):
+def exposed_beside_s(x, k, when, inside, on_link=None):
     """(forward, backward) seconds of the exposed exchange per micro-batch on a data-parallel
     group's link beside its collectives at `when` (beside_dp_bytes by pass): the exposed
-    exchange k.ep_mb_s apportioned by its bytes, the exposed share of those on the link."""
-    fwd, bwd = exchange_on_link(k, inside)
+    exchange k.ep_mb_s apportioned by its bytes, the exposed share of those on the link
+    (`on_link` as beside_dp_bytes)."""
+    fwd, bwd = exchange_on_link(k, inside) if on_link is None else on_link
     per_byte = k.ep_mb_s / _ops.maximum(traffic_bytes(k.ep_traffic), 1)
     if when is C.When.MICRO_BATCH:
         return per_byte * fwd, per_byte * bwd
