@@ -566,12 +566,16 @@ def nccl_time_s(coll: Coll, buffer_bytes, n_ranks, n_nodes, busbw, ll_max, net_b
                 caps=None):
     """The tuner's pick: the smallest time over the available pairs (topoGetAlgoInfo takes the
     minimum of its cost table). One rank (n = 1) sends nothing and costs 0. `caps`: the
-    per-channel caps across nodes (channel_caps)."""
+    per-channel caps across nodes (channel_caps). Where no row has more than one rank (an
+    array of them: the search's etp = 1 groups) nothing is priced: every row is 0."""
+    sends = 1 - _ops.le(n_ranks, 1)
+    if _ops.all_off(sends):
+        return sends
     best = _ops.smallest(
         candidate_time_s(coll, algo, proto, buffer_bytes, n_ranks, n_nodes, busbw, ll_max,
                          net_busbw, nvls_bw, nics_per_node, net_overhead_us, caps=caps)
         for algo, proto in _candidates(coll, nvls, sharp))
-    return (1 - _ops.le(n_ranks, 1)) * best
+    return sends * best
 
 
 
