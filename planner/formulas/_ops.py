@@ -221,11 +221,16 @@ def select(indicator, if_one, if_zero):
 
 def smallest(values):
     """min of several values on any backend: one n-ary Min for symbols (nested binary ones make
-    sympy compare every pair as it builds them), numpy's reduce for arrays."""
+    sympy compare every pair as it builds them), np.minimum pair by pair for arrays (the same
+    values as a reduce over the stacked arrays, without stacking them: the search prices NCCL's
+    ~10 candidates this way ~1,000 times)."""
     values = list(values) if isinstance(values, (list, tuple)) or hasattr(values, "__next__") \
         else [values]
     if _on_arrays(*values):
-        return np.minimum.reduce(np.broadcast_arrays(*values))
+        best = np.minimum(values[0], values[1]) if len(values) > 1 else np.asarray(values[0])
+        for v in values[2:]:
+            best = np.minimum(best, v)
+        return best
     if _is_symbolic(*values):
         import sympy
 
