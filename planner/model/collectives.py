@@ -69,21 +69,25 @@ def link_shares(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
         # what runs beside the data-parallel collectives on their link, per micro-batch (the
         # expert exchange's by phase: MOE.beside_dp_bytes)
         dp_concurrent_bytes=C.same_link(dp_inside, pp_inside) * pp_mb_bytes
-        + cp_beside(dp_inside), ep_traffic=ep.by_pass)
+        + cp_beside(dp_inside), ep_traffic=ep.by_pass, ep_deepep=ep.deepep)
 
 
 def expert_traffic(x, c: Choices, k: SimpleNamespace, domain) -> SimpleNamespace:
     """moe: the bytes one GPU's expert exchange sends per micro-batch on NVLink (nvl) and the
     network (net), summed over the stage's MoE layers, and by pass (by_pass:
-    MOE.exchange_traffic's fields, the same sums); zeros for a dense model."""
+    MOE.exchange_traffic's fields, the same sums); zeros for a dense model. `deepep`: DeepEP's
+    calls (MOE.deepep_calls), which expert_all_to_all prices as they are."""
     if not k.moe_model:
         zero = SimpleNamespace(fwd_nvl=0, fwd_net=0, bwd_nvl=0, bwd_net=0)
-        return SimpleNamespace(nvl=0, net=0, by_pass=zero)
-    t = MOE.exchange_traffic(x, c.moe_dispatcher, domain, k.moe_tokens, k.lam, k.ep_passes)
+        return SimpleNamespace(nvl=0, net=0, by_pass=zero, deepep=None)
+    deepep = MOE.deepep_calls(x, domain, k.moe_tokens, k.lam)
+    t = MOE.exchange_traffic(x, c.moe_dispatcher, domain, k.moe_tokens, k.lam, k.ep_passes,
+                             deepep)
     layers = x.moe * k.moe_last
     by_pass = SimpleNamespace(**{name: layers * v for name, v in vars(t).items()})
     return SimpleNamespace(nvl=by_pass.fwd_nvl + by_pass.bwd_nvl,
-                           net=by_pass.fwd_net + by_pass.bwd_net, by_pass=by_pass)
+                           net=by_pass.fwd_net + by_pass.bwd_net, by_pass=by_pass,
+                           deepep=deepep)
 
 
 def tensor_and_context_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
@@ -135,7 +139,7 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     m, g, moe_tokens, lam = k.m, k.links, k.moe_tokens, k.lam
     ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
     one, layer, calls = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
-                                       k.ep_passes)
+                                       k.ep_passes, k.ep_deepep)
     a2a_s = note("all_to_all_s", one)  # one token dispatch, as before
     layer_s = note("ep_layer_s", layer)
     note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, calls, k.moe_last * m))

@@ -207,7 +207,7 @@ def deepep_etp_bytes(x, tokens, lam):
     return (x.etp - 1) * tokens * x.top_k * lam * x.hidden * x.act_bytes
 
 
-def exchange_traffic(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes):
+def exchange_traffic(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, deepep=None):
     """Bytes one GPU sends in one MoE layer's exchange per micro-batch, by link and pass, from
     the calls priced (the NCCL dispatchers' EXCHANGE_CALLS, DeepEP's DEEPEP_CALLS, or DeepEP's
     where the candidate's `deepep` column says so): an all-to-all's split over its NVLink and
@@ -215,9 +215,11 @@ def exchange_traffic(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes)
     on its group's link; DeepEP's RDMA copies on the network and its forwarding on NVLink. The
     forward's calls once in the forward pass; full recompute's reruns of them (fwd_passes − 1
     more) run in the backward pass, with its own. Returns SimpleNamespace(fwd_nvl, fwd_net,
-    bwd_nvl, bwd_net)."""
+    bwd_nvl, bwd_net). `deepep`: deepep_calls(x, domain, tokens, lam) where the caller holds
+    them (exchange_s prices the same calls)."""
+    calls_d = deepep_calls(x, domain, tokens, lam) if deepep is None else deepep
     deepep, etp = [0, 0, 0, 0], deepep_etp_bytes(x, tokens, lam)
-    for _, fwd, bwd, rdma, nvl, _ in deepep_calls(x, domain, tokens, lam):
+    for _, fwd, bwd, rdma, nvl, _ in calls_d:
         nvl = nvl + etp
         for i, calls in ((0, fwd), (2, bwd + fwd * (fwd_passes - 1))):
             deepep[i], deepep[i + 1] = deepep[i] + calls * nvl, deepep[i + 1] + calls * rdma
@@ -336,19 +338,20 @@ def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, l
     return out
 
 
-def deepep_exchange_s(x, domain, tokens, lam, fwd_passes):
+def deepep_exchange_s(x, domain, tokens, lam, fwd_passes, deepep=None):
     """DeepEP's calls of one MoE layer and micro-batch for the busiest rank: each of
     deepep_calls as (name, calls per layer and micro-batch, latency, time of one call, bytes it
     sends), by moe_step.deepep_call_time_s at DeepEP's efficiency of the links' nominal rates,
     with its synchronisations' latencies (deepep_call_latency_s); with etp > 1, after each, the
     all-gather of the tokens over the etp ranks on NVLink (deepep_etp_bytes at NVLink's bus
-    bandwidth, one NVLink latency)."""
+    bandwidth, one NVLink latency). `deepep` as exchange_traffic."""
     nodes = S.ep_nodes(x.ep, MO.ep_ranks_in_domain(x.ep, x.etp, domain))
     etp_bytes = deepep_etp_bytes(x, tokens, lam)
     etp_lat = (1 - _ops.le(x.etp, 1)) * x.fast_lat
     runs = 1 - _ops.le(x.ep, 1)  # ep = 1 exchanges nothing: no kernel, no latency
     out = []
-    for name, fwd, bwd, rdma, nvl, cached in deepep_calls(x, domain, tokens, lam):
+    for name, fwd, bwd, rdma, nvl, cached in (deepep_calls(x, domain, tokens, lam)
+                                               if deepep is None else deepep):
         lat = S.deepep_call_latency_s(nodes, cached, x.fast_lat, x.net_lat)
         one = S.deepep_call_time_s(rdma, nvl, nodes, cached, x.net_link_bw, x.fast_link_bw,
                                    x.fast_lat, x.net_lat)
@@ -357,13 +360,13 @@ def deepep_exchange_s(x, domain, tokens, lam, fwd_passes):
     return out
 
 
-def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes):
+def exchange_s(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, deepep=None):
     """(one token dispatch, the layer's whole exchange per micro-batch, the calls) by
     dispatcher: NCCL's calls (exchange_calls, each (Call, time of one)) for the all-to-all
     and all-gather dispatchers, summed over a layer's calls; DeepEP's (deepep_exchange_s) — or
     DeepEP's where the candidate's `deepep` column says so. The calls are what noted_calls
-    lists."""
-    deepep = deepep_exchange_s(x, domain, tokens, lam, fwd_passes)
+    lists. `deepep`: deepep_calls(x, domain, tokens, lam) where the caller holds them."""
+    deepep = deepep_exchange_s(x, domain, tokens, lam, fwd_passes, deepep)
     one_d, layer_d = deepep[0][3], sum(n * t for _, n, _, t, _ in deepep)
     if dispatcher is Dispatcher.DEEPEP:
         return one_d, layer_d, deepep
