@@ -48,7 +48,7 @@ def keep_freed_memory() -> None:
         import ctypes
 
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows has no CDLL(None)
         return
     m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
     mallopt(m_mmap_threshold, MMAP_THRESHOLD_BYTES)
