@@ -171,6 +171,7 @@ def explain_args(model: str, hw: str, config, framework: str | None = None,
         args += ["--headroom", f"{headroom:g}"]
     for flag, value, default in (("--precision", c.precision.value, "bf16"),
                                  ("--grad-dtype", c.grad_dtype, "fp32"),
+                                 ("--adam-moments", c.adam_moments, "fp32"),
                                  ("--attention", c.attention.value, "flash")):
         if value != default:
             args += [flag, value]

@@ -16,6 +16,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -568,6 +569,28 @@ class HardwareProfile(_Strict):
 # Plan
 
 
+def adam_moments_problem(moments: str, framework: str, zero: int | None = 1,
+                         offload_optimizer: float | None = 0) -> str | None:
+    """Why Adam's moments cannot be kept in `moments` under the framework, ZeRO stage and
+    optimizer offload (None: they can). bf16 is Megatron's precision-aware optimizer: it runs
+    "only ... with distributed optimizer" (core/optimizer/__init__.py l.1057 @ d98e8a64dd), and
+    the HybridDeviceOptimizer that --offload-optimizer runs is built without exp_avg_dtype
+    (l.534), its torch AdamW moments fp32; torchtitan and DeepSpeed have no such setting."""
+    if moments == "fp32":
+        return None
+    if framework != "megatron":
+        return (f"--adam-moments {moments} is Megatron's precision-aware optimizer "
+                f"(--exp-avg-dtype/--exp-avg-sq-dtype); {framework} keeps Adam's moments in "
+                "fp32: plan with --framework megatron, or leave --adam-moments out")
+    if zero is not None and zero != 1:
+        return (f"--adam-moments {moments}: Megatron's precision-aware optimizer runs only on "
+                f"its distributed optimizer: --zero 1 (got --zero {zero})")
+    if offload_optimizer:
+        return (f"--adam-moments {moments}: Megatron's optimizer offload (HybridDeviceOptimizer) "
+                "keeps Adam's moments in fp32: leave out --offload-optimizer or --adam-moments")
+    return None
+
+
 class PlanConfig(_Strict):
     """One layout of a training step over the cluster. gbs = mbs · n_micro · dp."""
 
@@ -622,6 +645,11 @@ class PlanConfig(_Strict):
         None, description="With selective recompute: the submodules checkpointed (Megatron "
         "--recompute-modules; None: the framework's default, the attention core).")
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    adam_moments: Literal["fp32", "bf16"] = Field(
+        "fp32", description="Adam's first and second moments' dtype: bf16 is Megatron's "
+        "precision-aware optimizer (--use-precision-aware-optimizer --exp-avg-dtype bf16 "
+        "--exp-avg-sq-dtype bf16), on its distributed optimizer (ZeRO-1) without optimizer "
+        "offload; Megatron only.")
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
     framework: Literal["megatron", "torchtitan", "deepspeed"] = Field(
@@ -675,6 +703,16 @@ class PlanConfig(_Strict):
         0, description="Layers per GPU whose saved activations are copied to host memory in the "
         "forward and back before their backward (Megatron --cpu-offloading-num-layers).")
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """Every field, less adam_moments at its default (fp32): a plan's dump (`--json`'s
+        config) says it only where the plan keeps Adam's moments in bf16, so plans written before
+        the field read the same."""
+        data = handler(self)
+        if self.adam_moments == "fp32" and isinstance(data, dict):
+            data.pop("adam_moments", None)
+        return data
+
     @model_validator(mode="after")
     def _recipe_consistent(self) -> PlanConfig:
         if self.fp8_recipe is not None and self.precision is not Precision.FP8:
@@ -682,6 +720,10 @@ class PlanConfig(_Strict):
                              f"got {self.precision.value}")
         if self.fp8_param_gather and self.precision not in LOW_PRECISION:
             raise ValueError("fp8_param_gather needs precision fp8 or nvfp4")
+        problem = adam_moments_problem(self.adam_moments, self.framework,
+                                       int(self.zero_stage), self.offload_optimizer)
+        if problem:
+            raise ValueError(problem)
         if self.recompute_layers and self.recompute is not Recompute.FULL:
             raise ValueError(f"recompute_layers needs recompute full, got {self.recompute.value}")
         if self.recompute_group > 1 and (self.recompute is not Recompute.FULL

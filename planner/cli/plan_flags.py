@@ -127,6 +127,11 @@ class PlanFlags:
     grad_dtype: Annotated[str, typer.Option(
         help="Gradient buffer dtype: fp32 (Megatron default) or bf16.",
         rich_help_panel=MEMORY)] = "fp32"
+    adam_moments: Annotated[str, typer.Option(
+        help="Adam's m and v dtype: fp32 (default) or bf16, Megatron's precision-aware "
+        "optimizer (--use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16; "
+        "ZeRO-1, no optimizer offload; Megatron and NeMo only).",
+        rich_help_panel=MEMORY)] = "fp32"
     offload_optimizer: Annotated[float | None, typer.Option(  # offload: to host memory
         help="Fraction (0-1) of the optimizer states kept in host memory and stepped by the "
         "CPU (Megatron --optimizer-offload-fraction; DeepSpeed offload_optimizer).",

@@ -86,10 +86,18 @@ def kernel_overhead_s(n_kernels, overhead_s):
     return n_kernels * overhead_s
 
 
-def optimizer_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard_optimizer):
-    """Adam's step streams, per parameter it owns: the gradient in, master, m and v in and out
-    (2·4 B each), the new 16-bit weight out:  (g + 24 + w)·Ψ/d_opt."""
-    return (bytes_per_grad + 24 + bytes_per_weight) * params / dp_shard_optimizer
+def optimizer_step_bytes(params, bytes_per_grad, bytes_per_weight, dp_shard_optimizer,
+                         bytes_per_moment=4):
+    """Adam's step streams, per parameter it owns: the gradient in, the fp32 master and the
+    moments m and v (b_m bytes each) in and out, the new 16-bit weight out:
+    (g + 2·(4 + 2·b_m) + w)·Ψ/d_opt; 24 B of the states at fp32 moments, 16 at bf16 (Megatron's
+    precision-aware optimizer, Transformer Engine FusedAdam exp_avg_dtype/exp_avg_sq_dtype)."""
+    states = 2 * (MASTER_BYTES + 2 * bytes_per_moment)
+    return (bytes_per_grad + states + bytes_per_weight) * params / dp_shard_optimizer
+
+
+MASTER_BYTES = 4
+"""The fp32 master copy of a parameter Adam steps."""
 
 
 FLASH_BACKWARD_FACTOR = 2.5

@@ -70,7 +70,8 @@ class ModelStates:
 class MemoryConventions:
     """How a framework lays a GPU's memory out, beyond the model states.
 
-    states: (zero stage, gradient bytes the plan asks for) → ModelStates.
+    states: (zero stage, gradient bytes the plan asks for[, moment_bytes: Adam's m and v bytes
+        each, given only where the plan keeps them below fp32 (Megatron)]) → ModelStates.
     activations / loss: which formulas describe the saved activations and the loss.
     gathered_layers: under ZeRO-3, whole (unsharded, 16-bit) layers alive at once: the one being
         computed and those prefetched.
@@ -93,7 +94,7 @@ class MemoryConventions:
         allocated bytes (None: the hardware profile's figure).
     """
 
-    states: Callable[[ZeroStage, float], ModelStates]
+    states: Callable[..., ModelStates]
     activations: ActivationStyle
     loss: LossKind
     gathered_layers: int = 2

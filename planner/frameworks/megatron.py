@@ -74,19 +74,32 @@ BRIDGE_RELEASE = (
     "equivalents are listed in the notes.")
 
 WEIGHT_BYTES = 2  # 16-bit weights (under fp8 too: Transformer Engine casts them per GEMM)
-OPTIMIZER_BYTES = 12  # Adam: fp32 master weights (4) + m (4) + v (4)
+MASTER_BYTES = 4  # the fp32 master weights (--main-params-dtype fp32, the default)
+MOMENT_BYTES = 4  # each of Adam's m and v in fp32 (--exp-avg-dtype/--exp-avg-sq-dtype fp32)
+OPTIMIZER_BYTES = MASTER_BYTES + 2 * MOMENT_BYTES  # Adam: 4 + 4 + 4 = 12
 
 
-def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
-    """Megatron's states: 16-bit weights, the main_grad buffer (fp32 by default), Adam's 12 B;
+def model_states(zero: ZeroStage, grad_bytes: float,
+                 moment_bytes: float = MOMENT_BYTES) -> ModelStates:
+    """Megatron's states: 16-bit weights, the main_grad buffer (fp32 by default), Adam's fp32
+    master and its moments m, v (4 + 2·b_m: 12 B, or 8 B with the precision-aware optimizer's
+    --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, optimizer_config.py l.203-207 @ d98e8a64dd);
     sharded as ZeRO's stages say (the distributed optimizer shards the optimizer; Megatron-FSDP
-    also the gradients, and the weights for optim_grads_params)."""
+    also the gradients, and the weights for optim_grads_params).
+
+    Assumes the master copy is 4 B: true where Megatron-Core keeps it (fp8 recipes other than
+    delayed scaling); with bf16 training Transformer Engine's FusedAdam keeps only the 16-bit
+    remainder of it (store_param_remainders, default True; distrib_optimizer.py l.1008 @
+    d98e8a64dd), 2 B fewer per parameter, not modelled: an upper bound there."""
     w, g, o = ZERO_SHARDS[int(zero)]
     # goodput: a distributed checkpoint holds the 16-bit model weights and the optimizer's
     # fp32_param, exp_avg, exp_avg_sq (distrib_optimizer.py sharded_param_state_fs_model_space,
-    # l.2016 @ d98e8a64dd): 2 + 12 = 14 B/param, the default weight + optimizer bytes
-    return ModelStates(WEIGHT_BYTES, w, grad_bytes, g, OPTIMIZER_BYTES, o,
-                       source="megatron/training/theoretical_memory_usage.py @ 000c4ac")
+    # l.2016 @ d98e8a64dd), the precision-aware optimizer's states read back unscaled in fp32
+    # whatever their dtype (_get_main_param_and_optimizer_states, get_unscaled_state, l.1090):
+    # 2 + 12 = 14 B/param either way
+    return ModelStates(WEIGHT_BYTES, w, grad_bytes, g, MASTER_BYTES + 2 * moment_bytes, o,
+                       source="megatron/training/theoretical_memory_usage.py @ 000c4ac",
+                       checkpoint_bytes=WEIGHT_BYTES + OPTIMIZER_BYTES)
 
 
 def _pp_fsdp(m, c):
@@ -301,6 +314,9 @@ def _context_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> Non
         notes.append("Sequence parallelism needs tp > 1; Megatron turns it off at tp = 1.")
 
 
+TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+"""plan3d's dtype names as torch's (NeMo's OptimizerConfig fields are torch.dtype)."""
+
 FP8_RECIPE_ARGS = {QuantRecipe.DELAYED: "delayed", QuantRecipe.CURRENT: "tensorwise",
                    QuantRecipe.MXFP8: "mxfp8", QuantRecipe.BLOCKWISE: "blockwise"}
 """fit: plan3d's fp8 recipes as Megatron's --fp8-recipe values (transformer_config.py fp8_recipe:
@@ -331,6 +347,13 @@ def _precision_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> N
         a.add("--grad-reduce-in-bf16")
     else:
         a.add("--accumulate-allreduce-grads-in-fp32")
+    if c.adam_moments != "fp32":  # Adam's m and v in bf16 (arguments.py l.3667-3684 @ d98e8a64dd)
+        a.add("--use-precision-aware-optimizer")
+        a.add("--exp-avg-dtype", c.adam_moments)
+        a.add("--exp-avg-sq-dtype", c.adam_moments)
+        notes.append("Adam's moments in bf16: Transformer Engine's FusedAdam (the precision-"
+                     "aware optimizer) keeps exp_avg and exp_avg_sq in bf16, the master weights "
+                     "in fp32; needs the distributed optimizer and Transformer Engine ≥ 2.1.")
 
 
 def _recompute_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
@@ -581,6 +604,11 @@ def _bridge_doc(c: PlanConfig, m: ModelSpec, model: dict, notes: list[str]) -> d
     else:
         ddp["use_distributed_optimizer"] = False
         optimizer["use_distributed_optimizer"] = False
+    if c.adam_moments != "fp32":  # OptimizerConfig's torch.dtype fields, as Bridge reads them
+        # back from a YAML string (omegaconf_utils.py getattr(torch, value.split(".")[-1]))
+        optimizer.update(use_precision_aware_optimizer=True,
+                         exp_avg_dtype=f"torch.{TORCH_DTYPES[c.adam_moments]}",
+                         exp_avg_sq_dtype=f"torch.{TORCH_DTYPES[c.adam_moments]}")
     if c.zero_stage >= ZeroStage.GRADIENTS:
         strategy = "optim_grads" if c.zero_stage is ZeroStage.GRADIENTS else "optim_grads_params"
         ddp["use_megatron_fsdp"] = True

@@ -11,14 +11,14 @@ from types import SimpleNamespace
 from ..formulas import reliability as R
 from ..frameworks import FRAMEWORKS
 from ..schema import HardwareProfile, ModelSpec
-from .numbers import Choices, reliability_numbers, same
+from .numbers import Choices, model_states, reliability_numbers, same
 
 
 def goodput_costs(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     """The checkpoint's size, its write time, the job's mean time between interruptions, the
     restart (with the checkpoint's read), the optimal checkpoint interval and the goodput."""
     n_gpus = x.dp * k.t * k.p * k.cp
-    states = c.framework.memory.states(c.zero_stage, x.g_bytes)
+    states = model_states(c, x.g_bytes)
     size = note("checkpoint_bytes", R.checkpoint_bytes(k.n_params, states.saved_bytes))
     write = note("checkpoint_write_s", R.checkpoint_write_s(size, n_gpus, x.ckpt_write_bw))
     mtbf = note("mtbf_s", R.mtbf_s(n_gpus, x.fail_rate))
@@ -38,7 +38,8 @@ def goodput_at(model: ModelSpec, hw: HardwareProfile, framework: str, n_gpus: in
     from ..formulas.choices import ZeroStage
 
     fw = FRAMEWORKS[framework]
-    c = SimpleNamespace(framework=fw, zero_stage=ZeroStage(int(fw.defaults["zero"])))
+    c = SimpleNamespace(framework=fw, zero_stage=ZeroStage(int(fw.defaults["zero"])),
+                        adam_moments="fp32")
     x = SimpleNamespace(dp=n_gpus, g_bytes=fw.grad_bytes(4), **reliability_numbers(hw))
     k = SimpleNamespace(t=1, p=1, cp=1, n_params=model.n_params)
     return float(goodput_costs(x, c, k).goodput)

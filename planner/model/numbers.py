@@ -62,6 +62,7 @@ class Choices:
     moe_permute_fusion: bool = True  # moe: Megatron's fused token (un)permutation kernels
     compile_loss: bool = False  # fit: torchtitan's torch.compile of the loss alone
     torchtitan_flex_ac: bool = False  # torchtitan < v0.2.1: attention full AC, MoE op SAC
+    adam_moments: str = "fp32"  # Adam's m and v dtype (Megatron's precision-aware optimizer)
 
     @classmethod
     def of(cls, config: PlanConfig) -> Choices:
@@ -69,6 +70,16 @@ class Choices:
         return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if f.name not in own},
                    framework=FRAMEWORKS[config.framework],
                    moe_dispatcher=MOE.dispatcher_of(config.moe_dispatcher))
+
+
+def model_states(c: Choices, g_bytes):
+    """The plan's ModelStates from its framework: the ZeRO stage, the gradient bytes, and Adam's
+    moments in bf16 where the plan asks (Megatron's --exp-avg-dtype/--exp-avg-sq-dtype; the
+    other frameworks are refused it, schema.PlanConfig)."""
+    states = c.framework.memory.states
+    if c.adam_moments == "fp32":
+        return states(c.zero_stage, g_bytes)
+    return states(c.zero_stage, g_bytes, moment_bytes=BYTES[c.adam_moments])
 
 
 def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:

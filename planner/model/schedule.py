@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from ..formulas import offload as OF
 from ..formulas import pipeline as PL
 from ..formulas import timing as T
-from .numbers import Choices, same
+from .numbers import BYTES, Choices, model_states, same
 from .offload import offload_times
 
 
@@ -18,16 +18,17 @@ def optimizer_step(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace,
     """The GPU's optimizer step, and offload's additions to the step and to each micro-batch."""
     z = int(c.zero_stage)
     opt_shard = k.d_shard if z >= 1 else 1
-    opt_bytes = T.optimizer_step_bytes(dp.held_params, x.g_bytes, x.w_bytes, opt_shard)
+    m_bytes = BYTES[c.adam_moments]  # Adam's m and v as the plan keeps them
+    opt_bytes = T.optimizer_step_bytes(dp.held_params, x.g_bytes, x.w_bytes, opt_shard, m_bytes)
     if dp.moe:  # moe: the expert shards' Adam step, over edp under ZeRO ≥ 1
         opt_bytes = opt_bytes + T.optimizer_step_bytes(dp.held_experts, x.g_bytes, x.w_bytes,
-                                                       dp.edp if z >= 1 else 1)
+                                                       dp.edp if z >= 1 else 1, m_bytes)
     if c.offload:  # offload: the GPU steps only the optimizer states it keeps
         opt_bytes = OF.device_optimizer_bytes(opt_bytes, x.offload_optimizer)
     optimizer_s = note("optimizer_s", T.memory_bound_time_s(opt_bytes, x.hbm_bw, x.hbm_eff))
     offload = SimpleNamespace(step_s=0, mb_s=0, d2h_bytes=0, h2d_bytes=0)
     if c.offload:  # offload: host-link copies and the CPU step (formulas/offload.py)
-        states = c.framework.memory.states(c.zero_stage, x.g_bytes)
+        states = model_states(c, x.g_bytes)
         psi_o = dp.held_params / opt_shard + (dp.held_experts / (dp.edp if z >= 1 else 1)
                                               if dp.moe else 0)
         offload = offload_times(x, c, k, states, psi_o, dp.held_params, dp.zero_rounds, note)

@@ -16,7 +16,7 @@ from ..formulas import pipeline as PL
 from ..formulas import quantization as Q
 from ..formulas import recompute as RC
 from ..formulas.choices import Recompute
-from .numbers import Choices, any_row, may_be_nonzero, same
+from .numbers import Choices, any_row, may_be_nonzero, model_states, same
 from .offload import offload_states
 from .runtime import runtime_holdings
 
@@ -98,7 +98,7 @@ def stage_bytes(x, c: Choices, k: SimpleNamespace, psi, act, ends, psi_e=0, act_
     activation bytes on the device (act_host on the host); without what the runtime holds beside
     the tensors, the same on every stage (added by stage_memory)."""
     conv = c.framework.memory
-    states = conv.states(c.zero_stage, x.g_bytes)
+    states = model_states(c, x.g_bytes)
     d_shard = k.d_shard
     # moe: expert states are sharded over the expert-data-parallel group edp = d·c·t/(ep·etp)
     edp = MO.expert_data_parallel(x.dp, k.cp, k.t, x.ep, x.etp)

@@ -225,6 +225,7 @@ def _group_choices(req: PlanRequest, framework, base: dict, choice: tuple,
                    moe_permute_fusion=req.moe_permute_fusion,
                    compile_loss=req.compile_loss,  # fit: torchtitan's compiled loss
                    torchtitan_flex_ac=req.torchtitan_flex_ac,
+                   adam_moments=req.adam_moments,  # Megatron's precision-aware optimizer
                    recompute_modules=(req.recompute_modules  # fit
                                       if r is Recompute.SELECTIVE else None))
 

@@ -239,6 +239,30 @@ def flex_ac_refusal(model, req: PlanRequest) -> str | None:
     return None
 
 
+def _moments_checked(flags: dict, framework: str, parsed: dict, mode: str) -> str:
+    """--adam-moments: checked against the framework, --offload-optimizer and --zero (bf16
+    runs on Megatron's distributed optimizer only: schema.adam_moments_problem); with bf16 the
+    ZeRO stage is fixed at 1 and no optimizer offload is weighed. Returns the offload mode."""
+    from ..schema import adam_moments_problem
+
+    moments = flags.get("adam_moments", "fp32")
+    if moments not in ("fp32", "bf16"):
+        raise PlanError(f"--adam-moments must be fp32 or bf16, got {_shown(moments)}")
+    problem = adam_moments_problem(moments, framework, None, flags.get("offload_optimizer"))
+    if problem is None and moments != "fp32":
+        zeros = parsed["zero"]
+        if zeros is not None and ZeroStage.OPTIMIZER not in zeros:
+            problem = adam_moments_problem(moments, framework, int(zeros[0]))
+        if problem is None and mode == "auto":
+            problem = (f"--adam-moments {moments}: Megatron's optimizer offload keeps Adam's "
+                       "moments in fp32, so --offload auto has nothing to weigh: leave one out")
+        parsed["zero"] = [ZeroStage.OPTIMIZER]
+        mode = "none"
+    if problem:
+        raise PlanError(problem)
+    return mode
+
+
 def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=False,
                   offload="fit", **flags) -> PlanRequest:
     """The plan flags (cli.plan_flags.PlanFlags, by the PlanRequest field each sets), validated,
@@ -253,6 +277,7 @@ def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=Fa
                             f"--framework torchtitan, or leave {flag} out")
     fit = _fit_fields(flags)
     parsed = {name: parse(flags.get(name)) for name, parse in TEXT_FLAGS.items()}
+    mode = _moments_checked(flags, framework, parsed, mode)
     if flags.get("moe_shared_expert_overlap"):
         parsed["moe_dispatcher"] = shared_overlap_dispatcher(parsed["moe_dispatcher"])
     given = {k: v for k, v in flags.items() if k not in TEXT_FLAGS and k not in FIT_FLAGS}

@@ -75,6 +75,7 @@ class PlanRequest(BaseModel):
     torchtitan_flex_ac: bool = False  # torchtitan < v0.2.1's flex path of op SAC
     recompute_group: int = Field(1, ge=1, le=2**20)  # fit: Megatron's uniform method
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    adam_moments: Literal["fp32", "bf16"] = "fp32"  # every candidate's (Megatron, ZeRO-1 only)
     attention: Attention = Attention.FLASH
     overlap_grad_reduce: bool = True
     allow_tp_across_nodes: bool = False
@@ -168,7 +169,8 @@ def precision_settings(req: PlanRequest) -> dict:
     """fit: the PlanConfig fields of the request's recipe: the fp8 recipe, and torchtitan's
     compiled loss."""
     return dict(fp8_recipe=req.fp8_recipe, fp8_param_gather=req.fp8_param_gather,
-                compile_loss=req.compile_loss, torchtitan_flex_ac=req.torchtitan_flex_ac)
+                compile_loss=req.compile_loss, torchtitan_flex_ac=req.torchtitan_flex_ac,
+                adam_moments=req.adam_moments)
 
 
 def recompute_settings(req: PlanRequest, recompute: Recompute, layers: int | None = None,

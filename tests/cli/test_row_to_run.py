@@ -21,6 +21,7 @@ runner = CliRunner()
     ["--model", "70b", "--gpus", "64", "--framework", "torchtitan"],
     ["--model", "405b", "--gpus", "64", "--tp", "8", "--pp", "8"],  # offloads to fit
     ["--model", "8b", "--gpus", "64", "--seq-len", "32768", "--framework", "deepspeed"],
+    ["--model", "8b", "--gpus", "64", "--adam-moments", "bf16"],  # a setting beside the layout
 ])
 def test_each_rows_explain_arguments_reproduce_it_exactly(args):
     r = runner.invoke(app, ["search", *args, "--json", "--top", "3"])

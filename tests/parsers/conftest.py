@@ -117,3 +117,27 @@ def launch_json(args: str, fmt: str) -> dict:
     out = _run(["explain", *shlex.split(args), "--emit", fmt, "--json"])
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["launch"]
+
+
+def stub_te_optimizer(mp) -> None:
+    """megatron-core's OptimizerConfig checks, for the precision-aware optimizer, that Transformer
+    Engine is ≥ 2.1 and that its FusedAdam takes master_weight_dtype, exp_avg_dtype,
+    exp_avg_sq_dtype and use_decoupled_grad (optimizer_config.py __post_init__ @ 0.16.1);
+    Transformer Engine does not install without CUDA, so both answer yes here: a FusedAdam with
+    that signature (TE ≥ 2.1's, transformer_engine/pytorch/optimizers/fused_adam.py)."""
+    import sys
+    import types
+
+    import megatron.core.optimizer.optimizer_config as optimizer_config
+
+    class FusedAdam:  # the signature the check reads, nothing else
+        def __init__(self, params, master_weight_dtype=None, exp_avg_dtype=None,
+                     exp_avg_sq_dtype=None, use_decoupled_grad=False):
+            pass
+
+    mp.setattr(optimizer_config, "is_te_min_version", lambda *a, **k: True)
+    names = ("transformer_engine", "transformer_engine.pytorch",
+             "transformer_engine.pytorch.optimizers")
+    for name in names:
+        mp.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules[names[-1]].FusedAdam = FusedAdam

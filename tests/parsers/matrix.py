@@ -27,6 +27,8 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
     ("hsdp-8b", "--model llama-3.1-8b --gpus 32 --tp 2 --pp 1 --zero 1 --dp-shard 4", MEGATRON),
     ("offload-8b", "--model llama-3.1-8b --gpus 16 --tp 1 --pp 1 --zero 1 "
      "--offload-optimizer 1 --recompute full", MEGATRON),
+    ("adam-bf16-8b", "--model llama-3.1-8b --gpus 16 --tp 2 --pp 1 --zero 1 --recompute full "
+     "--adam-moments bf16", MEGATRON),
     ("fp8-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --precision fp8", MEGATRON),
     ("fp8-blockwise-70b", "--model 70b --gpus 64 --tp 8 --pp 4 --precision fp8 "
      "--fp8-recipe blockwise --fp8-param-gather", ("megatron",)),

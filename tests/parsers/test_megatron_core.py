@@ -27,7 +27,7 @@ import ast
 
 import pytest
 
-from .conftest import emitted, flag_values, hf_config, model_of, plan_json
+from .conftest import emitted, flag_values, hf_config, model_of, plan_json, stub_te_optimizer
 from .matrix import ROWS
 
 torch = pytest.importorskip("torch", reason="the parser suite needs torch (pip install torch)")
@@ -117,6 +117,7 @@ ELSEWHERE = {
     "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
     "--overlap-moe-expert-parallel-comm", "--yarn-original-max-position-embeddings",
     "--yarn-beta-fast", "--yarn-beta-slow", "--recompute-modules",
+    "--exp-avg-dtype", "--exp-avg-sq-dtype",  # OptimizerConfig: test_precision_aware_optimizer
 }
 
 
@@ -364,3 +365,28 @@ def test_shared_expert_overlap_builds():
                         moe_shared_expert_overlap=True)
     built = build_config(flag_values(emit("megatron", config, load_model("deepseek-v3")).text))
     assert built.moe_shared_expert_overlap and built.moe_token_dispatcher_type == "alltoall"
+
+
+MEGATRON_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+"""--exp-avg-dtype's choices as arguments.py's map_dtype turns them into torch dtypes (l.1082,
+l.3675 @ d98e8a64dd; fp8 left out: plan3d never writes it)."""
+
+
+def test_precision_aware_optimizer_builds():
+    # --adam-moments bf16: the emitted flags are among Megatron-LM's choices and build
+    # megatron-core's OptimizerConfig with the distributed optimizer (its precision-aware check
+    # of Transformer Engine ≥ 2.1 and its FusedAdam stubbed, conftest.stub_te_optimizer)
+    from megatron.core.optimizer import OptimizerConfig
+
+    args = next(a for rid, a, _ in ROWS if rid == "adam-bf16-8b")
+    flags = flag_values(emitted(args, "megatron"))
+    assert "--use-precision-aware-optimizer" in flags and "--use-distributed-optimizer" in flags
+    moments = [flags[f][0] for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
+    assert moments == ["bf16", "bf16"]
+    with pytest.MonkeyPatch.context() as mp:
+        stub_te_optimizer(mp)
+        built = OptimizerConfig(use_distributed_optimizer=True, use_precision_aware_optimizer=True,
+                                exp_avg_dtype=MEGATRON_DTYPES[moments[0]],
+                                exp_avg_sq_dtype=MEGATRON_DTYPES[moments[1]])
+    assert (built.exp_avg_dtype, built.exp_avg_sq_dtype, built.main_params_dtype) == (
+        torch.bfloat16, torch.bfloat16, torch.float32)

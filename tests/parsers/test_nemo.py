@@ -18,7 +18,8 @@ optimizer.* as OptimizerConfig; the layers per pipeline rank are compared with t
 (none over what plan3d costed), and the model fields with plan3d's model.
 
 Stubs: as test_megatron_core.py (the fused-kernel switches off); OptimizerConfig's check that
-Transformer Engine ≥ 2.1 is installed for the precision-aware optimizer (offload) answers yes."""
+Transformer Engine ≥ 2.1 and its FusedAdam are installed for the precision-aware optimizer
+(offload, --adam-moments) answers yes (conftest.stub_te_optimizer)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import emitted, model_of, plan_json
+from .conftest import emitted, model_of, plan_json, stub_te_optimizer
 from .matrix import ROWS
 
 torch = pytest.importorskip("torch", reason="the parser suite needs torch (pip install torch)")
@@ -117,6 +118,16 @@ def test_every_key_is_a_megatron_bridge_field(rid, args):
         assert not unknown, f"{section}: not fields of {cls}: {sorted(unknown)}"
 
 
+def _dtypes(cls, section: dict) -> dict:
+    """A YAML section with the strings given to a torch.dtype field turned into the dtype, as
+    Megatron-Bridge does when it applies an override (training/utils/omegaconf_utils.py @ 0.3.1:
+    getattr(torch, value.split(".")[-1]) where the field's current value is a torch.dtype)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    return {k: (getattr(torch, v.split(".")[-1])
+                if isinstance(defaults.get(k), torch.dtype) and isinstance(v, str) else v)
+            for k, v in section.items()}
+
+
 PROVIDER_ONLY = {"seq_length", "vocab_size", "make_vocab_size_divisible_by",
                  "share_embeddings_and_output_weights", "position_embedding_type", "rotary_base",
                  "rope_scaling", "rope_scaling_factor", "rotary_percent"}
@@ -142,11 +153,13 @@ def test_megatron_core_builds_the_sections(rid, args, fake_world):
     assert model.pop("moe_permute_fusion", True) is True
     config = TransformerConfig(**model)
     DistributedDataParallelConfig(**doc["ddp"])
-    import megatron.core.optimizer.optimizer_config as optimizer_config
-
     with pytest.MonkeyPatch.context() as mp:  # the precision-aware optimizer asks TE ≥ 2.1
-        mp.setattr(optimizer_config, "is_te_min_version", lambda *a, **k: True)
-        OptimizerConfig(**doc["optimizer"])
+        stub_te_optimizer(mp)
+        optimizer = OptimizerConfig(**_dtypes(OptimizerConfig, doc["optimizer"]))
+    if "exp_avg_dtype" in doc["optimizer"]:  # --adam-moments: the precision-aware optimizer
+        assert optimizer.use_precision_aware_optimizer
+        assert (optimizer.exp_avg_dtype, optimizer.exp_avg_sq_dtype) == (
+            {"bf16": torch.bfloat16}[c["adam_moments"]],) * 2
     assert doc["train"]["global_batch_size"] // (doc["train"]["micro_batch_size"] * c["dp"]) \
         == c["n_micro"]
     assert doc["dataset"]["seq_length"] == doc["model"]["seq_length"] == c["seq_len"]
