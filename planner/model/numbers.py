@@ -75,11 +75,11 @@ class Choices:
 def model_states(c: Choices, g_bytes):
     """The plan's ModelStates from its framework: the ZeRO stage, the gradient bytes, and Adam's
     moments in bf16 where the plan asks (Megatron's --exp-avg-dtype/--exp-avg-sq-dtype; the
-    other frameworks are refused it, schema.PlanConfig)."""
-    states = c.framework.memory.states
-    if c.adam_moments == "fp32":
+    other frameworks are refused it, schema.PlanConfig); choices that do not say: fp32."""
+    states, moments = c.framework.memory.states, getattr(c, "adam_moments", "fp32")
+    if moments == "fp32":
         return states(c.zero_stage, g_bytes)
-    return states(c.zero_stage, g_bytes, moment_bytes=BYTES[c.adam_moments])
+    return states(c.zero_stage, g_bytes, moment_bytes=BYTES[moments])
 
 
 def model_numbers(model: ModelSpec, seq_len: int | None = None) -> dict:
