@@ -75,8 +75,8 @@ class Choices:
 def model_states(c: Choices, g_bytes):
     """The plan's ModelStates from its framework: the ZeRO stage, the gradient bytes, and Adam's
     moments in bf16 where the plan asks (Megatron's --exp-avg-dtype/--exp-avg-sq-dtype; the
-    other frameworks are refused it, schema.PlanConfig); choices that do not say: fp32."""
-    states, moments = c.framework.memory.states, getattr(c, "adam_moments", "fp32")
+    other frameworks are refused it, schema.PlanConfig)."""
+    states, moments = c.framework.memory.states, c.adam_moments
     if moments == "fp32":
         return states(c.zero_stage, g_bytes)
     return states(c.zero_stage, g_bytes, moment_bytes=BYTES[moments])

@@ -21,7 +21,8 @@ LAMBDA = 419 / (54 * 24 * 16384)  # Llama 3 §3.3.4 text: 1.97328e-5 interruptio
 
 
 def _costs(n_gpus, framework="megatron", params=70e9):
-    c = SimpleNamespace(framework=FRAMEWORKS[framework], zero_stage=ZeroStage.OPTIMIZER)
+    c = SimpleNamespace(framework=FRAMEWORKS[framework], zero_stage=ZeroStage.OPTIMIZER,
+                        adam_moments="fp32")
     x = SimpleNamespace(dp=n_gpus, g_bytes=4, fail_rate=LAMBDA, restart=600.0,
                         ckpt_write_bw=0.078e9, ckpt_read_bw=0.156e9)
     k = SimpleNamespace(t=1, p=1, cp=1, n_params=params)
