@@ -62,8 +62,9 @@ def flops(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     mlp_share = shares[Recompute.SELECTIVE][0]  # what layer_time reruns of the matmuls
     if k.moe_model and c.recompute is Recompute.SELECTIVE:  # fit: the MoE/MLA modules' GEMMs
         mm_share, att_share = shares[Recompute.SELECTIVE]
-        shares[Recompute.SELECTIVE] = (mm_share + module_matmul_weights(
-            x, c, n_moe_layers / L) * F.layer_matmul_flops(s, 1, 1) / mean_mm_seq, att_share)
+        weights = module_matmul_weights(x, c.recompute_modules or (), n_moe_layers / L)
+        shares[Recompute.SELECTIVE] = (
+            mm_share + weights * F.layer_matmul_flops(s, 1, 1) / mean_mm_seq, att_share)
     if op_sac(c):  # torchtitan's per-op SAC: its rerun matmuls, not the attention product
         shares[Recompute.SELECTIVE] = (note("op_sac_mean_share", pick(
             lambda: op_sac_mean_share(x, k.L, n_moe_layers, c.torchtitan_flex_ac),
@@ -123,20 +124,21 @@ def op_sac_mean_share(x, n_layers, n_moe_layers, flex=False):
             / (n_dense * dense_w + n_moe_layers * moe_w))
 
 
-def module_matmul_weights(x, c: Choices, moe_fraction):
+def module_matmul_weights(x, modules, moe_fraction, moe_block=True):
     """fit: the matmul weights per token of the model's mean layer that `mla_up_proj`,
     `shared_experts` and `moe` in --recompute-modules rerun: MLA's up-projections
     (formulas.recompute.mla_up_proj_weights) in every layer, and in the MoE layers (a share
     moe_fraction of them) the shared experts, or with `moe` the router, k experts and the
-    shared experts."""
-    modules = c.recompute_modules or ()
+    shared experts (left out with moe_block False, for a caller that times the block's GEMMs
+    at their own waves)."""
     weights = 0
     if RecomputeModule.MLA_UP_PROJ in modules:
         weights = weights + x.mla * RC.mla_up_proj_weights(
             x.hidden, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.v_dim, x.rope_dim)
     if RecomputeModule.MOE in modules:
-        weights = weights + x.moe * moe_fraction * (
-            x.hidden * x.router_experts + x.top_k * x.expert_matmul + x.shared_matmul)
+        if moe_block:
+            weights = weights + x.moe * moe_fraction * (
+                x.hidden * x.router_experts + x.top_k * x.expert_matmul + x.shared_matmul)
     elif RecomputeModule.SHARED_EXPERTS in modules:
         weights = weights + x.moe * moe_fraction * x.shared_matmul
     return weights

@@ -55,18 +55,16 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, fp8_experts=T
     expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
         F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul)
         * padded / rows_per_expert, peak, eff * expert_wave))
-    ne_s = T.compute_time_s(F.layer_matmul_flops(s, b, ne_weights) / (t * cp), x.peak_flops,
-                            x.gemm_eff * ne_wave)
+    def ne_gemm_s(weights):  # non-expert GEMMs over t, at the non-expert waves
+        return T.compute_time_s(F.layer_matmul_flops(s, b, weights) / (t * cp), x.peak_flops,
+                                x.gemm_eff * ne_wave)
+
+    ne_s = ne_gemm_s(ne_weights)
+    shared_s = ne_gemm_s(x.shared_matmul)
     if may_be_nonzero(x.shared_matmul):
-        ne_s = ne_s + note("shared_matmul_s", x.moe * T.compute_time_s(
-            F.layer_matmul_flops(s, b, x.shared_matmul) / (t * cp), x.peak_flops,
-            x.gemm_eff * ne_wave))
+        ne_s = ne_s + note("shared_matmul_s", x.moe * shared_s)
     # fit: the MoE block's GEMMs apart (the router's at the non-expert waves)
-    router_s = T.compute_time_s(F.layer_matmul_flops(s, b, h * x.router_experts) / (t * cp),
-                                x.peak_flops, x.gemm_eff * ne_wave)
-    block_s = x.moe * (router_s + T.compute_time_s(F.layer_matmul_flops(s, b, x.shared_matmul)
-                                                   / (t * cp), x.peak_flops,
-                                                   x.gemm_eff * ne_wave)) + expert_s
+    block_s = x.moe * (ne_gemm_s(h * x.router_experts) + shared_s) + expert_s
     return ne_s + expert_s, block_s
 
 
@@ -175,7 +173,7 @@ def module_rerun_s(x, c: Choices, k: SimpleNamespace, modules) -> float:
     if not k.moe_model:
         return 0
     s, b, h, t, cp, sp = k.s, k.b, k.h, k.t, k.cp, c.sequence_parallel
-    rerun, weights = 0, 0
+    rerun = 0
     if RecomputeModule.LAYERNORM in modules:
         rerun = rerun + RC.layernorm_rerun_bytes(s, b, h, t, cp, sp, x.moe + x.mla, x.act_bytes)
     if RecomputeModule.MOE_ACT in modules and RecomputeModule.MOE not in modules:
@@ -186,16 +184,15 @@ def module_rerun_s(x, c: Choices, k: SimpleNamespace, modules) -> float:
         # the q and kv latent norms fused into the up-projections: n = 1 each of width r
         rerun = rerun + x.mla * (x.q_rank + x.kv_rank) / h * RC.layernorm_rerun_bytes(
             s, b, h, t, cp, sp, 1, x.act_bytes)
-        weights = weights + x.mla * RC.mla_up_proj_weights(
-            h, x.n_heads, x.q_rank, x.kv_rank, x.head_dim, x.v_dim, x.rope_dim)
     if RecomputeModule.SHARED_EXPERTS in modules and RecomputeModule.MOE not in modules:
         rerun = rerun + x.moe * RC.activation_fn_rerun_bytes(
             s, b, x.shared_ffn * x.n_shared, x.n_mlp, t, cp, x.act_bytes)
-        weights = weights + x.moe * x.shared_matmul
     if RecomputeModule.MOE in modules:  # the block's activation functions, routed and shared
         rerun = rerun + x.moe * RC.activation_fn_rerun_bytes(
             s, b, MO.routed_ffn_width(x.expert_ffn, x.top_k, x.shared_ffn, x.n_shared, k.lam),
             x.n_mlp, t, cp, x.act_bytes)
+    # the up-projections' and shared experts' GEMMs (`moe`'s block: layer_times)
+    weights = FL.module_matmul_weights(x, modules, 1, moe_block=False)
     gemm_s = T.compute_time_s(F.layer_matmul_flops(s, b, weights) / (t * cp), x.peak_flops,
                               x.gemm_eff)
     return T.memory_bound_time_s(rerun, x.hbm_bw, x.hbm_eff) + gemm_s
