@@ -324,10 +324,19 @@ def registry_model(name: str) -> ModelSpec:
     return load_model(str(Path(__file__).parents[1] / file) if file else name)
 
 
+OWN_SETTINGS = {
+    "compile_loss": "torchtitan's compile.components ['loss']",
+    "torchtitan_flex_ac": "torchtitan's op SAC before v0.2.1 (full AC on a DeepSeek-V3 "
+                          "flavour's attention)",
+}
+"""fit: the plan settings (PlanConfig/PlanRequest fields) that describe a torchtitan setting,
+refused under another framework (search.options.parse_request)."""
+
+
 def _torchtitans_own(c: PlanConfig) -> list[str]:
-    """The plan's flags that are torchtitan's own settings, which Megatron refuses."""
-    return [flag for flag, given in (("--compile-loss", c.compile_loss),
-                                     ("--torchtitan-flex-ac", c.torchtitan_flex_ac)) if given]
+    """The plan's flags that are torchtitan's own settings (OWN_SETTINGS), which Megatron
+    refuses."""
+    return ["--" + name.replace("_", "-") for name in OWN_SETTINGS if getattr(c, name)]
 
 
 def _megatron_instead(c: PlanConfig) -> str:

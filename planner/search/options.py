@@ -209,14 +209,6 @@ FIT_FLAGS = ("fp8_recipe", "fp8_param_gather", "recompute_layers", "recompute_mo
 """fit: the flags _fit_fields reads together."""
 
 
-TORCHTITAN_FLAGS = {
-    "compile_loss": "torchtitan's compile.components ['loss']",
-    "torchtitan_flex_ac": "torchtitan's op SAC before v0.2.1 (full AC on a DeepSeek-V3 "
-                          "flavour's attention)",
-}
-"""fit: the plan flags that describe a torchtitan setting, refused under another framework."""
-
-
 def flex_ac_refusal(model, req: PlanRequest) -> str | None:
     """fit: --torchtitan-flex-ac changes only a DeepSeek-V3-style block (MLA attention and a
     routed MoE) under torchtitan's selective recompute (model.activations
@@ -269,8 +261,10 @@ def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=Fa
     as a PlanRequest: those in TEXT_FLAGS parsed, the fit flags checked together, every other one
     as given (pydantic checks it; validation_message names the flag). Raises PlanError or
     pydantic's ValidationError."""
+    from ..frameworks.torchtitan import OWN_SETTINGS
+
     mode = _checked_numbers(flags, gpus, offload)
-    for name, what in TORCHTITAN_FLAGS.items():  # fit: settings only torchtitan has
+    for name, what in OWN_SETTINGS.items():  # fit: settings only torchtitan has
         if flags.get(name) and framework != "torchtitan":
             flag = "--" + name.replace("_", "-")
             raise PlanError(f"{flag} is {what}; {framework} has no such setting: plan with "
