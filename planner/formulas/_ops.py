@@ -133,6 +133,8 @@ def _unary(name: str, doc: str, on_symbol, on_array, on_number):
 
 ceil = _unary("ceil", "⌈x⌉ on any backend.", lambda sympy, x: sympy.ceiling(x), np.ceil,
               lambda x: float(math.ceil(x)))
+floor = _unary("floor", "⌊x⌋ on any backend.", lambda sympy, x: sympy.floor(x), np.floor,
+               lambda x: float(math.floor(x)))
 log2 = _unary("log2", "log₂ x on any backend.", lambda sympy, x: sympy.log(x, 2), np.log2,
               math.log2)
 ln = _unary("ln", "Natural logarithm on any backend.", lambda sympy, x: sympy.log(x), np.log,

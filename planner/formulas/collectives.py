@@ -200,7 +200,7 @@ def ring_inter_steps(coll: Coll, n_nodes):
 
 def floor_log2(x):
     """log2i: ⌊log₂ x⌋ (exact for the powers of two node counts usually are)."""
-    return -_ops.ceil(-_ops.log2(x))
+    return _ops.floor(_ops.log2(x))
 
 
 def one_node(n_nodes):

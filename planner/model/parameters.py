@@ -78,7 +78,8 @@ def parameters(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
                                   else (0, 0, ()))
     # the MoE layers the step's time counts on the slowest stage (model/collectives.py): the
     # fullest stage's L_s layers, taken at the model's end
-    moe_last = (MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe)
+    moe_last = (note("moe_layers_timed",
+                     MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe))
                 if moe_model else 0)
     expert_shard = MO.expert_state_shard(x.ep, x.etp)
 

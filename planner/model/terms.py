@@ -33,6 +33,9 @@ TERMS: dict[str, TermInfo] = {
     "moe_layers_last": TermInfo("n_moe,last", "count", "memory",
                                 "MoE layers on the last pipeline rank (its chunks; MTP modules "
                                 "count as MoE layers where Megatron places them)"),
+    "moe_layers_timed": TermInfo("n_moe,s", "count", "pipeline",
+                                 "MoE layers the step's expert exchange and MoE time count: the "
+                                 "fullest stage's L_s layers taken at the model's end"),
     "stage_params": TermInfo("Ψ_gpu", "params", "memory",
                              "parameters on the most loaded GPU (the stage that needs most memory)"),
     "weights_bytes": TermInfo("M_w", "bytes", "memory",
