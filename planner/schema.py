@@ -385,6 +385,11 @@ class Efficiency(_Strict):
     kernel_overhead_us: float = Field(
         4.0, ge=0, description="Fixed cost per kernel (launch + tail wave), µs; CUDA launch "
         "latency is ~3–5 µs without CUDA graphs (NVIDIA CUDA best-practices guide).")
+    grouped_mm_16: float | None = Field(
+        None, gt=0, le=1, description="Fraction of the 16-bit dense peak PyTorch's grouped GEMM "
+        "(torch._grouped_mm, the routed experts' kernel of the frameworks that run one grouped "
+        "kernel: torchtitan, DeepSpeed AutoEP) reaches at MoE shapes, measured; None: the "
+        "16-bit GEMM figure.")
 
 
 class Runtime(_Strict):

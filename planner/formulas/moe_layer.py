@@ -178,6 +178,27 @@ def unpermute_scatter_bytes(tokens, top_k, hidden, act_bytes=2):
     return act_bytes * hidden * (tokens * top_k + tokens)
 
 
+def score_weighting_bytes(tokens, top_k, hidden, act_bytes=2, fp32=0, out_passes=1):
+    """HBM bytes of the pass that weighs one GPU's T·k routed rows by their routing scores
+    where the framework runs it apart from a fused kernel, one forward: the multiply reads and
+    writes each routed row (2·act a value); with `fp32` = 1 the rows are cast to fp32 first
+    and back after (the cast's fp32 write, the multiply's fp32 read and write, the cast back's
+    fp32 read: 16 bytes more a value); and `out_passes` T-row passes over the output the rows
+    are scatter-added into, beyond the scatter's own write (its zero-fill; an out-of-place
+    scatter's copy):
+        h·(T·k·(2·act + 16·fp32) + out_passes·act·T)
+    Megatron-Core's un-fused un-permutation (moe_utils.unpermute @ d98e8a64dd, without
+    --moe-permute-fusion): `permuted_tokens * permuted_probs` in the probabilities' dtype
+    (16-bit unless --moe-router-dtype asks fp32), then `torch.zeros` of the output and
+    `scatter_add_` in place: fp32 0, one out pass. torchtitan (the combine of
+    models/common/token_dispatcher.py in 0.3.0; MoE.forward of models/moe/moe.py @ 0cfbd0b3c,
+    176498cd4 and v0.2.2): `(rows.to(torch.float32) * scores).to(rows.dtype)`, `zeros_like`
+    of the output and the out-of-place `scatter_add`: fp32 1, two out passes. Memory-bound;
+    the backward moves about as much again."""
+    elements = tokens * top_k * (2 * act_bytes + 16 * fp32) + out_passes * act_bytes * tokens
+    return hidden * elements
+
+
 def atomic_scatter_excess_s(moved_bytes, scatter_bytes_per_s, streaming_bytes_per_s):
     """What an atomic scatter-add takes beyond the streaming pass the permutation traffic is
     already costed at (permutation_bytes at the HBM's reached bandwidth):

@@ -253,6 +253,12 @@ class Framework:
     """moe: with its permutation fusion off (PlanConfig.moe_permute_fusion False) the framework
     un-permutes by PyTorch's atomic scatter-add (Megatron-Core's moe_utils.unpermute, and
     index_add_ as permute's backward): formulas.moe_layer.atomic_scatter_excess_s."""
+    route_weighting: tuple[int, int] | None = None
+    """moe: where the framework weighs the routed rows by their scores in a pass of their own
+    outside a fused kernel (formulas.moe_layer.score_weighting_bytes), its (fp32, out_passes):
+    fp32 1 where it casts the rows to fp32 and back around the multiply, out_passes the
+    T-row passes over the output beyond the scatter's write; None where a fused kernel weighs
+    them (taken with the un-fused permutation alone: PlanConfig.moe_permute_fusion)."""
     fused_permutation: bool = True
     """moe: whether the framework has a fused token permutation that PlanConfig.moe_permute_fusion
     turns on; without one (torchtitan) its un-permutation always scatter-adds."""

@@ -789,6 +789,7 @@ FRAMEWORK = Framework(
     # moe: without --moe-permute-fusion, moe_utils.permute/unpermute run index_select and
     # scatter_add_ (atomic adds; moe_utils.py @ d98e8a64dd); with it, TE's fused kernels
     unfused_permute_scatters=True,
+    route_weighting=(0, 1),  # moe_utils.unpermute's probs multiply, zeros, scatter_add_
     # moe: --mtp-num-layers (core/transformer/multi_token_prediction.py @ d98e8a64dd)
     trains_mtp=True,
     # moe: every dispatcher waits for the token counts on the host once per MoE layer forward:

@@ -732,6 +732,7 @@ FRAMEWORK = Framework(
     # (models/moe/moe.py l.453, l.478 @ 176498cd4, the same at 99fee810b and v0.2.0; v0.2.1
     # replaced the forward's by an index-put and a bmm), with no fused alternative
     unfused_permute_scatters=True,
+    route_weighting=(1, 2),  # (rows.to(float32) * scores).to(bf16), zeros_like, scatter_add
     fused_permutation=False,
     # moe: with ep > 1 the dispatch copies the all-to-all's split sizes to the host with a
     # blocking `.to("cpu")` and `.tolist()` ("this would incur a device-to-host sync":

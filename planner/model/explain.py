@@ -42,7 +42,7 @@ SYMBOLS = {
     "ctx": "M_ctx", "nccl_conn": "B_conn", "nccl_ch": "n_ch", "nvls_head": "B_nvls",
     "p2p_nvl": "B_p2p,nvl", "p2p_net": "B_p2p,net", "ws_torch": "M_ws,torch",
     "ws_te": "M_ws,te", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
-    "scatter_bw": "W_sc", "host_op_s": "t_h",
+    "scatter_bw": "W_sc", "host_op_s": "t_h", "grouped_mm_eff_16": "η_gmm",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
     "nvls_bw": "W_nvls", "overlap_slow": "σ", "max_vio": "v_max", "speed_cv": "κ_g",
     "sr_base": "α_0", "sr_step_nvl": "α_s,nvl", "sr_step_net": "α_s,net", "sr_ll_nvl": "α_LL,nvl",
@@ -76,6 +76,7 @@ CONSTANT_MEANINGS = {
     "kernel_s": ("s", "kernel launch overhead"), "n_sm": ("", "streaming multiprocessors"),
     "scatter_bw": ("B/s", "PyTorch's atomic scatter-add of routed rows (TileOPs #608, H200)"),
     "host_op_s": ("s", "host time per eager kernel: dispatch 3 µs (measured) + launch 3 µs"),
+    "grouped_mm_eff_16": ("", "share of the 16-bit peak torch._grouped_mm reaches (profile)"),
     "act_bytes": ("B", "bytes per activation element"), "w_bytes": ("B", "bytes per weight"),
     "g_bytes": ("B", "bytes per gradient element"),
     "nvls_bw": ("B/s", "NVLink SHARP (NVLS) all-reduce bus bandwidth"),
@@ -120,6 +121,8 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
         xs[key] = s
     if x.peak_flops_16 == x.peak_flops and x.gemm_eff_16 == x.gemm_eff:
         xs["peak_flops_16"], xs["gemm_eff_16"] = sym["peak_flops"], sym["gemm_eff"]
+    if x.grouped_mm_eff_16 == x.gemm_eff_16:  # moe: no measured grouped GEMM in the profile
+        xs["grouped_mm_eff_16"] = xs["gemm_eff_16"]
     if model.kv_heads == model.n_heads:
         xs["n_kv_heads"] = sym["n_heads"]
     if model.dim_head * model.n_heads == model.hidden:

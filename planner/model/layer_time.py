@@ -52,6 +52,9 @@ def moe_matmul_s(x, k: SimpleNamespace, tokens, has_sm, streams=0, fp8_experts=T
     # in 16 bits (Framework.fp8_expert_gemms)
     peak, eff = ((x.peak_flops, x.gemm_eff) if fp8_experts
                  else (x.peak_flops_16, x.gemm_eff_16))
+    if streams == 0:  # one grouped kernel, torch._grouped_mm: in 16 bits, its measured share
+        eff = (_ops.select(x.fp8, eff, x.grouped_mm_eff_16) if fp8_experts
+               else x.grouped_mm_eff_16)
     expert_s = note("expert_matmul_s", x.moe * T.compute_time_s(
         F.layer_matmul_flops(k.moe_tokens * x.top_k * k.lam, 1, x.expert_matmul)
         * padded / rows_per_expert, peak, eff * expert_wave))
@@ -110,7 +113,12 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     fused = c.moe_permute_fusion and c.framework.fused_permutation
     if k.moe_model and c.framework.unfused_permute_scatters and not fused:
         scatter_s = note("moe_atomic_scatter_s", x.moe * unfused_scatter_s(x, k))
-    gpu_fwd_s = mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s + scatter_s
+    # moe: the routed rows weighed by their scores in a pass of their own where no fused
+    # kernel does it (Framework.route_weighting: Megatron's un-fused path, torchtitan's fp32 one)
+    weigh_s = 0
+    if k.moe_model and c.framework.route_weighting is not None and not fused:
+        weigh_s = note("moe_weighting_s", x.moe * weighting_s(x, k, c.framework.route_weighting))
+    gpu_fwd_s = mm_s + att_s + elem_s + core_s + launch_s + moe_extra_s + scatter_s + weigh_s
     # moe: the host's share where the framework waits for the token counts (forward only)
     host_s = host_wait_s(x, c, k, gpu_fwd_s, note)
     fwd_s = note("forward_layer_s", gpu_fwd_s + host_s)
@@ -125,7 +133,7 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     selective_s = (int(RecomputeModule.CORE_ATTN in modules) * (att_s + core_s)
                    + k.mlp_share * mm_s + module_rerun_s(x, c, k, modules)
                    + int(RecomputeModule.MOE in modules) * (x.moe * (moe_mm[1] + moe_extra_s)
-                                                            + host_s))
+                                                            + weigh_s + host_s))
     if FL.op_sac(c):  # torchtitan's per-op SAC: share ρ of the matmuls, every unsaved op
         share = note("op_sac_share", pick(lambda: FL.op_sac_layer_share(x, h, c.torchtitan_flex_ac),
                                           x.sac_dense_matmul / k.active))
@@ -160,6 +168,16 @@ def unfused_scatter_s(x, k: SimpleNamespace):
     T·k rows read and T written that one GPU's tokens un-permute)."""
     moved = ML.unpermute_scatter_bytes(k.moe_tokens, x.top_k, x.hidden, x.act_bytes)
     return ML.atomic_scatter_excess_s(moved, x.scatter_bw, x.hbm_bw * x.hbm_eff)
+
+
+def weighting_s(x, k: SimpleNamespace, weighting: tuple[int, int]):
+    """moe: one forward's separate weighing of the routed rows by their scores
+    (formulas.moe_layer.score_weighting_bytes, the framework's (fp32, out_passes)) at the
+    profile's memory-bound efficiency."""
+    fp32, out_passes = weighting
+    moved = ML.score_weighting_bytes(k.moe_tokens, x.top_k, x.hidden, x.act_bytes, fp32,
+                                     out_passes)
+    return T.memory_bound_time_s(moved, x.hbm_bw, x.hbm_eff)
 
 
 def module_rerun_s(x, c: Choices, k: SimpleNamespace, modules) -> float:

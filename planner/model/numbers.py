@@ -232,6 +232,8 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
     return dict(
         peak_flops=hw.peak_flops_per_s(precision), gemm_eff=hw.gemm_efficiency(precision),
         peak_flops_16=hw.peak_flops_per_s(sixteen), gemm_eff_16=hw.gemm_efficiency(sixteen),
+        # moe: torch._grouped_mm in 16 bits, where the profile has measured it
+        grouped_mm_eff_16=hw.efficiency.grouped_mm_16 or hw.gemm_efficiency(sixteen),
         hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm,
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,

@@ -274,6 +274,11 @@ TERMS: dict[str, TermInfo] = {
                                      "scatter-add at W_sc beyond the "
                                      "streaming pass, forward; once more in the backward "
                                      "(index_add_)"),
+    "moe_weighting_s": TermInfo("T_weigh", "s", "time",
+                                "the routed rows weighed by their scores in a pass of their "
+                                "own (Megatron's un-fused un-permutation; torchtitan's, cast "
+                                "to fp32 and back) with the zero-filled output, HBM-bound, "
+                                "forward; twice in the backward"),
     "moe_host_wait_s": TermInfo("T_host", "s", "time",
                                 "one MoE layer's forward from the host's wait for the token "
                                 "counts (the framework's sync): the first launch, or the "

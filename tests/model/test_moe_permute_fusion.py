@@ -47,6 +47,19 @@ def test_scatter_bytes_and_excess_by_hand():
     assert excess == pytest.approx(1.10667e-3, rel=1e-4)
 
 
+def test_weighting_bytes_by_hand():
+    # Megatron's un-fused weighing (bf16 multiply, one zero-fill of the output), Qwen3-30B-A3B
+    # on one GPU: 2048·(8192·8·(2·2) + 1·2·8192) = 2048·278,528 = 570,425,344 B
+    assert ML.score_weighting_bytes(8192, 8, 2048, 2, 0, 1) == 570_425_344
+    # torchtitan's, cast to fp32 and back (20 B a value) and two passes over the output:
+    # 2048·(8192·8·20 + 2·2·8192) = 2048·1,343,488 = 2,751,463,424 B
+    assert ML.score_weighting_bytes(8192, 8, 2048, 2, 1, 2) == 2_751_463_424
+    t, k, h, a = sp.symbols("T k h a", positive=True)
+    assert sp.expand(ML.score_weighting_bytes(t, k, h, a, 1, 2)
+                     - ML.score_weighting_bytes(t, k, h, a, 0, 1)) == sp.expand(h * (16 * t * k
+                                                                                  + a * t))
+
+
 def test_the_rate_is_the_benchmarks():
     # TileOPs #608 (H200, bf16): 2,048 tokens, top-2, h 4,096 in 0.20 ms:
     # 2·4096·(2048·2 + 2048) = 50,331,648 B / 0.20 ms = 0.2517 TB/s
@@ -71,23 +84,29 @@ def _terms(*extra: str) -> dict:
 
 def test_unfused_layer_adds_the_scatter_once_each_way():
     fused, unfused = _terms(), _terms("--no-moe-permute-fusion")
-    assert "moe_atomic_scatter_s" not in fused
-    scatter = unfused["moe_atomic_scatter_s"]
-    # T = b·s/(c·t) = 8192 tokens on the profile's HBM (3.35 TB/s at 0.89): the hand value
+    assert "moe_atomic_scatter_s" not in fused and "moe_weighting_s" not in fused
+    scatter, weigh = unfused["moe_atomic_scatter_s"], unfused["moe_weighting_s"]
+    # T = b·s/(c·t) = 8192 tokens on the profile's HBM (3.35 TB/s at 0.89): the hand values,
+    # the weighing 570,425,344 B / 2.9815 TB/s = 0.191322 ms
     assert scatter == pytest.approx(1.10667e-3, rel=1e-4)
-    assert unfused["forward_layer_s"] - fused["forward_layer_s"] == pytest.approx(scatter)
-    # the backward's index_add_ once (not doubled with the rest of the layer)
-    assert unfused["backward_layer_s"] - fused["backward_layer_s"] == pytest.approx(scatter)
+    assert weigh == pytest.approx(0.191322e-3, rel=1e-4)
+    assert unfused["forward_layer_s"] - fused["forward_layer_s"] == pytest.approx(scatter + weigh)
+    # the backward's index_add_ once (not doubled with the rest of the layer); the weighing's
+    # memory-bound pass twice, as the layer's other element-wise work
+    assert unfused["backward_layer_s"] - fused["backward_layer_s"] == pytest.approx(
+        scatter + 2 * weigh)
 
 
 def test_published_row_moves_by_its_layers():
     fused = estimate(QWEN, H800, PlanConfig(**ROW)).time.step_s
     unfused = estimate(QWEN, H800, PlanConfig(**ROW, moe_permute_fusion=False)).time.step_s
-    # 2·T_scat a layer and micro-batch, 24 layers a stage, m + p − 1 = 17 stage slots:
-    # 2 · 1.10667 ms · 24 · 17 = 0.9030 s (the bubble's slots included), and the straggler wait,
-    # which scales with the micro-batch's compute (T_strag ∝ T_mb: 25.7 ms of 315 ms, +0.5 %)
-    assert unfused - fused == pytest.approx(2 * 1.10667e-3 * 24 * 17, rel=1e-2)
-    assert unfused - fused > 2 * 1.10667e-3 * 24 * 17
+    # 2·T_scat + 3·T_weigh a layer and micro-batch, 24 layers a stage, m + p − 1 = 17 stage
+    # slots: (2 · 1.10667 + 3 · 0.191322) ms · 24 · 17 = 1.1372 s (the bubble's slots
+    # included), and the straggler wait, which scales with the micro-batch's compute
+    # (T_strag ∝ T_mb: +0.4 %)
+    moved = (2 * 1.10667e-3 + 3 * 0.191322e-3) * 24 * 17
+    assert unfused - fused == pytest.approx(moved, rel=1e-2)
+    assert unfused - fused > moved
 
 
 def test_other_frameworks_have_no_switch():
