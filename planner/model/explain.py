@@ -55,6 +55,9 @@ SYMBOLS = {
     "fail_rate": "λ_fail", "restart": "T_launch", "ckpt_write_bw": "W_ckpt", "ckpt_read_bw": "W_load",
 }
 
+MOE_SYMBOLS = {"top_k": "k_r", "expert_ffn": "f_e"}
+"""moe: the routed experts' shape, symbols in a MoE model's formulas (explain only)."""
+
 # What each constant is, for the constants table (values in base units).
 CONSTANT_MEANINGS = {
     "peak_flops": ("FLOP/s", "dense peak of the plan's matmul precision"),
@@ -131,6 +134,12 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
         xs["ffn"] = 4 * sym["hidden"]
     if x.positions == x.seq_len:
         xs["positions"] = sym["seq_len"]
+    if model.is_moe:  # moe: the routed experts' shape (top-k, expert width) as symbols
+        for key, name in MOE_SYMBOLS.items():
+            s = sympy.Symbol(name, positive=True)
+            values[s] = getattr(x, key)
+            xs[key] = s
+        xs["expert_matmul"] = model.n_mlp_matrices * xs["hidden"] * xs["expert_ffn"]
     return SimpleNamespace(**xs), values
 
 
