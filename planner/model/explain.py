@@ -492,5 +492,8 @@ def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list
             continue
         if key in OFFLOAD_CONSTANTS and not config.offload:  # offload
             continue
+        if key == "grouped_mm_eff_16" and (not model.is_moe
+                                           or x.grouped_mm_eff_16 == x.gemm_eff_16):
+            continue  # moe: no measured grouped GEMM, η stands for it
         out.append((SYMBOLS[key], float(getattr(x, key)), unit, meaning))
     return out
