@@ -191,10 +191,13 @@ def score_weighting_bytes(tokens, top_k, hidden, act_bytes=2, fp32=0, out_passes
     --moe-permute-fusion): `permuted_tokens * permuted_probs` in the probabilities' dtype
     (16-bit unless --moe-router-dtype asks fp32), then `torch.zeros` of the output and
     `scatter_add_` in place: fp32 0, one out pass. torchtitan (the combine of
-    models/common/token_dispatcher.py in 0.3.0; MoE.forward of models/moe/moe.py @ 0cfbd0b3c,
-    176498cd4 and v0.2.2): `(rows.to(torch.float32) * scores).to(rows.dtype)`, `zeros_like`
-    of the output and the out-of-place `scatter_add`: fp32 1, two out passes. Memory-bound;
-    the backward moves about as much again."""
+    models/common/token_dispatcher.py in 0.3.0): `(rows.to(torch.float32) * scores)
+    .to(rows.dtype)`, `zeros_like` of the output and the out-of-place `scatter_add`: fp32 1,
+    two out passes; the same multiply at the published rows' commits (MoE.forward of
+    models/moe.py @ 0cfbd0b3c and models/moe/moe.py @ 176498cd4, score_before_experts False on
+    the 16B flavour), scatter-added out of place onto the shared experts' output (v0.2.2
+    instead un-sorts into a zero-filled T·k-row buffer and weighs by an fp32 bmm: more than
+    this, not costed). Memory-bound; the backward moves about as much again."""
     elements = tokens * top_k * (2 * act_bytes + 16 * fp32) + out_passes * act_bytes * tokens
     return hidden * elements
 
