@@ -242,7 +242,8 @@ class Framework:
     --mtp-num-layers; formulas/moe_mtp.py)."""
     expert_gemm_streams: int = 0
     """moe: how the framework runs a grouped expert GEMM: 0, one grouped kernel over every local
-    expert (torch._grouped_mm); n > 0, one GEMM per local expert spread over n CUDA streams
+    expert (torch._grouped_mm, in 16 bits at the profile's measured share for it where it has
+    one, efficiency.grouped_mm_16); n > 0, one GEMM per local expert spread over n CUDA streams
     (Transformer Engine's GroupedLinear: formulas.moe_step.grouped_gemm_launches and
     formulas.moe.concurrent_experts)."""
     fp8_expert_gemms: bool = True
