@@ -20,11 +20,22 @@ from .nccl import Call, nccl_s, send_recv_latencies, tuner_link
 from .numbers import Choices, same
 
 
+def placement(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
+    """Where each group's ranks sit, before any traffic is priced on them: each group's link
+    (group_links, in the framework's rank order) and, moe, whether the expert exchange's ep·etp
+    span stays inside one NVLink domain (ep_inside; 0 for a dense model). The memory reads these
+    of the layout beside the degrees (model/runtime.py: the communicators' buffers, the
+    point-to-point FIFOs), so they are a concern of their own, ahead of the collectives'."""
+    g = group_links(x, k.t, k.cp, k.p, c.framework.rank_order)
+    ep_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain) if k.moe_model else 0
+    return SimpleNamespace(links=g, ep_inside=ep_inside)
+
+
 def link_shares(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
-    """Each group's link (Megatron's rank order unless the framework has its own), the share of
-    it each group's traffic gets, and each link's busy time per micro-batch."""
-    t, cp, p, layers = k.t, k.cp, k.p, k.layers
-    g = group_links(x, t, cp, p, c.framework.rank_order)
+    """The share of each group's link (placement: Megatron's rank order unless the
+    framework has its own) each group's traffic gets, and each link's busy time per
+    micro-batch."""
+    t, cp, p, layers, g = k.t, k.cp, k.p, k.layers, k.links  # g: placement
     cp_links = context_links(x, k.cp_parts, g, t, cp, p, c.framework.rank_order)  # cp-kind
     tp_inside, cp_inside, dp_inside, pp_inside = g.tp.inside, g.cp.inside, g.dp.inside, g.pp.inside
     # traffic of one micro-batch, for the groups that share a link in the same window
@@ -61,7 +72,7 @@ def link_shares(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
             pp_mb_bytes / g.pp.bw]
     inside = [tp_inside, *(link.inside for _, link in cp_traffic), pp_inside]
     return SimpleNamespace(
-        links=g, cp_links=cp_links, tp_inside=tp_inside, cp_inside=cp_inside,
+        cp_links=cp_links, tp_inside=tp_inside, cp_inside=cp_inside,
         dp_inside=dp_inside, pp_inside=pp_inside, pp_mb_bytes=pp_mb_bytes, tp_share=tp_share,
         cp_shares=cp_shares, cp_share=cp_share, pp_share=pp_share,
         nvlink_busy_mb=sum(i * b for i, b in zip(inside, busy)),
@@ -135,9 +146,9 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     the plan overlaps it with another micro-batch's compute (Megatron's 1F1B merge, DualPipe);
     0 for a dense model."""
     if not k.moe_model:
-        return SimpleNamespace(ep_mb_s=0, ep_bytes=0, ep_inside=0)
+        return SimpleNamespace(ep_mb_s=0, ep_bytes=0)
     m, g, moe_tokens, lam = k.m, k.links, k.moe_tokens, k.lam
-    ep_span_inside = x.moe * C.inside_domain(x.ep * x.etp, g.domain)
+    ep_span_inside = k.ep_inside  # the ep·etp span inside a domain (placement)
     one, layer, calls = MOE.exchange_s(x, c.moe_dispatcher, g.domain, moe_tokens, lam,
                                        k.ep_passes, k.ep_deepep)
     a2a_s = note("all_to_all_s", one)  # one token dispatch, as before
@@ -155,7 +166,6 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     return SimpleNamespace(
         ep_mb_s=k.moe_last * ep_layer_exposed, all_to_all_s=a2a_s, ep_hidden=ep_hidden,
         ep_bytes=note("ep_bytes", m * (t.fwd_nvl + t.fwd_net + t.bwd_nvl + t.bwd_net)),
-        ep_inside=ep_span_inside,
         nvlink_busy_mb=k.nvlink_busy_mb + ep_span_inside * ep_busy_mb,
         network_busy_mb=k.network_busy_mb + (1 - ep_span_inside) * ep_busy_mb)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from .activations import activations
-from .collectives import expert_all_to_all, link_shares, tensor_and_context_times
+from .collectives import expert_all_to_all, link_shares, placement, tensor_and_context_times
 from .data_parallel import dp_times, dp_traffic
 from .flops import flops
 from .goodput import goodput_costs
@@ -24,7 +24,8 @@ from .states import stage_memory
 from .step import reported, step_time
 from .volumes import volumes
 
-__all__ = ["Choices", "numbers", "plan_costs", "layout_costs", "zero_costs"]
+__all__ = ["Choices", "numbers", "plan_costs", "layout_costs", "memory_layout_costs",
+           "zero_costs"]
 
 
 def plan_costs(x, c: Choices, note=same) -> dict:
@@ -42,10 +43,24 @@ def plan_costs(x, c: Choices, note=same) -> dict:
 def layout_costs(x, c: Choices, note=same) -> SimpleNamespace:
     """The half of plan_costs that the ZeRO stage does not change (c.zero_stage is not read):
     parameters, activations, communication volumes, FLOPs, the layer times, the links and the
-    collectives' times. Returns every intermediate, by its name, for zero_costs."""
+    collectives' times. Returns every intermediate, by its name, for zero_costs. Continues
+    from memory_layout_costs, so that the memory costed alone is the memory costed here."""
+    k = memory_layout_costs(x, c, note)
+    for concern in (flops, layer_times, link_shares, tensor_and_context_times, expert_all_to_all,
+                    microbatch_times):
+        k = merged(k, concern(x, c, k, note))
+    return k
+
+
+def memory_layout_costs(x, c: Choices, note=same) -> SimpleNamespace:
+    """The part of layout_costs the memory reads (states.stage_memory): the degrees and the
+    fullest GPU's layers, where each group sits (collectives.placement), the parameters, the
+    activations and the parameter copies — none of the FLOPs, traffic or times, which are most
+    of layout_costs' work on a MoE model (NCCL's pricing of the expert exchange and of the
+    links' shares). What the search costs when it needs a candidate's memory alone
+    (search.costing.memory_in_chunks)."""
     k = stage_layout(x, c, note)  # the degrees and the fullest GPU's layers
-    for concern in (parameters, activations, volumes, flops, layer_times, link_shares,
-                    tensor_and_context_times, expert_all_to_all, microbatch_times):
+    for concern in (placement, parameters, activations, volumes):
         k = merged(k, concern(x, c, k, note))
     return k
 

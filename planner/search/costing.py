@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..model.cost import Choices, layout_costs, zero_costs
+from ..model.cost import Choices, layout_costs, memory_layout_costs, zero_costs
 from ..model.states import stage_memory
 from .grid import Grid, grid_blocks, grid_of, model_columns
 
@@ -106,12 +106,13 @@ def costs_by_stage(base: dict, columns: dict[str, np.ndarray], choices: Choices,
 def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices,
                      zeros=None) -> list[np.ndarray]:
     """Each candidate's total_bytes alone, once per ZeRO stage in `zeros` (default:
-    choices.zero_stage alone): the layout half of the model once, shared by the stages, and each
-    stage's most loaded stage memory (model.states.stage_memory, the first concern of
-    cost.zero_costs, which reads nothing of the data-parallel traffic or the step), in chunks as
-    costs_in_chunks; the same numbers as costs_in_chunks(…, keys=("total_bytes",)) without the
-    time half. A stage is costed on every row given, run or not (the caller keeps its own rows):
-    numpy's divide/invalid/overflow warnings are off, as on the grid (grid_blocks)."""
+    choices.zero_stage alone): the part of the layout half the memory reads
+    (cost.memory_layout_costs) once, shared by the stages, and each stage's most loaded stage
+    memory (model.states.stage_memory, the first concern of cost.zero_costs, which reads nothing
+    of the data-parallel traffic or the step), in chunks as costs_in_chunks; the same numbers as
+    costs_in_chunks(…, keys=("total_bytes",)) without the time half or the collectives. A
+    stage is costed on every row given, run or not (the caller keeps its own rows): numpy's
+    divide/invalid/overflow warnings are off, as on the grid (grid_blocks)."""
     zeros = [choices.zero_stage] if zeros is None else list(zeros)
     grid = grid_of(columns)  # moe: once per layout what depends on the layout alone
     if grid is not None:
@@ -123,7 +124,7 @@ def memory_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choice
         for start in range(0, n, CHUNK):
             rows = min(CHUNK, n - start)
             x = SimpleNamespace(**base, **{k: v[start:start + rows] for k, v in columns.items()})
-            layout = layout_costs(x, choices)
+            layout = memory_layout_costs(x, choices)
             for z, part in zip(zeros, parts):  # a scalar fills the chunk's rows
                 part[start:start + rows] = stage_memory(x, replace(choices, zero_stage=z),
                                                         layout).total_bytes
@@ -134,7 +135,7 @@ def _grid_memory(base: dict, grid: Grid, choices: Choices, zeros: list) -> list[
     """memory_in_chunks on the grid, as _grid_costs."""
     cells = [np.empty(grid.shape) for _ in zeros]
     for start, stop, x in grid_blocks(base, grid, GRID_CHUNK):
-        layout = layout_costs(x, choices)
+        layout = memory_layout_costs(x, choices)
         for z, part in zip(zeros, cells):
             part[start:stop] = stage_memory(x, replace(choices, zero_stage=z),
                                             layout).total_bytes

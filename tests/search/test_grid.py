@@ -1,6 +1,10 @@
 """The MoE search's grid (planner/search/grid.py): the model evaluated once per layout and
 broadcast over the crossed expert and dispatcher columns gives every candidate exactly the
-costs of the flat evaluation, row by row; the space's id columns number what they say."""
+costs of the flat evaluation, row by row; the space's id columns number what they say. A
+candidate's memory costed alone (model.cost.memory_layout_costs, then states.stage_memory;
+costing.memory_in_chunks) is exactly the memory the whole model gives it: stage_memory reads
+nothing of the layout half beyond that part (an attribute it read and the part did not hold
+would raise)."""
 
 from dataclasses import replace
 
@@ -10,6 +14,9 @@ import pytest
 from planner.catalog import load_hardware, load_model
 from planner.formulas.choices import Recompute, Schedule
 from planner.frameworks import FRAMEWORKS
+from planner.model.cost import Choices, memory_layout_costs, numbers, plan_costs
+from planner.model.states import stage_memory
+from planner.schema import PlanConfig
 from planner.search import costing
 from planner.search.evaluate import _group_choices, _group_runs, _group_space, base_numbers
 from planner.search.grid import grid_of, numbered
@@ -157,3 +164,54 @@ def test_numbered_sparse_ids_as_dense_ones():
     codes, rows = numbered(ids * 10**9)
     assert codes.tolist() == [1, 0, 1, 2, 0] and (ids * 10**9)[rows].tolist() == [3e9, 5e9, 9e9]
 
+
+MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+         "overhead_bytes", "total_bytes")
+
+
+@pytest.mark.parametrize("model, gpus, framework, extra", [
+    ("deepseek-v3", 128, "megatron", {}),  # the grid: ep, etp, DeepEP, the overlap crossed
+    ("mixtral-8x7b", 64, "torchtitan", {"dp_shard": "auto"}),  # hybrid sharding's replicas
+    ("mixtral-8x7b", 64, "deepspeed", {"recompute": [Recompute.FULL], "sp": [False],
+                                       "distribute_saved_activations": True}),
+    ("70b", 64, "megatron", {"cp_kind": "auto"}),  # flat: a dense model
+    ("70b", 32, "deepspeed", {"offload_optimizer": 0.5}),  # offload's host share
+    ("70b", 32, "torchtitan", {"offload_params": True}),
+])
+def test_memory_alone_is_the_whole_models_memory(model, gpus, framework, extra):
+    """memory_in_chunks equals costs_in_chunks' total_bytes exactly, every ZeRO stage of every
+    choice group (on the grid and flat alike)."""
+    checked = 0
+    for base, cols, choices, zeros in _groups(model, gpus, framework, **extra):
+        whole = costing.costs_in_chunks(base, cols, choices, zeros, ("total_bytes",))
+        alone = costing.memory_in_chunks(base, cols, choices, zeros)
+        flat = costing.memory_in_chunks(base, _flat(cols), choices, zeros)
+        for w, a, f in zip(whole, alone, flat):
+            assert np.array_equal(w["total_bytes"], a)
+            assert np.array_equal(a, f)
+        checked += 1
+    assert checked >= 1
+
+
+@pytest.mark.parametrize("model, cfg", [
+    ("deepseek-v3", dict(dp=16, tp=2, pp=8, ep=16, vpp=2, n_micro=16, zero_stage=1,
+                         moe_dispatcher="deepep", framework="megatron")),
+    ("mixtral-8x7b", dict(dp=8, tp=1, pp=2, ep=8, n_micro=8, zero_stage=3, dp_shard=4,
+                          framework="torchtitan")),
+    ("70b", dict(dp=4, tp=4, pp=2, n_micro=8, zero_stage=1, recompute="full",
+                 sequence_parallel=False, distribute_saved_activations=True,
+                 offload_optimizer=0.5, framework="deepspeed")),
+])
+def test_one_plans_memory_alone_part_by_part(model, cfg):
+    """One plan (plain numbers): each memory part from memory_layout_costs equals plan_costs',
+    and the memory half holds none of the collectives' times it leaves out."""
+    base = dict(mbs=1, seq_len=4096, recompute="selective", sequence_parallel=True)
+    config = PlanConfig(**{**base, **cfg, "gbs": cfg["dp"] * cfg["n_micro"]})
+    x, c = numbers(load_model(model), load_hardware("h100-nvlink"), config), Choices.of(config)
+    k = memory_layout_costs(x, c)
+    mem = stage_memory(x, c, k)
+    whole = plan_costs(x, c)
+    for name, value in zip(MEMORY_PARTS, (mem.weights, mem.grads, mem.optimizer, mem.activations,
+                                   mem.overhead, mem.total_bytes)):
+        assert value == whole[name], name
+    assert not any(hasattr(k, t) for t in ("tp_mb_s", "ep_mb_s", "tp_share", "compute_mb_s"))
