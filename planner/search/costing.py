@@ -36,7 +36,10 @@ def costs_in_chunks(base: dict, columns: dict[str, np.ndarray], choices: Choices
     """plan_costs over many candidates of one choice group, once per ZeRO stage in `zeros`
     (default: choices.zero_stage alone): `base` holds the numbers the candidates share, `columns`
     the float64 arrays they differ in; evaluated CHUNK rows at a time. The layout half of the
-    model (cost.layout_costs) is evaluated once and shared by the stages."""
+    model (cost.layout_costs) is evaluated once and shared by the stages. Asked for total_bytes
+    alone, the memory alone is costed (memory_in_chunks: the same numbers, without the time)."""
+    if tuple(keys) == ("total_bytes",):
+        return [{"total_bytes": m} for m in memory_in_chunks(base, columns, choices, zeros)]
     zeros = [choices.zero_stage] if zeros is None else list(zeros)
     grid = grid_of(columns)  # moe: once per layout what depends on the layout alone
     if grid is not None:

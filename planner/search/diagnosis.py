@@ -14,7 +14,7 @@ from ..formulas.choices import Recompute, Schedule, ZeroStage
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
-from .evaluate import evaluate_space, framework_runs
+from .evaluate import framework_runs, some_plan_fits
 from .offload import offload_layout
 from .request import DEFAULT_MBS, PlanRequest
 from .space import MAX_OPEN_CP, MAX_OPEN_VPP, SEARCHED_SCHEDULES, choice_groups, divisors, numeric_space
@@ -31,8 +31,7 @@ def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: in
     for _ in range(7):
         if n > MAX_GPUS:
             return None
-        _, costs = evaluate_space(model, hw, req.model_copy(update={"gpus": n}))
-        if costs and float(np.min(costs["total_bytes"])) <= budget:
+        if some_plan_fits(model, hw, req.model_copy(update={"gpus": n}), budget):
             return n
         n *= 2
     return None
@@ -51,11 +50,10 @@ def _larger_profiles_that_fit(model, hw, req: PlanRequest) -> list[str]:
                 req.gpus > other.gpus_per_domain:
             continue
         try:
-            _, costs = evaluate_space(model, other, req)
+            if some_plan_fits(model, other, req, other.capacity_bytes):
+                out.append(name)
         except PlanError:  # a profile without figures for the request (e.g. its precision)
             continue
-        if costs and float(np.min(costs["total_bytes"])) <= other.capacity_bytes:
-            out.append(name)
     return out
 
 

@@ -127,8 +127,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     that fits them (offload_variants). `keys`: the costs kept of each candidate (the search's
     ranking reads RANKED_COSTS alone; every cost kept is one more column of the whole space
     written and copied), step_s and total_bytes always."""
-    if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
-        raise PlanError(f"{hw.name} has no {req.precision.value} figures")
+    _check_precision(hw, req)
     space = numeric_space(model, hw, req)
     seq, gbs = req.seq(model), req.global_batch(model)
     framework = FRAMEWORKS[req.framework]
@@ -150,29 +149,18 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
     budget = hw.capacity_bytes if budget is None else budget
     pending = []  # offload: the groups whose unfit candidates offload may make fit
-    fastest_fit, parts = np.inf, {}  # offload: the fastest step that fits without offload
-    masks = RuleMasks(model)  # each rule's mask once per distinct input (masks.py)
-    for r, sp, sched, zeros in choice_groups(req):
+    fastest_fit = np.inf  # offload: the fastest step that fits without offload
+    for (r, sp, sched, zeros), sub, f, runs, group_choices in _runnable_groups(
+            model, req, framework, base, space, offload_fixed):
         interleaved = sched is Schedule.INTERLEAVED
-        group = _group_space(space, interleaved, r, parts)
-        runs = _group_runs(model, req, framework, masks, group, (r, sp, sched, zeros))
-        mask = np.logical_or.reduce(list(runs.values()))
-        if not mask.any():
-            continue
-        sub = {k: v[mask] for k, v in group.items()}
-        f = {k: v if k.startswith("_") else v.astype(np.float64)  # the ids stay integers
-             for k, v in sub.items()}
-        group_choices = _group_choices(req, framework, base, (r, sp, sched, zeros),
-                                       offload_fixed)
         partial, split = _recompute_variants(req, framework, r, sp, offload_fixed)  # fit
-        outs = costs_by_stage(base, f, group_choices, {z: runs[z][mask] for z in zeros},
+        outs = costs_by_stage(base, f, group_choices, runs,
                               kept + (OFFLOAD_KEPT if auto else ())
                               + (("stage_layers",) if partial else ()))
         # fit: partial recompute's memory at r = 1, every stage's at once (one layout half)
-        ones = memory_at_one_layer(base, f, {z: runs[z][mask] for z in zeros}, outs,
-                                   group_choices, budget) if partial else {}
+        ones = memory_at_one_layer(base, f, runs, outs, group_choices, budget) if partial else {}
         for z in zeros:
-            out, keep = outs[z], runs[z][mask]  # out: the costs of the rows kept
+            out, keep = outs[z], runs[z]  # out: the costs of the rows kept
             if not keep.any():
                 continue
             rows = slice(None) if keep.all() else keep  # every row of the group: no copy
@@ -198,6 +186,77 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         return {}, {}
     return ({k: np.concatenate(v) for k, v in cols.items()},
             {k: np.concatenate(v) for k, v in costs.items()})
+
+
+def _runnable_groups(model: ModelSpec, req: PlanRequest, framework, base: dict, space: dict,
+                     offload_fixed: bool):
+    """Each choice group of which the framework runs something: ((recompute, sp, schedule,
+    ZeRO stages), its candidates' columns, the same as float64 (the ids stay integers), {stage:
+    mask of the candidates it runs}, the Choices they share)."""
+    parts, masks = {}, RuleMasks(model)  # each rule's mask once per distinct input (masks.py)
+    for r, sp, sched, zeros in choice_groups(req):
+        group = _group_space(space, sched is Schedule.INTERLEAVED, r, parts)
+        runs = _group_runs(model, req, framework, masks, group, (r, sp, sched, zeros))
+        mask = np.logical_or.reduce(list(runs.values()))
+        if not mask.any():
+            continue
+        sub = {k: v[mask] for k, v in group.items()}
+        f = {k: v if k.startswith("_") else v.astype(np.float64) for k, v in sub.items()}
+        yield ((r, sp, sched, zeros), sub, f, {z: runs[z][mask] for z in zeros},
+               _group_choices(req, framework, base, (r, sp, sched, zeros), offload_fixed))
+
+
+def some_plan_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
+                   limit: float) -> bool:
+    """Whether the least memory of evaluate_space(model, hw, req)'s candidates is at most `limit`
+    (bytes) — what the diagnosis asks of other sizes and profiles, which reads nothing else of
+    them. It is found from the candidates' memory alone (a third of their cost on a MoE model:
+    search.costing.memory_in_chunks), every candidate's, so that a nan memory answers no, as the
+    least of them all does: the plain candidates', and (fit) DeepSpeed's split checkpoints' on
+    those that do not fit. The variants evaluate_space adds beside them only where they fit the
+    capacity (partial recompute's, from candidates that fit already; offload's) cannot change a
+    yes at a `limit` of the capacity, as the diagnosis asks; with --offload auto a no is asked of
+    the whole space (offload's variants are tried on the candidates whose step times
+    offload_worth_trying admits), as it is at any other limit."""
+    if limit != hw.capacity_bytes:
+        return _least_memory_fits(model, hw, req, limit)
+    _check_precision(hw, req)
+    framework, budget = FRAMEWORKS[req.framework], hw.capacity_bytes
+    base = base_numbers(model, hw, req, framework)
+    offload_fixed = (base["offload_optimizer"] > 0 or base["offload_params"]
+                     or base["offload_activations"] > 0)
+    least = []  # the least memory of each stage's candidates, and of the variants that fit
+    for (r, sp, _, zeros), _, f, runs, choices in _runnable_groups(
+            model, req, framework, base, numeric_space(model, hw, req), offload_fixed):
+        outs = costs_by_stage(base, f, choices, runs, ("total_bytes",))
+        split = _recompute_variants(req, framework, r, sp, offload_fixed)[1]  # fit
+        for z in zeros:
+            if not runs[z].any():
+                continue
+            least.append(np.min(outs[z]["total_bytes"]))
+            found = partitioned_checkpoint_variants(
+                base, {k: v[runs[z]] for k, v in f.items()}, outs[z],
+                replace(choices, zero_stage=z), budget, ("total_bytes",)) if split else None
+            if found is not None:
+                least.append(np.min(found[1]["total_bytes"]))
+    if bool(least) and float(np.min(least)) <= limit:
+        return True
+    auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
+    return _least_memory_fits(model, hw, req, limit) if auto else False
+
+
+def _least_memory_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
+                       limit: float) -> bool:
+    """Whether the least total_bytes of evaluate_space(model, hw, req)'s candidates is at most
+    `limit`, the whole space evaluated."""
+    _, costs = evaluate_space(model, hw, req)
+    return bool(costs) and float(np.min(costs["total_bytes"])) <= limit
+
+
+def _check_precision(hw: HardwareProfile, req: PlanRequest) -> None:
+    """A profile without figures for the request's precision is refused (PlanError)."""
+    if hw.peak_flops_per_s(req.precision) is None or hw.gemm_efficiency(req.precision) is None:
+        raise PlanError(f"{hw.name} has no {req.precision.value} figures")
 
 
 def _recompute_variants(req: PlanRequest, framework, r: Recompute, sp: bool,

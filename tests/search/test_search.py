@@ -5,9 +5,10 @@ import pytest
 
 from planner.catalog import load_hardware, load_model
 from planner.errors import NoFeasiblePlan, PlanError
+from planner.formulas.choices import Recompute, ZeroStage
 from planner.model.estimate import estimate
 from planner.search.core import search
-from planner.search.evaluate import evaluate_space
+from planner.search.evaluate import evaluate_space, some_plan_fits
 from planner.search.request import PlanRequest
 from planner.search.space import config_at, gpu_counts
 
@@ -98,3 +99,30 @@ def test_fewest_gpus_for_a_target_step():
         search(m, h, req, sort="gpus")
     with pytest.raises(NoFeasiblePlan, match="no cluster"):
         search(m, h, req, sort="gpus", target_step_s=1e-3)
+
+
+@pytest.mark.parametrize("model, hw, gpus, extra", [
+    ("405b", "h100-nvlink", 96, {}),  # the diagnosis' sizes: none fits at 96, one at 128
+    ("405b", "h100-nvlink", 128, {}),
+    ("mixtral-8x7b", "a100-nvlink", 8, {}),  # the grid
+    ("mixtral-8x7b", "h100-nvlink", 16, {}),
+    # fit: only DeepSpeed's checkpoints split over tp make a plan fit (ZeRO-1, pp 1, 32 GPUs)
+    ("70b", "h100-nvlink", 32, dict(framework="deepspeed", recompute=[Recompute.FULL],
+                                    sp=[False], zero=[ZeroStage.OPTIMIZER], pp=[1])),
+    ("70b", "h100-nvlink", 16, dict(framework="deepspeed", recompute=[Recompute.FULL],
+                                    sp=[False], zero=[ZeroStage.OPTIMIZER], pp=[1])),
+    ("405b", "h100-nvlink", 32, dict(offload="auto")),  # offload's variants: the whole space
+    ("405b", "h100-nvlink", 128, dict(offload="auto")),  # a yes from memory alone
+    ("70b", "h100-nvlink", 8, dict(offload="auto")),  # only offload makes a plan fit
+])
+def test_some_plan_fits_answers_as_the_least_memory_of_the_whole_space(model, hw, gpus, extra):
+    """some_plan_fits (the diagnosis' question, from memory alone) says what the least
+    total_bytes of evaluate_space's candidates, step times and variants costed, says."""
+    m, h = load_model(model), load_hardware(hw)
+    req = PlanRequest(gpus=gpus, **extra)
+    cols, costs = evaluate_space(m, h, req)
+    whole = bool(costs) and float(np.min(costs["total_bytes"])) <= h.capacity_bytes
+    assert some_plan_fits(m, h, req, h.capacity_bytes) is whole
+    if extra.get("framework") == "deepspeed" and whole:  # the split decided it
+        fit = costs["total_bytes"] <= h.capacity_bytes
+        assert not np.any(fit & (cols["rc_dist"] == 0))
