@@ -132,8 +132,8 @@ def _row_one(model: ModelSpec, hw: HardwareProfile, sized: PlanRequest, headroom
     """--sort gpus at one size: (columns, costs, the candidates that fit, row 1's step), or None
     where nothing fits. Row 1, the recommendation at this size, is estimated alone: the table,
     its other rows and the options weighed only for the size that answers."""
-    try:
-        cols, costs, fits = _space_that_fits(model, hw, sized, headroom)
+    try:  # a size where nothing fits is passed over: no diagnosis built for it
+        cols, costs, fits = _space_that_fits(model, hw, sized, headroom, diagnosed=False)
     except NoFeasiblePlan:
         return None
     step = estimate(model, hw, config_at(model, sized, cols, _table(
@@ -184,10 +184,12 @@ def _check_request(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, sort
 
 
 def _space_that_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
-                     headroom: float) -> tuple[dict, dict, np.ndarray]:
+                     headroom: float, diagnosed: bool = True) -> tuple[dict, dict, np.ndarray]:
     """Every candidate's columns and ranked costs, and the indices of those the ranking weighs
     (they fit; with --offload fit, without offload where any plan does). Raises NoFeasiblePlan,
-    with a diagnosis, when none fits."""
+    with a diagnosis unless `diagnosed` is false, when none fits (the diagnosis searches other
+    sizes and profiles: --sort gpus, which passes over a size where nothing fits, would build
+    it at each such size and throw it away)."""
     capacity = hw.capacity_bytes
     safe_budget = capacity * (1 - headroom)  # what a recommended plan may use
     # offload: --offload fit (the default) evaluates the least offload that makes each plan fit
@@ -203,6 +205,8 @@ def _space_that_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         plain_safe = plain[~in_margin(costs["total_bytes"][plain], capacity, headroom)]
         fits = plain if plain_safe.size or fits.size == plain.size else fits
     if fits.size == 0:
+        if not diagnosed:
+            raise NoFeasiblePlan(f"no plan of {model.name} fits on {req.gpus} × {hw.name}")
         i = int(np.argmin(costs["total_bytes"]))
         need = costs["total_bytes"][i]
         cfg = config_at(model, req, cols, i)

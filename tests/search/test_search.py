@@ -101,6 +101,26 @@ def test_fewest_gpus_for_a_target_step():
         search(m, h, req, sort="gpus", target_step_s=1e-3)
 
 
+def test_fewest_gpus_passes_over_sizes_that_fit_nothing_without_a_diagnosis(monkeypatch):
+    """--sort gpus at 405B, 1,000 s: 16 and 32 GPUs are within reach of the target but no plan
+    fits there (64 is the answer); each is passed over without the diagnosis a plain search
+    builds (it searches other sizes and profiles, and --sort gpus would throw it away)."""
+    import planner.search.core as core
+
+    m, h = load_model("405b"), load_hardware("h100-nvlink")
+    req = PlanRequest(gpus=1024)
+    with pytest.raises(NoFeasiblePlan):  # nothing fits on 32: a plain search diagnoses it
+        search(m, h, req.model_copy(update={"gpus": 32}))
+
+    def no_diagnosis(*args):
+        raise AssertionError("a diagnosis was built")
+
+    monkeypatch.setattr(core, "diagnose", no_diagnosis)
+    r = search(m, h, req, sort="gpus", target_step_s=1000, top=1)
+    assert r.plans[0].config.n_gpus == 64
+    assert r.answer.startswith("64 GPUs: the smallest size")
+
+
 @pytest.mark.parametrize("model, hw, gpus, extra", [
     ("405b", "h100-nvlink", 96, {}),  # the diagnosis' sizes: none fits at 96, one at 128
     ("405b", "h100-nvlink", 128, {}),
