@@ -46,6 +46,8 @@ def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
         off_act=config.offload_activations,
         recompute_none=int(config.recompute.value == "none"),
         recompute_full=int(config.recompute.value == "full"),  # fit: DeepSpeed cpu_checkpointing
+        # torchtitan's own settings, which its refusals name where they offer another framework
+        compile_loss=int(config.compile_loss), torchtitan_flex_ac=int(config.torchtitan_flex_ac),
         **choices(config.zero_stage, config.schedule, config.precision))
 
 

@@ -79,29 +79,37 @@ def model_states(zero: ZeroStage, grad_bytes: float) -> ModelStates:
                        source="torch.distributed.fsdp fully_shard + torchtitan parallelize.py")
 
 
+def _elsewhere(c, names: str = "megatron") -> str:
+    """A refusal's other way out, another framework: `--framework NAMES`, and where the plan
+    sets torchtitan's own settings (OWN_SETTINGS, which the others refuse) that they go."""
+    own = _torchtitans_own(c)
+    return f"--framework {names}" + (f" without {' and '.join(own)} (torchtitan's own)"
+                                     if own else "")
+
+
 def _dispatch_refusal(m, c) -> str:
     """Why torchtitan cannot launch the plan's token exchange (RULES' dispatcher rule)."""
     if getattr(c, "deepep", 0):
         return (f"torchtitan: DeepEP is chosen inside a config_registry function "
                 f"(model_registry(..., moe_comm_backend=\"deepep\")), not on the command line, "
                 f"and torchtitan 0.3.0's entry for {m.name} builds the all-to-all; use "
-                "--moe-dispatcher alltoall, or --framework megatron or deepspeed for DeepEP")
+                f"--moe-dispatcher alltoall, or {_elsewhere(c, 'megatron or deepspeed')} for DeepEP")
     if getattr(c, "moe_allgather", 0):
         return ("torchtitan: its token dispatchers are the all-to-all, DeepEP, HybridEP and "
-                "MinimalAsyncEP, no all-gather; use --moe-dispatcher alltoall or --framework "
-                "megatron")
+                "MinimalAsyncEP, no all-gather; use --moe-dispatcher alltoall or "
+                f"{_elsewhere(c)}")
     if getattr(c, "moe_capped", 0):
         return ("torchtitan: its MoE routes dropless; a capacity factor exists only for "
                 "HybridEP's non-blocking dispatch (non_blocking_capacity_factor), set in a "
                 "config_registry function, not on the command line; leave --moe-capacity-factor "
-                "out or use --framework megatron")
+                f"out or use {_elsewhere(c)}")
     if getattr(c, "moe_shared_overlap", 0):
         return ("torchtitan: its MoE runs the shared experts after the routed ones (MoE.forward), "
                 "not beside the token exchange; leave --moe-shared-expert-overlap out or use "
-                "--framework megatron")
+                f"{_elsewhere(c)}")
     return ("torchtitan: it has no overlapped expert-parallel communication (Megatron's "
             "--overlap-moe-expert-parallel-comm); leave --moe-a2a-overlap out or use "
-            "--framework megatron")
+            f"{_elsewhere(c)}")
 
 
 def _zero_supported(m, c):
@@ -117,7 +125,7 @@ RULES = (
          lambda m, c: (c.pp > 0) & (m.n_mlp_matrices == 3),  # shaped as the layouts
          lambda m, c: f"torchtitan: its language models have a gated (SwiGLU) MLP, {m.name} a "
                       f"plain one ({m.mlp.value}); plan3d's torchtitan activation model assumes the "
-                      "gated one: use --framework megatron or deepspeed"),
+                      f"gated one: use {_elsewhere(c, 'megatron or deepspeed')}"),
     # expert parallelism borrows the dense region's ranks: ep divides dp_shard·cp·tp and the
     # experts are FSDP-sharded over efsdp = dp_shard·cp·tp/ep; no expert TP
     # (torchtitan/distributed/parallel_dims.py @ b5bcd76, ParallelismConfig.expert_parallel_degree)
@@ -127,7 +135,7 @@ RULES = (
                           == 0)),
          lambda m, c: "torchtitan: expert parallelism borrows the dense ranks (ep must divide "
                       "dp_shard·cp·tp) and has no expert tensor parallelism; use --etp 1 or "
-                      "--framework megatron"),
+                      f"{_elsewhere(c)}"),
     # moe: the token dispatcher is the model's, chosen in Python: model_registry(flavor,
     # moe_comm_backend=...) builds it (models/qwen3/__init__.py l.613-622, models/deepseek_v3/
     # __init__.py l.616-629 @ 0.3.0) and Trainer.Config.model_spec is left out of the command
@@ -180,14 +188,14 @@ OFFLOAD_RULES = (
          lambda m, c: (off_opt(c) == 0) | (off_params(c) == 1),
          lambda m, c: "torchtitan: training.enable_cpu_offload moves parameters, gradients and "
                       "optimizer states together; use --offload-params (with "
-                      "--offload-optimizer 1) or --framework megatron/deepspeed"),
+                      f"--offload-optimizer 1) or {_elsewhere(c, 'megatron or deepspeed')}"),
     Rule("parameter offload with FSDP2 (ZeRO-2/3)",
          lambda m, c: (off_params(c) == 0) | (c.zero >= 2),
          lambda m, c: "torchtitan: CPU offload is an FSDP2 policy; use --zero 2 or 3"),
     Rule("no activation offload",
          lambda m, c: off_act(c) == 0,
          lambda m, c: "torchtitan: its trainer has no activation offload to host memory (only "
-                      "the experimental graph_trainer does); use --framework megatron"),
+                      f"the experimental graph_trainer does); use {_elsewhere(c)}"),
 )
 """What torchtitan offloads to host memory (offload)."""
 
@@ -336,7 +344,7 @@ refused under another framework (search.options.parse_request)."""
 def _torchtitans_own(c: PlanConfig) -> list[str]:
     """The plan's flags that are torchtitan's own settings (OWN_SETTINGS), which Megatron
     refuses."""
-    return ["--" + name.replace("_", "-") for name in OWN_SETTINGS if getattr(c, name)]
+    return ["--" + name.replace("_", "-") for name in OWN_SETTINGS if getattr(c, name, 0)]
 
 
 def _megatron_instead(c: PlanConfig) -> str:

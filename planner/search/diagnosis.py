@@ -124,7 +124,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
             fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
                                          sp=sp, schedule=sched,
                                          **constraints.choices(zeros[0], sched, req.precision),
-                                         **offload_layout(req))  # offload
+                                         **offload_layout(req), **_own_settings(req))
             for rule, n, first in constraints.removed_by(model, fw_layouts,
                                                          framework.all_rules()):
                 said = rule.message(model, constraints.one_layout(fw_layouts, first)) or rule.text
@@ -178,6 +178,12 @@ def _moe_settings(req: PlanRequest) -> dict[str, int]:
                 moe_shared_overlap=int(req.moe_shared_expert_overlap))
 
 
+def _own_settings(req: PlanRequest) -> dict[str, int]:
+    """torchtitan's own settings the request gives (rules.layout names them too), which its
+    refusals read where they offer another framework."""
+    return dict(compile_loss=int(req.compile_loss), torchtitan_flex_ac=int(req.torchtitan_flex_ac))
+
+
 def moe_settings_refusal(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> str | None:
     """The framework's refusal of a MoE run setting the request gives (--moe-dispatcher,
     --moe-a2a-overlap, --moe-capacity-factor, --moe-forced-balance, --moe-shared-expert-overlap)
@@ -201,7 +207,7 @@ def moe_settings_refusal(model: ModelSpec, hw: HardwareProfile, req: PlanRequest
     for (_, sp, sched, _), zero in itertools.product(choice_groups(req), zeros):
         base = {**space, "gbs": gbs, "seq_len": seq, "sp": sp, "schedule": sched,
                 "interleaved": sched is Schedule.INTERLEAVED, **offload_layout(req),
-                **constraints.choices(zero, sched, req.precision)}
+                **constraints.choices(zero, sched, req.precision), **_own_settings(req)}
         neutral = SimpleNamespace(**{**base, **dict.fromkeys(asked, 0)})
         given = SimpleNamespace(**{**base, **asked})
         for i, rule in enumerate(framework.all_rules()):
