@@ -197,7 +197,8 @@ def score_weighting_bytes(tokens, top_k, hidden, act_bytes=2, fp32=0, out_passes
     models/moe.py @ 0cfbd0b3c and models/moe/moe.py @ 176498cd4, score_before_experts False on
     the 16B flavour), scatter-added out of place onto the shared experts' output (v0.2.2
     instead un-sorts into a zero-filled T·k-row buffer and weighs by an fp32 bmm: more than
-    this, not costed). Memory-bound; the backward moves about as much again."""
+    this, not costed). Memory-bound; the layer's backward costs it twice, as the layer's other
+    element-wise work (timing.backward_layer_s)."""
     elements = tokens * top_k * (2 * act_bytes + 16 * fp32) + out_passes * act_bytes * tokens
     return hidden * elements
 

@@ -62,7 +62,7 @@ MOE_SYMBOLS = {"top_k": "k_r", "expert_ffn": "f_e"}
 CONSTANT_MEANINGS = {
     "peak_flops": ("FLOP/s", "dense peak of the plan's matmul precision"),
     "gemm_eff": ("", "share of peak training GEMMs reach (profile)"),
-    "peak_flops_16": ("FLOP/s", "16-bit dense peak (attention, LM head)"),
+    "peak_flops_16": ("FLOP/s", "16-bit dense peak (attention, LM head, experts kept 16-bit)"),
     "gemm_eff_16": ("", "16-bit GEMM efficiency"),
     "hbm_bw": ("B/s", "HBM bandwidth"), "hbm_eff": ("", "share of HBM bandwidth reached"),
     "fast_bw": ("B/s", "NVLink bus bandwidth"), "net_bw": ("B/s", "network bus bandwidth"),
