@@ -210,7 +210,7 @@ def _space_that_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
         i = int(np.argmin(costs["total_bytes"]))
         need = costs["total_bytes"][i]
         cfg = config_at(model, req, cols, i)
-        raise NoFeasiblePlan(diagnose(model, hw, req, cfg, need, capacity))
+        raise NoFeasiblePlan(diagnose(model, hw, req, cfg, need, capacity, headroom))
     return cols, costs, fits
 
 

@@ -20,9 +20,12 @@ from .request import DEFAULT_MBS, PlanRequest
 from .space import MAX_OPEN_CP, MAX_OPEN_VPP, SEARCHED_SCHEDULES, choice_groups, divisors, numeric_space
 
 
-def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: int) -> int | None:
-    """The smallest cluster, doubling from `start` (whole domains), on which some plan fits: what
-    the diagnosis may promise. None if nothing up to 64× start (or MAX_GPUS) fits."""
+def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: int,
+                           headroom: float) -> tuple[int, bool] | None:
+    """The smallest cluster, doubling from `start` (whole domains), on which some plan fits as
+    the search finds it (offload sized to the capacity less the margin `headroom`), and whether
+    only offload makes one fit there: what the diagnosis may promise. None if nothing up to
+    64× start (or MAX_GPUS) fits."""
     from .request import MAX_GPUS
 
     domain = hw.gpus_per_domain
@@ -31,15 +34,18 @@ def _smallest_fitting_gpus(model, hw, req: PlanRequest, budget: float, start: in
     for _ in range(7):
         if n > MAX_GPUS:
             return None
-        if some_plan_fits(model, hw, req.model_copy(update={"gpus": n}), budget):
-            return n
+        sized = req.model_copy(update={"gpus": n})
+        if some_plan_fits(model, hw, sized, budget, hw.capacity_bytes * (1 - headroom)):
+            plain = sized.model_copy(update={"offload": "none"})
+            return n, not (sized.offload_fixed or some_plan_fits(model, hw, plain, budget))
         n *= 2
     return None
 
 
-def _larger_profiles_that_fit(model, hw, req: PlanRequest) -> list[str]:
+def _larger_profiles_that_fit(model, hw, req: PlanRequest, headroom: float) -> list[str]:
     """The built-in profiles with more memory per GPU than `hw` on which some plan of the same
-    request fits at the same GPU count (each checked through the same search space)."""
+    request fits at the same GPU count as the search finds it (each checked through the same
+    search space, offload sized to the profile's capacity less the margin `headroom`)."""
     from ..catalog import hardware_presets, load_hardware
 
     out = []
@@ -50,22 +56,31 @@ def _larger_profiles_that_fit(model, hw, req: PlanRequest) -> list[str]:
                 req.gpus > other.gpus_per_domain:
             continue
         try:
-            if some_plan_fits(model, other, req, other.capacity_bytes):
+            if some_plan_fits(model, other, req, other.capacity_bytes,
+                              other.capacity_bytes * (1 - headroom)):
                 out.append(name)
         except PlanError:  # a profile without figures for the request (e.g. its precision)
             continue
     return out
 
 
-def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str:
+def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float,
+             headroom: float) -> str:
     gib = 2**30
     hints = []
-    # memory per GPU falls at best as 1/N: N·need/budget GPUs is a lower bound; the count said is
-    # one that was checked to fit (same batch and constraints)
+    # memory per GPU falls at best as 1/N: N·need/budget GPUs is a lower bound without offload;
+    # offload to host memory (which the search weighs under --offload fit or auto) can fit below
+    # it, so there the sizes are tried from the next one up. The count said is one that was
+    # checked to fit as the search finds it (same batch and constraints)
     lower = int(np.ceil(need / budget * req.gpus))
-    checked = _smallest_fitting_gpus(model, hw, req, budget, lower)
+    offload_may = (req.offload in ("auto", "fit") and not req.offload_fixed
+                   and hw.host is not None)
+    checked = _smallest_fitting_gpus(model, hw, req, budget,
+                                     req.gpus + 1 if offload_may else lower, headroom)
     if checked is not None:
-        hints.append(f"{checked} GPUs (checked: a plan fits there)")
+        n, offloaded = checked
+        hints.append(f"{n} GPUs (checked: a plan fits there"
+                     + (", offloading to host memory)" if offloaded else ")"))
     else:
         hints.append(f"more than {lower} GPUs (a lower bound; no size up to 64× that was found "
                      "to fit with this global batch)")
@@ -75,7 +90,7 @@ def diagnose(model, hw, req, cfg: PlanConfig, need: float, budget: float) -> str
         hints.append("full recompute (--recompute full)")
     if req.offload == "none" and hw.host is not None:  # offload
         hints.append("offload to host memory (--offload fit)")
-    bigger = _larger_profiles_that_fit(model, hw, req)
+    bigger = _larger_profiles_that_fit(model, hw, req, headroom)
     if bigger:
         hints.append(f"a larger-memory profile (checked: a plan fits on {req.gpus} × "
                      f"{', '.join(bigger)})")

@@ -207,10 +207,13 @@ def _runnable_groups(model: ModelSpec, req: PlanRequest, framework, base: dict, 
 
 
 def some_plan_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
-                   limit: float) -> bool:
+                   limit: float, offload_budget: float | None = None) -> bool:
     """Whether the least memory of evaluate_space(model, hw, req)'s candidates is at most `limit`
     (bytes) — what the diagnosis asks of other sizes and profiles, which reads nothing else of
-    them. It is found from the candidates' memory alone (a third of their cost on a MoE model:
+    them. As the search does, --offload fit (the default) is asked as auto when nothing fits
+    without offload, each offload variant sized to `offload_budget` (the search's capacity less
+    its margin; default the capacity). It is found from the candidates' memory alone (a third
+    of their cost on a MoE model:
     search.costing.memory_in_chunks), every candidate's, so that a nan memory answers no, as the
     least of them all does: the plain candidates', and (fit) DeepSpeed's split checkpoints' on
     those that do not fit. The variants evaluate_space adds beside them only where they fit the
@@ -219,7 +222,7 @@ def some_plan_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     the whole space (offload's variants are tried on the candidates whose step times
     offload_worth_trying admits), as it is at any other limit."""
     if limit != hw.capacity_bytes:
-        return _least_memory_fits(model, hw, req, limit)
+        return _least_memory_fits(model, hw, req, limit, offload_budget)
     _check_precision(hw, req)
     framework, budget = FRAMEWORKS[req.framework], hw.capacity_bytes
     base = base_numbers(model, hw, req, framework)
@@ -241,15 +244,18 @@ def some_plan_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                 least.append(np.min(found[1]["total_bytes"]))
     if bool(least) and float(np.min(least)) <= limit:
         return True
-    auto = req.offload == "auto" and not req.offload_fixed and hw.host is not None
-    return _least_memory_fits(model, hw, req, limit) if auto else False
+    auto = req.offload in ("auto", "fit") and not req.offload_fixed and hw.host is not None
+    return _least_memory_fits(model, hw, req, limit, offload_budget) if auto else False
 
 
 def _least_memory_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
-                       limit: float) -> bool:
+                       limit: float, offload_budget: float | None = None) -> bool:
     """Whether the least total_bytes of evaluate_space(model, hw, req)'s candidates is at most
-    `limit`, the whole space evaluated."""
-    _, costs = evaluate_space(model, hw, req)
+    `limit`, the whole space evaluated (--offload fit as auto, as the search evaluates it, its
+    variants sized to `offload_budget`)."""
+    if req.offload == "fit":
+        req = req.model_copy(update={"offload": "auto"})
+    _, costs = evaluate_space(model, hw, req, offload_budget)
     return bool(costs) and float(np.min(costs["total_bytes"])) <= limit
 
 

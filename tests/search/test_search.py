@@ -1,5 +1,7 @@
 """The search: vectorised evaluation agrees with the scalar estimate; ranking; fewest GPUs."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -126,23 +128,47 @@ def test_fewest_gpus_passes_over_sizes_that_fit_nothing_without_a_diagnosis(monk
     ("405b", "h100-nvlink", 128, {}),
     ("mixtral-8x7b", "a100-nvlink", 8, {}),  # the grid
     ("mixtral-8x7b", "h100-nvlink", 16, {}),
-    # fit: only DeepSpeed's checkpoints split over tp make a plan fit (ZeRO-1, pp 1, 32 GPUs)
+    # fit: only DeepSpeed's checkpoints split over tp make a plan fit (ZeRO-1, pp 1, 32 GPUs;
+    # without offload, which would fit others)
     ("70b", "h100-nvlink", 32, dict(framework="deepspeed", recompute=[Recompute.FULL],
-                                    sp=[False], zero=[ZeroStage.OPTIMIZER], pp=[1])),
+                                    sp=[False], zero=[ZeroStage.OPTIMIZER], pp=[1],
+                                    offload="none")),
     ("70b", "h100-nvlink", 16, dict(framework="deepspeed", recompute=[Recompute.FULL],
-                                    sp=[False], zero=[ZeroStage.OPTIMIZER], pp=[1])),
+                                    sp=[False], zero=[ZeroStage.OPTIMIZER], pp=[1],
+                                    offload="none")),
     ("405b", "h100-nvlink", 32, dict(offload="auto")),  # offload's variants: the whole space
     ("405b", "h100-nvlink", 128, dict(offload="auto")),  # a yes from memory alone
     ("70b", "h100-nvlink", 8, dict(offload="auto")),  # only offload makes a plan fit
 ])
 def test_some_plan_fits_answers_as_the_least_memory_of_the_whole_space(model, hw, gpus, extra):
     """some_plan_fits (the diagnosis' question, from memory alone) says what the least
-    total_bytes of evaluate_space's candidates, step times and variants costed, says."""
+    total_bytes of evaluate_space's candidates, step times and variants costed, says — the
+    space as the search evaluates it: --offload fit (the default) with offload's variants."""
     m, h = load_model(model), load_hardware(hw)
     req = PlanRequest(gpus=gpus, **extra)
-    cols, costs = evaluate_space(m, h, req)
+    evaluated = req.model_copy(update={"offload": "auto"}) if req.offload == "fit" else req
+    cols, costs = evaluate_space(m, h, evaluated)
     whole = bool(costs) and float(np.min(costs["total_bytes"])) <= h.capacity_bytes
     assert some_plan_fits(m, h, req, h.capacity_bytes) is whole
     if extra.get("framework") == "deepspeed" and whole:  # the split decided it
         fit = costs["total_bytes"] <= h.capacity_bytes
         assert not np.any(fit & (cols["rc_dist"] == 0))
+
+
+@pytest.mark.parametrize("model, gpus, extra", [
+    ("405b", 8, {}),  # --offload fit (the default): offload fits below the 1/N bound's 88
+    ("405b", 16, dict(framework="torchtitan")),
+    ("405b", 8, dict(offload="none")),  # no offload: from the bound, doubling
+])
+def test_the_diagnosis_promises_what_the_search_finds(model, gpus, extra):
+    """The GPU count a not-fit diagnosis says a plan fits at is one where the search, with the
+    same flags, finds one (offload sized with the search's margin), and the size before it in
+    the diagnosis's doubling is not (review: it said 176 GPUs for 405B on 8, ignoring the
+    default offload, where 64 fit)."""
+    m, h = load_model(model), load_hardware("h100-nvlink")
+    with pytest.raises(NoFeasiblePlan) as err:
+        search(m, h, PlanRequest(gpus=gpus, **extra))
+    said = int(re.search(r"would fit with (\d+) GPUs \(checked", str(err.value)).group(1))
+    assert search(m, h, PlanRequest(gpus=said, **extra)).plans
+    with pytest.raises(NoFeasiblePlan):  # the size the doubling tried before it: none fits
+        search(m, h, PlanRequest(gpus=said // 2, **extra))
