@@ -55,8 +55,9 @@ SYMBOLS = {
     "fail_rate": "λ_fail", "restart": "T_launch", "ckpt_write_bw": "W_ckpt", "ckpt_read_bw": "W_load",
 }
 
-MOE_SYMBOLS = {"top_k": "k_r", "expert_ffn": "f_e"}
-"""moe: the routed experts' shape, symbols in a MoE model's formulas (explain only)."""
+MOE_SYMBOLS = {"top_k": "k_r", "expert_ffn": "f_e", "ep": "e"}
+"""moe: the routed experts' shape and the expert-parallel degree,
+symbols in a MoE model's formulas (explain only)."""
 
 # What each constant is, for the constants table (values in base units).
 CONSTANT_MEANINGS = {
@@ -136,6 +137,8 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
         xs["positions"] = sym["seq_len"]
     if model.is_moe:  # moe: the routed experts' shape (top-k, expert width) as symbols
         for key, name in MOE_SYMBOLS.items():
+            if getattr(x, key) == 0:  # no dense first layers: nothing to name
+                continue
             s = sympy.Symbol(name, positive=True)
             values[s] = getattr(x, key)
             xs[key] = s
