@@ -12,22 +12,20 @@ import numpy as np
 import pytest
 
 from planner.catalog import load_hardware, load_model
-from planner.formulas.choices import Recompute, Schedule
+from planner.formulas.choices import Recompute
 from planner.frameworks import FRAMEWORKS
 from planner.model.cost import Choices, memory_layout_costs, numbers, plan_costs
 from planner.model.states import stage_memory
 from planner.schema import PlanConfig
 from planner.search import costing
-from planner.search.evaluate import _group_choices, _group_runs, _group_space, base_numbers
+from planner.search.evaluate import _runnable_groups, base_numbers
 from planner.search.grid import grid_of, numbered
-from planner.search.masks import RuleMasks
 from planner.search.recompute import fitting_full_recompute, memory_at_one_layer
 from planner.search.request import PlanRequest
 from planner.search.space import (
     CROSSED,
     LAYOUT_COLUMNS,
     LAYOUT_ID,
-    choice_groups,
     numeric_space,
 )
 
@@ -40,16 +38,9 @@ def _groups(model, gpus, framework="megatron", **extra):
     req = PlanRequest(gpus=gpus, framework=framework, **extra)
     fw = FRAMEWORKS[framework]
     base = base_numbers(m, h, req, fw)
-    space, parts, masks = numeric_space(m, h, req), {}, RuleMasks(m)
-    for r, sp, sched, zeros in choice_groups(req):
-        group = _group_space(space, sched is Schedule.INTERLEAVED, r, parts)
-        runs = _group_runs(m, req, fw, masks, group, (r, sp, sched, zeros))
-        mask = np.logical_or.reduce(list(runs.values()))
-        if not mask.any():
-            continue
-        cols = {k: v[mask] if k.startswith("_") else v[mask].astype(np.float64)
-                for k, v in group.items()}
-        yield base, cols, _group_choices(req, fw, base, (r, sp, sched, zeros), False), zeros
+    for (*_, zeros), _, cols, _, choices in _runnable_groups(m, req, fw, base,
+                                                              numeric_space(m, h, req), False):
+        yield base, cols, choices, zeros
 
 
 def _flat(columns):
