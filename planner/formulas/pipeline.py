@@ -220,7 +220,7 @@ def chunk_first_layer(chunk, n_slots, n_chunks, lead=0):
     (the embedding and the output weighed as one layer each, lead 1) where pp·vpp does not divide
     L (`_generate_llm_fqn_per_model_part` @ 0.3.0). Chunk j holds layers
     [first(j), first(j + 1)), cut at the model's last layer by the caller."""
-    per_chunk = -_ops.ceil(-n_slots / n_chunks)  # ⌊N/S⌋
+    per_chunk = _ops.floor(n_slots / n_chunks)  # ⌊N/S⌋
     extra = n_slots - n_chunks * per_chunk  # N mod S
     return _ops.maximum(chunk * per_chunk + _ops.minimum(chunk, extra) - lead, 0)
 
@@ -234,4 +234,4 @@ def uneven_end_slots(n_layers, pp):
     full = _ops.ceil(n_layers / pp)
     rest = n_layers - (pp - 2) * full
     uneven = 1 - _ops.divides(pp, n_layers)
-    return (uneven * (full + _ops.ceil(-rest / 2)), uneven * (full - _ops.ceil(rest / 2)))
+    return (uneven * (full - _ops.floor(rest / 2)), uneven * (full - _ops.ceil(rest / 2)))

@@ -37,6 +37,7 @@ from ..formulas.choices import (
 )
 from ..formulas.memory import ZERO_SHARDS
 from ..formulas.moe_step import GROUPED_GEMM_STREAMS
+from ..formulas.timing import MASTER_BYTES  # the fp32 master weights (--main-params-dtype fp32)
 from ..rules import Rule
 from ..schema import ModelSpec, PlanConfig
 from .base import (
@@ -74,7 +75,6 @@ BRIDGE_RELEASE = (
     "equivalents are listed in the notes.")
 
 WEIGHT_BYTES = 2  # 16-bit weights (under fp8 too: Transformer Engine casts them per GEMM)
-MASTER_BYTES = 4  # the fp32 master weights (--main-params-dtype fp32, the default)
 MOMENT_BYTES = 4  # each of Adam's m and v in fp32 (--exp-avg-dtype/--exp-avg-sq-dtype fp32)
 OPTIMIZER_BYTES = MASTER_BYTES + 2 * MOMENT_BYTES  # Adam: 4 + 4 + 4 = 12
 

@@ -194,9 +194,11 @@ def _moe_settings(req: PlanRequest) -> dict[str, int]:
 
 
 def _own_settings(req: PlanRequest) -> dict[str, int]:
-    """torchtitan's own settings the request gives (rules.layout names them too), which its
-    refusals read where they offer another framework."""
-    return dict(compile_loss=int(req.compile_loss), torchtitan_flex_ac=int(req.torchtitan_flex_ac))
+    """torchtitan's own settings the request gives (frameworks.torchtitan.OWN_SETTINGS;
+    rules.layout names them too), which its refusals read where they offer another framework."""
+    from ..frameworks.torchtitan import OWN_SETTINGS
+
+    return {name: int(getattr(req, name)) for name in OWN_SETTINGS}
 
 
 def moe_settings_refusal(model: ModelSpec, hw: HardwareProfile, req: PlanRequest) -> str | None:

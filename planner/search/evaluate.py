@@ -213,14 +213,13 @@ def some_plan_fits(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
     them. As the search does, --offload fit (the default) is asked as auto when nothing fits
     without offload, each offload variant sized to `offload_budget` (the search's capacity less
     its margin; default the capacity). It is found from the candidates' memory alone (a third
-    of their cost on a MoE model:
-    search.costing.memory_in_chunks), every candidate's, so that a nan memory answers no, as the
-    least of them all does: the plain candidates', and (fit) DeepSpeed's split checkpoints' on
-    those that do not fit. The variants evaluate_space adds beside them only where they fit the
-    capacity (partial recompute's, from candidates that fit already; offload's) cannot change a
-    yes at a `limit` of the capacity, as the diagnosis asks; with --offload auto a no is asked of
-    the whole space (offload's variants are tried on the candidates whose step times
-    offload_worth_trying admits), as it is at any other limit."""
+    of their cost on a MoE model: search.costing.memory_in_chunks), every candidate's, so that
+    a nan memory answers no, as the least of them all does: the plain candidates', and (fit)
+    DeepSpeed's split checkpoints' on those that do not fit. The variants evaluate_space adds
+    beside them only where they fit the capacity (partial recompute's, from candidates that fit
+    already; offload's) cannot change a yes at a `limit` of the capacity, as the diagnosis asks;
+    with offload weighed a no is asked of the whole space (offload's variants are tried on the
+    candidates whose step times offload_worth_trying admits), as it is at any other limit."""
     if limit != hw.capacity_bytes:
         return _least_memory_fits(model, hw, req, limit, offload_budget)
     _check_precision(hw, req)
