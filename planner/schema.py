@@ -377,6 +377,22 @@ class Link(_Strict):
         return self.latency_us * US
 
 
+class AttentionEfficiency(_Strict):
+    """Fractions of the 16-bit dense peak a flash-attention kernel family reaches on the GPU,
+    forward and backward, measured (causal, head dim 128); None: the 16-bit GEMM figure. Each
+    framework runs one family (Framework.attention_kernel)."""
+
+    cudnn_forward: float | None = Field(None, gt=0, le=1, description="cuDNN's fused attention "
+                                        "(Transformer Engine's default on Hopper and later), forward.")
+    cudnn_backward: float | None = Field(None, gt=0, le=1, description="The same, backward.")
+    fa2_forward: float | None = Field(None, gt=0, le=1, description="FlashAttention-2 "
+                                      "(Megatron-DeepSpeed's --use-flash-attn-v2), forward.")
+    fa2_backward: float | None = Field(None, gt=0, le=1, description="The same, backward.")
+    flex_forward: float | None = Field(None, gt=0, le=1, description="PyTorch FlexAttention's "
+                                       "Triton kernel (torchtitan's default), forward.")
+    flex_backward: float | None = Field(None, gt=0, le=1, description="The same, backward.")
+
+
 class Efficiency(_Strict):
     """Achievable fractions of the peaks, each with its source in the profile file."""
 
@@ -390,6 +406,9 @@ class Efficiency(_Strict):
         "(torch._grouped_mm, the routed experts' kernel of the frameworks that run one grouped "
         "kernel: torchtitan, DeepSpeed AutoEP) reaches at MoE shapes, measured; None: the "
         "16-bit GEMM figure.")
+    attention: AttentionEfficiency = Field(
+        default_factory=AttentionEfficiency, description="Flash-attention kernels' measured "
+        "shares of the 16-bit peak, forward and backward, per kernel family.")
 
 
 class Runtime(_Strict):

@@ -107,6 +107,19 @@ CLASSIC_BACKWARD_FACTOR = 2.0
 """A materialised attention keeps P, so its backward runs four matmuls: 2× the forward."""
 
 
+def attention_backward_ratio(flops_factor, forward_efficiency, backward_efficiency):
+    """The attention products' backward time over their forward time:
+
+        r = f · η_fwd / η_bwd
+
+    f the backward's FLOPs over the forward's (FLASH_BACKWARD_FACTOR, CLASSIC_BACKWARD_FACTOR),
+    η each direction's share of the peak (the kernel's measured figures; r = f where they are
+    equal). FlashAttention's backward runs below its forward's rate: 2.88× the forward's time
+    for cuDNN's and 2.87× for FlashAttention-2's at H100, head dim 128, 16k tokens, against the
+    2.5× of its FLOPs (Shah et al. 2024, FlashAttention-3, the forward and backward figures)."""
+    return flops_factor * forward_efficiency / backward_efficiency
+
+
 def backward_layer_s(forward_other_s, attention_s, attention_backward_factor):
     """One layer's backward: input and weight gradients, twice the forward for the GEMMs and the
     memory-bound work, attention_backward_factor × the attention products."""

@@ -260,6 +260,10 @@ class Framework:
     fp32 1 where it casts the rows to fp32 and back around the multiply, out_passes the
     T-row passes over the output beyond the scatter's write; None where a fused kernel weighs
     them (taken with the un-fused permutation alone: PlanConfig.moe_permute_fusion)."""
+    attention_kernel: str = "cudnn"
+    """The flash-attention kernel family it runs (schema.AttentionEfficiency): cudnn, fa2 or
+    flex; its measured forward and backward shares of the 16-bit peak price the attention
+    products where the profile has them (model.numbers.attention_numbers)."""
     fused_permutation: bool = True
     """moe: whether the framework has a fused token permutation that PlanConfig.moe_permute_fusion
     turns on; without one (torchtitan) its un-permutation always scatter-adds."""

@@ -475,6 +475,10 @@ FRAMEWORK = Framework(
         offload_grads_from_zero=2),
     stage_split="chunks",
     extra_stage_units=0,
+    # Megatron-DeepSpeed runs the flash-attn package's FlashAttention-2 under the
+    # --use-flash-attn-v2 that `--emit deepspeed` writes (megatron/model/transformer.py
+    # FlashSelfAttention)
+    attention_kernel="fa2",
     # Megatron-DeepSpeed's topology (pipe, data, model) varies the model (TP) rank fastest
     rank_order=("tp", "cp", "dp", "pp"),
     # overlap_comm defaults to True only for stage 3 (zero/config.py l.138, 383-386), but the

@@ -790,6 +790,10 @@ FRAMEWORK = Framework(
     # scatter_add_ (atomic adds; moe_utils.py @ d98e8a64dd); with it, TE's fused kernels
     unfused_permute_scatters=True,
     route_weighting=(0, 1),  # moe_utils.unpermute's probs multiply, zeros, scatter_add_
+    # Transformer Engine's DotProductAttention prefers FusedAttention (cuDNN) over flash-attn on
+    # sm90 and later ("give FusedAttention preference on Hopper+": pytorch/attention/
+    # dot_product_attention/utils.py get_attention_backend @ d0067d0)
+    attention_kernel="cudnn",
     # moe: --mtp-num-layers (core/transformer/multi_token_prediction.py @ d98e8a64dd)
     trains_mtp=True,
     # moe: every dispatcher waits for the token counts on the host once per MoE layer forward:

@@ -741,6 +741,11 @@ FRAMEWORK = Framework(
     # replaced the forward's by an index-put and a bmm), with no fused alternative
     unfused_permute_scatters=True,
     route_weighting=(1, 2),  # (rows.to(float32) * scores).to(bf16), zeros_like, scatter_add
+    # its language models' attention is FlexAttention with a block-causal (document) mask, the
+    # Triton kernel (kernel_options {}: BACKEND auto; "flex_flash" opt-in), compiled on its own:
+    # every model_registry's attn_backend="flex" and models/common/config_utils.py
+    # get_attention_config in 0.3.0; the DeepSeek-V3 and Qwen3 flavours' use_flex_attn in 0.2.2
+    attention_kernel="flex",
     fused_permutation=False,
     # moe: with ep > 1 the dispatch copies the all-to-all's split sizes to the host with a
     # blocking `.to("cpu")` and `.tolist()` ("this would incur a device-to-host sync":

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+from ..formulas.choices import Attention
 from ..results import CollectiveCall, Plan, Term
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from .cost import Choices, numbers, plan_costs
@@ -43,6 +44,7 @@ SYMBOLS = {
     "p2p_nvl": "B_p2p,nvl", "p2p_net": "B_p2p,net", "ws_torch": "M_ws,torch",
     "ws_te": "M_ws,te", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
     "scatter_bw": "W_sc", "host_op_s": "t_h", "grouped_mm_eff_16": "η_gmm",
+    "att_eff_fwd": "η_att", "att_eff_bwd": "η_att,b",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
     "nvls_bw": "W_nvls", "overlap_slow": "σ", "max_vio": "v_max", "speed_cv": "κ_g",
     "sr_base": "α_0", "sr_step_nvl": "α_s,nvl", "sr_step_net": "α_s,net", "sr_ll_nvl": "α_LL,nvl",
@@ -81,6 +83,9 @@ CONSTANT_MEANINGS = {
     "scatter_bw": ("B/s", "PyTorch's atomic scatter-add of routed rows (TileOPs #608, H200)"),
     "host_op_s": ("s", "host time per eager kernel: dispatch 3 µs (measured) + launch 3 µs"),
     "grouped_mm_eff_16": ("", "share of the 16-bit peak torch._grouped_mm reaches (profile)"),
+    "att_eff_fwd": ("", "share of the 16-bit peak the framework's flash-attention kernel "
+                    "reaches, forward (profile)"),
+    "att_eff_bwd": ("", "the same, backward"),
     "act_bytes": ("B", "bytes per activation element"), "w_bytes": ("B", "bytes per weight"),
     "g_bytes": ("B", "bytes per gradient element"),
     "nvls_bw": ("B/s", "NVLink SHARP (NVLS) all-reduce bus bandwidth"),
@@ -104,6 +109,7 @@ CONSTANT_MEANINGS = {
     "ckpt_read_bw": ("B/s", "checkpoint read bandwidth per GPU on a restart"),
 }
 OFFLOAD_CONSTANTS = ("host_bw", "dram_bw")
+ATTENTION_CONSTANTS = ("att_eff_fwd", "att_eff_bwd")
 
 CACHE_ENTRIES = 256  # plans whose formulas the cache keeps (~10 kB each)
 GUARD = 1e-9  # max(GUARD-sized number, x): a guard against dividing by zero, not a choice
@@ -127,6 +133,9 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
         xs["peak_flops_16"], xs["gemm_eff_16"] = sym["peak_flops"], sym["gemm_eff"]
     if x.grouped_mm_eff_16 == x.gemm_eff_16:  # moe: no measured grouped GEMM in the profile
         xs["grouped_mm_eff_16"] = xs["gemm_eff_16"]
+    for key in ATTENTION_CONSTANTS:  # the framework's attention kernel, where not measured
+        if getattr(x, key) == x.gemm_eff_16:
+            xs[key] = xs["gemm_eff_16"]
     if model.kv_heads == model.n_heads:
         xs["n_kv_heads"] = sym["n_heads"]
     if model.dim_head * model.n_heads == model.hidden:
@@ -498,5 +507,8 @@ def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list
         if key == "grouped_mm_eff_16" and (not model.is_moe
                                            or x.grouped_mm_eff_16 == x.gemm_eff_16):
             continue  # moe: no measured grouped GEMM, η stands for it
+        if key in ATTENTION_CONSTANTS and (config.attention is not Attention.FLASH
+                                           or getattr(x, key) == x.gemm_eff_16):
+            continue  # a materialised attention, or a kernel the profile has not measured
         out.append((SYMBOLS[key], float(getattr(x, key)), unit, meaning))
     return out

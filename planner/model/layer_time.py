@@ -93,8 +93,13 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     att_fwd = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
     att_fwd = pick(lambda: _ops.select(x.mla, F.mla_attention_flops(  # moe: MLA's d_qk, d_v
         s, b, x.n_heads, x.head_dim, x.v_dim, causal_skip), att_fwd), att_fwd)
+    # the framework's flash kernel at its measured forward and backward shares (a materialised
+    # attention's products are batched GEMMs: the GEMM figure both ways)
+    flash = c.attention is Attention.FLASH
+    att_eff_fwd, att_eff_bwd = ((x.att_eff_fwd, x.att_eff_bwd) if flash
+                                else (x.gemm_eff_16, x.gemm_eff_16))
     att_s = note("attention_s", T.compute_time_s(att_fwd / (t * cp), x.peak_flops_16,
-                                                 x.gemm_eff_16))
+                                                 att_eff_fwd))
     elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
         s, b, h, k.routed_ffn, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
         x.rotary, t, cp, sp_divisor, x.act_bytes), x.hbm_bw, x.hbm_eff))
@@ -122,7 +127,8 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # moe: the host's share where the framework waits for the token counts (forward only)
     host_s = host_wait_s(x, c, k, gpu_fwd_s, note)
     fwd_s = note("forward_layer_s", gpu_fwd_s + host_s)
-    att_bwd = T.FLASH_BACKWARD_FACTOR if c.attention is Attention.FLASH else T.CLASSIC_BACKWARD_FACTOR
+    att_bwd = T.attention_backward_ratio(
+        T.FLASH_BACKWARD_FACTOR if flash else T.CLASSIC_BACKWARD_FACTOR, att_eff_fwd, att_eff_bwd)
     bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - host_s - att_s - scatter_s,
                                                         att_s, att_bwd) + scatter_s)
     # what the backward runs again: the checkpointed modules' forward (the attention core;

@@ -384,6 +384,17 @@ def config_numbers(config: PlanConfig) -> dict:
     )
 
 
+def attention_numbers(framework: Framework, hw: HardwareProfile, precision: Precision) -> dict:
+    """The shares of the 16-bit peak the framework's flash-attention kernel reaches on the
+    profile's GPU, forward and backward (schema.AttentionEfficiency, each figure's source in the
+    profile); the 16-bit GEMM figure where the profile has not measured that kernel."""
+    gemm = hw.gemm_efficiency(attention_precision(precision))
+    measured = hw.efficiency.attention
+    kernel = framework.attention_kernel
+    return dict(att_eff_fwd=getattr(measured, f"{kernel}_forward") or gemm,
+                att_eff_bwd=getattr(measured, f"{kernel}_backward") or gemm)
+
+
 def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
     """Bytes per element the plan's tensors take: 16-bit weights as gathered and computed with,
     gradients as the framework reduces them (torchtitan always in fp32), 16-bit activations."""
@@ -395,6 +406,8 @@ def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Simple
     """Everything plan_costs needs for one plan, as plain floats."""
     return SimpleNamespace(**model_numbers(model, config.seq_len),
                            **hardware_numbers(hw, config.precision), **config_numbers(config),
+                           **attention_numbers(FRAMEWORKS[config.framework], hw,
+                                               config.precision),
                            **precision_numbers(FRAMEWORKS[config.framework], hw, config.precision,
                                                config.fp8_recipe, config.fp8_param_gather))
 

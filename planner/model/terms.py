@@ -125,13 +125,15 @@ TERMS: dict[str, TermInfo] = {
     "wave_efficiency": TermInfo("w", "fraction", "time",
                                 "GEMM tiles' last-wave occupancy: thin TP slices waste more"),
     "matmul_s": TermInfo("T_mm", "s", "time", "one layer's forward GEMMs, one micro-batch, per GPU"),
-    "attention_s": TermInfo("T_att", "s", "time", "one layer's QKᵀ and P·V (causal half if flash)"),
+    "attention_s": TermInfo("T_att", "s", "time", "one layer's QKᵀ and P·V (causal half if "
+                            "flash), at the framework's attention kernel's measured rate"),
     "elementwise_s": TermInfo("T_elem", "s", "time",
                               "norms, residuals, activation functions: HBM-bound"),
     "attention_core_s": TermInfo("T_core", "s", "time",
                                  "materialised softmax/dropout traffic (classic attention only)"),
     "forward_layer_s": TermInfo("T_fwd", "s", "time", "one layer's forward pass"),
-    "backward_layer_s": TermInfo("T_bwd", "s", "time", "one layer's backward pass (2× forward)"),
+    "backward_layer_s": TermInfo("T_bwd", "s", "time", "one layer's backward pass (2× forward; "
+                                 "attention 2.5× its FLOPs at its backward rate)"),
     "recompute_layer_s": TermInfo("T_rec", "s", "time", "forward work recomputed in the backward"),
     "op_sac_share": TermInfo("ρ_sac", "fraction", "time",
                              "torchtitan's per-op selective AC: share of the layer's matmul "

@@ -17,7 +17,8 @@ from planner.model.nccl import nccl_s
 from planner.schema import PlanConfig
 
 MODEL = load_model("llama-3.1-8b")
-FLAT = profile_with(load_hardware("h100-nvlink"), {"sm_count": None})
+# no wave quantisation, attention at the GEMM figure (the hand arithmetic's single rate)
+FLAT = profile_with(load_hardware("h100-nvlink"), {"sm_count": None, "efficiency.attention": {}})
 SIGMA = 0.189  # comm.OVERLAP_COMPUTE_SLOWDOWN
 
 

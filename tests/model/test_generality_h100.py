@@ -13,7 +13,9 @@ gradients instead of 32-bit) BF16 −8.6 … +5.8 % (median 4.6 %), FP8 +4.9 …
 data-parallel collectives priced per NCCL call (issue 22) BF16 −10.6 … +4.5 % (median 4.5 %), FP8
 +1.3 … +12.7 % (`plan3d validate`'s median over all 24 runs: 4.2 %); with Megatron's overlap per
 model chunk under the interleaved schedule BF16 −10.5 … +4.4 % (median 4.4 %), FP8 +1.7 … +14.5 %
-(the validate median 5.0 %). The bounds
+(the validate median 5.0 %); with attention at cuDNN's measured H100 rates (0.53 forward, 0.46
+backward, where the GEMM figure priced both) BF16 −11.5 … +0.3 % (median 1.1 %), FP8 +1.1 …
++13.8 % (the validate median 3.3 %). The bounds
 below (BF16 median |error| ≤ 8 %, every run within 15 %) leave room for refinements of the
 model while catching a change that moves H100 throughput by more than the A100 validation's own
 spread (median 3.6 %, max 18 %)."""

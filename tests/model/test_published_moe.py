@@ -97,7 +97,17 @@ small-expert rows are still on the fast side (−13 … −19 %), a bias the mod
 The same B200 notes' second line, activation checkpointing off ('around 16 %' MFU, 0.793 s),
 is the fourteenth row, costed as the first with no recompute: −25.1 %, kept (eleven rows:
 median |error| 13.1 %, max 25.1 %). The model drops 0.172 s of recompute where the notes'
-MFU drops ≈ 0.147 s: it is the part of the step both keep that is too fast."""
+MFU drops ≈ 0.147 s: it is the part of the step both keep that is too fast.
+
+Attention at the measured rates of the kernel each framework runs, forward and backward (the
+profiles' [efficiency.attention], from kernel benchmarks: Megatron's cuDNN fused attention 0.53 /
+0.46 on H100-class GPUs, torchtitan's FlexAttention 0.31 / 0.26 on H100 and 0.28 / 0.26 on
+B200), where the GEMM figure had priced both directions: Qwen3-30B-A3B −13.1 → −9.2 % and
+−12.6 → −8.8 %, torchtitan 16B H100 −14.3 → −8.4 %, B200 −18.5 → −14.4 %, without recompute
+−25.1 → −21.2 %; Qwen3-235B at 16k −21.9 → −15.2 %, EP32 +24.3 → +26.6 %, pp32 +8.1 → +10.0 %;
+DeepSeek-V3's report +82 → +86 % (held). Kept: eleven rows, median |error| 9.2 %, max 26.6 %.
+torchtitan's block-causal (document) mask is costed as causal, an upper bound on its FLOPs: its
+rows' data (unstated) may hold shorter documents, which would make their attention cheaper."""
 
 from __future__ import annotations
 

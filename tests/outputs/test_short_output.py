@@ -60,7 +60,7 @@ def test_the_text_under_the_table_fits_in_a_few_lines(args):
 
 
 def test_an_option_that_changes_the_answer_takes_two_lines_at_80_columns():
-    # 70B on 64 H100 under torchtitan: offloading would win (by 7.8 %), the one option line
+    # 70B on 64 H100 under torchtitan: offloading would win (by 7.3 %), the one option line
     # beside row 1, its tie count, the margin legend and the command to run row 1. Its words
     # take two lines (three before, when it said 'would change the answer … (not ranked by
     # default: --offload auto ranks it)' and the unit after every term): 8 lines in all
@@ -68,10 +68,15 @@ def test_an_option_that_changes_the_answer_takes_two_lines_at_80_columns():
                             "torchtitan"], env={"COLUMNS": "80"})
     assert r.exit_code == 0, r.output
     _, under = _under_the_table(r.stdout)
-    assert len(under) <= MOST_LINES, "\n".join(under)
+    # 8 lines and the flag of a tied row's pitfall (since attention at FlexAttention's measured
+    # rate: dp1 tp4 pp4 cp4, whose tp·cp crosses the NVLink domain, ties with row 1), which
+    # belongs to its row rather than to the answer's words
+    flags = [line for line in under if line.startswith("! plan ")]
+    assert len(flags) <= 1 and len(under) - len(flags) <= MOST_LINES, "\n".join(under)
     assert max(len(line.rstrip()) for line in under) <= SHORT_WIDTH, "\n".join(under)
     start = next(i for i, line in enumerate(under) if line.startswith("With --offload auto, "))
-    assert under[start + 1].rstrip().endswith(" s.") and under[start + 2].startswith("Run row 1")
+    assert under[start + 1].rstrip().endswith(" s.")
+    assert [line for line in under[start + 2:] if line not in flags][0].startswith("Run row 1")
     # the words still add up: every named part and the rest summed, to the step difference
     text = " ".join(" ".join(under[start:start + 2]).split())
     head, _, total = text.split("faster: ", 1)[1].rpartition(" = ")

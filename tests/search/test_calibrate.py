@@ -173,12 +173,13 @@ def test_fits_only_what_the_runs_need(h100):
     # bound the starting profile's LL128 and tree collectives too — 8 channels × 36.7 GB/s over
     # 2 nodes, formulas/collectives.channel_caps); GEMM and the network explain the runs to 1 %,
     # and HBM and NVLink add less than the model's uncertainty: they stay, each with its reason
-    # (the starting profile is off by rms 0.299 in log step time: TRUTH's NVLink at 300 of
-    # 370 GB/s carries NVLS to 389 of 480 GB/s with it)
+    # (the starting profile is off by rms 0.276 in log step time — 0.299 while attention ran at
+    # the GEMM figure TRUTH moves; since at its own measured rate, which TRUTH leaves: TRUTH's
+    # NVLink at 300 of 370 GB/s carries NVLS to 389 of 480 GB/s with it)
     truth = with_factors(h100, {**TRUTH, "net_busbw": 30.0})
     result = calibrate(synthetic(LAYOUTS, truth), h100)
     assert sorted(f.key for f in result.fitted) == ["gemm.bf16", "net_busbw"]
-    assert result.rms_log_error_after < 0.02 and result.rms_log_error_before > 0.29
+    assert result.rms_log_error_after < 0.02 and result.rms_log_error_before > 0.27
     for key in ("hbm", "fast_busbw"):
         assert "do not need it" in factor(result, key).reason
 

@@ -1,0 +1,102 @@
+"""Flash attention at the measured rates of the kernel each framework runs (schema.
+AttentionEfficiency, Framework.attention_kernel, model.numbers.attention_numbers): the forward at
+its forward share of the 16-bit peak, the backward at 2.5× the forward's FLOPs at its backward
+share (formulas.timing.attention_backward_ratio). The figures are the profiles' (each with its
+source there); these tests check the arithmetic and which kernel each framework takes."""
+
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from planner.calibrate import profile_with
+from planner.catalog import load_hardware, load_model
+from planner.formulas import timing as T
+from planner.formulas.choices import Attention
+from planner.model.cost import Choices, numbers, plan_costs
+from planner.schema import PlanConfig
+
+MODEL = load_model("llama-3.1-8b")  # a = 32 heads of d_h = 128
+H100 = load_hardware("h100-nvlink")
+PEAK_16 = 989.4e12
+# one layer's QKᵀ and P·V forward at s = 8,192, b = 1, causal half: 2·a·b·d_h·s² =
+# 2·32·1·128·8192² = 549,755,813,888 FLOPs
+ATT_FLOPS = 2 * 32 * 128 * 8192**2
+
+
+def notes(hw=H100, **config):
+    """Every intermediate one 8B plan's costing noted."""
+    cfg = PlanConfig(**{"dp": 1, "seq_len": 8192, "gbs": 1, **config})
+    seen = {}
+
+    def note(name, value):
+        seen[name] = value
+        return value
+
+    plan_costs(numbers(MODEL, hw, cfg), Choices.of(cfg), note)
+    return seen
+
+
+def test_the_backward_ratio_is_the_flops_ratio_over_the_rates():
+    # r = f·η_fwd/η_bwd, symbolically, and f itself where the rates are equal
+    f, a, b = sympy.symbols("f a b", positive=True)
+    assert T.attention_backward_ratio(f, a, b) == f * a / b
+    assert T.attention_backward_ratio(2.5, 0.63, 0.63) == pytest.approx(2.5, rel=1e-15)
+    # cuDNN on H100: 2.5·0.53/0.46 = 2.8804 — the paper's measured 2.88 for cuDNN at 16k
+    assert T.attention_backward_ratio(2.5, 0.53, 0.46) == pytest.approx(2.88043, rel=1e-5)
+
+
+@pytest.mark.parametrize("framework, kernel, fwd, bwd", [
+    # Megatron: Transformer Engine's cuDNN fused attention, 0.53 / 0.46 on H100
+    ("megatron", "cudnn", 0.53, 0.46),
+    # torchtitan: FlexAttention's Triton kernel, 0.31 / 0.26
+    ("torchtitan", "flex", 0.31, 0.26),
+    # DeepSpeed (Megatron-DeepSpeed --use-flash-attn-v2): FlashAttention-2, 0.33 / 0.30
+    ("deepspeed", "fa2", 0.33, 0.30),
+])
+def test_each_framework_runs_its_kernel_at_the_profiles_rates(framework, kernel, fwd, bwd):
+    n = notes(framework=framework, zero_stage=3 if framework == "torchtitan" else 1)
+    assert getattr(H100.efficiency.attention, f"{kernel}_forward") == fwd
+    # T_att = 549,755,813,888 / (989.4e12 · fwd): cuDNN 1.04838 ms, flex 1.79237 ms, FA2
+    # 1.68378 ms
+    assert n["attention_s"] == pytest.approx(ATT_FLOPS / (PEAK_16 * fwd), rel=1e-12)
+    # the backward's attention: T_bwd − 2·(T_fwd − T_att) = 2.5·T_att·fwd/bwd (no MoE terms)
+    backward_attention = n["backward_layer_s"] - 2 * (n["forward_layer_s"] - n["attention_s"])
+    assert backward_attention == pytest.approx(2.5 * ATT_FLOPS / (PEAK_16 * bwd), rel=1e-9)
+
+
+def test_a_kernel_the_profile_has_not_measured_runs_at_the_gemm_figure():
+    # A100 has no [efficiency.attention]: η = 0.68 both ways, the 2.5× of the FLOPs
+    a100 = load_hardware("a100-nvlink")
+    n = notes(hw=a100)
+    assert n["attention_s"] == pytest.approx(ATT_FLOPS / (312e12 * 0.68), rel=1e-12)
+    # B200 measures torchtitan's flex kernel only: Megatron's cuDNN keeps η = 0.61
+    b200 = load_hardware("b200-nvlink")
+    assert b200.efficiency.attention.cudnn_forward is None
+    assert notes(hw=b200)["attention_s"] == pytest.approx(ATT_FLOPS / (2250e12 * 0.61),
+                                                          rel=1e-12)
+    assert notes(hw=b200, framework="torchtitan", zero_stage=3)["attention_s"] == \
+        pytest.approx(ATT_FLOPS / (2250e12 * 0.28), rel=1e-12)
+
+
+def test_a_materialised_attention_runs_at_the_gemm_figure():
+    # classic attention's products are batched GEMMs: η = 0.63 forward and backward, its whole
+    # square (2·ATT_FLOPS) and 2× the forward in the backward
+    n = notes(attention=Attention.CLASSIC)
+    assert n["attention_s"] == pytest.approx(2 * ATT_FLOPS / (PEAK_16 * 0.63), rel=1e-12)
+
+
+def test_slower_attention_makes_every_plan_slower_and_nothing_else_moves():
+    # the same plan with the attention figures removed (η both ways) is faster by exactly the
+    # attention's forward and backward difference, per layer
+    flat = profile_with(H100, {"efficiency.attention": {}})
+    measured, at_gemm = notes(), notes(hw=flat)
+    fwd_gain = measured["attention_s"] - at_gemm["attention_s"]
+    assert fwd_gain == pytest.approx(ATT_FLOPS / PEAK_16 * (1 / 0.53 - 1 / 0.63), rel=1e-9)
+    assert measured["forward_layer_s"] - at_gemm["forward_layer_s"] == pytest.approx(
+        fwd_gain, rel=1e-9)
+    assert measured["matmul_s"] == at_gemm["matmul_s"]
+    bwd_gain = measured["backward_layer_s"] - at_gemm["backward_layer_s"]
+    # 2.5·ATT/F·(1/0.46 − 1/0.63): the backward's attention alone
+    assert bwd_gain == pytest.approx(2.5 * ATT_FLOPS / PEAK_16 * (1 / 0.46 - 1 / 0.63),
+                                     rel=1e-9)
