@@ -426,15 +426,15 @@ def _store(key: str, formulas: dict, folded: dict) -> None:
         pass
 
 
-def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
-    """One plan with its full breakdown: each term's formula, value and reason; a folded term's
-    sub-terms follow it, keyed `term:1`, `term:2`, …"""
-    check_config(model, hw, config)
+def recorded_costs(model: ModelSpec, hw: HardwareProfile, config: PlanConfig
+                   ) -> tuple[dict, dict[str, float], list[Call]]:
+    """plan_costs of one plan, every named intermediate's value by its name, and the step's
+    collectives as priced (model/nccl.py Call): the numbers explain shows beside the formulas."""
     recorded: dict[str, float] = {}
     ledger: list[Call] = []
 
     def record(name, value):
-        if name == "collectives":  # the step's collectives as priced (model/nccl.py Call)
+        if name == "collectives":
             ledger.extend(value)
             return value
         if ":" in name:  # sub-terms: their values come with their formulas (_named_sub_terms)
@@ -442,7 +442,14 @@ def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
         recorded[name] = float(value)
         return value
 
-    costs = plan_costs(numbers(model, hw, config), Choices.of(config), record)
+    return plan_costs(numbers(model, hw, config), Choices.of(config), record), recorded, ledger
+
+
+def explain(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Plan:
+    """One plan with its full breakdown: each term's formula, value and reason; a folded term's
+    sub-terms follow it, keyed `term:1`, `term:2`, …"""
+    check_config(model, hw, config)
+    costs, recorded, ledger = recorded_costs(model, hw, config)
     key = formula_cache_key(model, hw, config)
     hit = _cached(key)
     if hit is None:

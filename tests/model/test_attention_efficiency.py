@@ -13,7 +13,7 @@ from planner.calibrate import profile_with
 from planner.catalog import load_hardware, load_model
 from planner.formulas import timing as T
 from planner.formulas.choices import Attention
-from planner.model.cost import Choices, numbers, plan_costs
+from planner.model.explain import recorded_costs
 from planner.schema import PlanConfig
 
 MODEL = load_model("llama-3.1-8b")  # a = 32 heads of d_h = 128
@@ -27,14 +27,7 @@ ATT_FLOPS = 2 * 32 * 128 * 8192**2
 def notes(hw=H100, **config):
     """Every intermediate one 8B plan's costing noted."""
     cfg = PlanConfig(**{"dp": 1, "seq_len": 8192, "gbs": 1, **config})
-    seen = {}
-
-    def note(name, value):
-        seen[name] = value
-        return value
-
-    plan_costs(numbers(MODEL, hw, cfg), Choices.of(cfg), note)
-    return seen
+    return recorded_costs(MODEL, hw, cfg)[1]
 
 
 def test_the_backward_ratio_is_the_flops_ratio_over_the_rates():

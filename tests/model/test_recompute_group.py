@@ -10,8 +10,8 @@ import pytest
 from planner.catalog import load_hardware, load_model
 from planner.errors import PlanError
 from planner.frameworks.emit import emit
-from planner.model.cost import Choices, numbers, plan_costs
 from planner.model.estimate import estimate
+from planner.model.explain import recorded_costs
 from planner.schema import PlanConfig
 
 MiB = 2**20
@@ -22,15 +22,7 @@ BASE = dict(dp=2, tp=8, pp=4, mbs=1, n_micro=8, gbs=16, seq_len=8192, zero_stage
 
 
 def noted(**kw):
-    config = PlanConfig(**{**BASE, **kw})
-    seen = {}
-
-    def note(name, value):
-        seen[name] = value
-        return value
-
-    plan_costs(numbers(M70, H100, config), Choices.of(config), note)
-    return seen
+    return recorded_costs(M70, H100, PlanConfig(**{**BASE, **kw}))[1]
 
 
 def test_groups_keep_one_input_each():
