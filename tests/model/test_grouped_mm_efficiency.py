@@ -32,7 +32,15 @@ def test_the_profile_carries_the_benchmark_median():
     # torchao's eight bf16 fwd+bwd figures on B200 of 2,250 TFLOPS: median of
     # 0.332 0.363 0.365 0.380 0.383 0.336 0.316 0.335 = (0.336 + 0.363)/2 = 0.35
     assert B200.efficiency.grouped_mm_16 == 0.35
-    assert load_hardware("h100-nvlink").efficiency.grouped_mm_16 is None  # not measured
+    # H100: torchao's same microbenchmark, pytorch/ao#2765: 3·2·16640·8192·5120 FLOPs =
+    # 4.1875e12 in 10.524 ms = 397.9 TFLOP/s of 989.4 = 0.402 → 0.40; the other Hopper profiles
+    # (the same SM) take it
+    assert load_hardware("h100-nvlink").efficiency.grouped_mm_16 == 0.40
+    assert 3 * 2 * 16640 * 8192 * 5120 / 10.524e-3 / 989.4e12 == pytest.approx(0.402, abs=5e-4)
+    for hw in ("h800-nvlink", "h200-nvlink", "dgx-h100-superpod", "aws-p5-efa",
+               "meta-h100-roce"):
+        assert load_hardware(hw).efficiency.grouped_mm_16 == 0.40, hw
+    assert load_hardware("a100-nvlink").efficiency.grouped_mm_16 is None  # not measured
 
 
 def test_megatron_is_not_moved():

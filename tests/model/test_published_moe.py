@@ -107,7 +107,14 @@ B200), where the GEMM figure had priced both directions: Qwen3-30B-A3B −13.1 �
 −25.1 → −21.2 %; Qwen3-235B at 16k −21.9 → −15.2 %, EP32 +24.3 → +26.6 %, pp32 +8.1 → +10.0 %;
 DeepSeek-V3's report +82 → +86 % (held). Kept: eleven rows, median |error| 9.2 %, max 26.6 %.
 torchtitan's block-causal (document) mask is costed as causal, an upper bound on its FLOPs: its
-rows' data (unstated) may hold shorter documents, which would make their attention cheaper."""
+rows' data (unstated) may hold shorter documents, which would make their attention cheaper.
+
+torch._grouped_mm on H100-class GPUs at torchao's measured share (0.40, its fwd+bwd
+microbenchmark in pytorch/ao#2765, the method of B200's 0.35), where the dense 0.63 had been
+taken: the torchtitan 16B H100 row −8.4 → +3.5 %; no other row moves (Megatron's experts are
+Transformer Engine's per-expert GEMMs). The small-expert rows now −9.2, −8.8, +3.5, −14.4 and
+−21.2 %: the Megatron pair and the B200 pair still on the fast side. Kept: median |error|
+9.2 %, max 26.6 %."""
 
 from __future__ import annotations
 
