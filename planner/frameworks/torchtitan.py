@@ -585,6 +585,12 @@ def _titan_02(c: PlanConfig, m: ModelSpec, notes: list[str]) -> str:
         if m.is_moe:
             notes.append("FP8: the routed experts' grouped GEMMs stay bf16, as costed "
                          "(quantize.grouped_mm.float8 is a prototype needing pp = cp = 1).")
+    if not m.is_mla:
+        # its flavours default to attn_type "sdpa" but for DeepSeek-V3's (flex); its SDPA module
+        # asks for cuDNN first (models/attention.py ScaledDotProductAttention @ v0.2.2)
+        notes.append("torchtitan 0.2.2 runs this flavour's attention through SDPA (cuDNN "
+                     "first), not the FlexAttention of 0.3.0 that plan3d prices: its attention "
+                     "runs faster than costed (the profile's cudnn figures, not its flex ones).")
     sections.update(_sections(c, m, "0.2", notes))
     ac: dict[str, object] = {"mode": c.recompute.value}
     if c.recompute is Recompute.SELECTIVE:
