@@ -502,6 +502,11 @@ class _Run:
     choices: Choices
 
 
+UNMEASURED_FOLLOW_GEMM = ("att_eff_fwd", "att_eff_bwd", "grouped_mm_eff_16")
+"""The numbers that fall back on the 16-bit GEMM figure where the profile has no measurement of
+their own (model.numbers.attention_numbers, hardware_numbers); a measured one stays."""
+
+
 def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np.ndarray:
     """Step times (runs × K) with the factors set to `values` (K × factors, profile units),
     each run one vectorised plan_costs call."""
@@ -518,6 +523,11 @@ def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np
                 setattr(x, attr, values[:, j] / f.start * start * f.scale)
             if f.precision is not None and f.precision is sixteen:
                 setattr(x, f"{f.attr}_16", values[:, j] * f.scale)
+                # the kernels the profile has not measured run at the 16-bit GEMM figure
+                # (model.numbers: attention, torch._grouped_mm), so they move with it
+                for attr in UNMEASURED_FOLLOW_GEMM:
+                    if getattr(run.x, attr) == run.x.gemm_eff_16:
+                        setattr(x, attr, values[:, j] * f.scale)
         out[i] = np.broadcast_to(np.asarray(plan_costs(x, run.choices)["step_s"], float), (k,))
     return out
 

@@ -379,8 +379,9 @@ class Link(_Strict):
 
 class AttentionEfficiency(_Strict):
     """Fractions of the 16-bit dense peak a flash-attention kernel family reaches on the GPU,
-    forward and backward, measured (causal, head dim 128); None: the 16-bit GEMM figure. Each
-    framework runs one family (Framework.attention_kernel)."""
+    forward and backward, measured (causal, head dim 128), each kernel's two together; None:
+    the 16-bit GEMM figure. Megatron runs cudnn (Transformer Engine's fused attention),
+    torchtitan flex, DeepSpeed (Megatron-DeepSpeed) fa2."""
 
     cudnn_forward: float | None = Field(None, gt=0, le=1, description="cuDNN's fused attention "
                                         "(Transformer Engine's default on Hopper and later), forward.")
@@ -391,6 +392,19 @@ class AttentionEfficiency(_Strict):
     flex_forward: float | None = Field(None, gt=0, le=1, description="PyTorch FlexAttention's "
                                        "Triton kernel (torchtitan's default), forward.")
     flex_backward: float | None = Field(None, gt=0, le=1, description="The same, backward.")
+
+    @model_validator(mode="after")
+    def _both_directions(self) -> AttentionEfficiency:
+        # a backward left at the GEMM figure beside a measured forward would price the slower
+        # direction faster than the faster one
+        for kernel in ("cudnn", "fa2", "flex"):
+            forward, backward = getattr(self, f"{kernel}_forward"), getattr(self, f"{kernel}_backward")
+            if (forward is None) != (backward is None):
+                given, missing = (("forward", "backward") if backward is None
+                                  else ("backward", "forward"))
+                raise ValueError(f"{kernel}_{given} is given without {kernel}_{missing}: give a "
+                                 "kernel's forward and backward figures together, or neither")
+        return self
 
 
 class Efficiency(_Strict):
@@ -408,7 +422,8 @@ class Efficiency(_Strict):
         "16-bit GEMM figure.")
     attention: AttentionEfficiency = Field(
         default_factory=AttentionEfficiency, description="Flash-attention kernels' measured "
-        "shares of the 16-bit peak, forward and backward, per kernel family.")
+        "shares of the 16-bit peak, forward and backward, per kernel family (Megatron cudnn, "
+        "torchtitan flex, DeepSpeed fa2).")
 
 
 class Runtime(_Strict):

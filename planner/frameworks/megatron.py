@@ -421,10 +421,13 @@ def _zero_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
 
 def _kernel_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None:
     """Attention backend and the CUDA connection note."""
-    a.add("--attention-backend", "flash" if c.attention is Attention.FLASH else "unfused")
+    # auto: Transformer Engine picks cuDNN's fused attention on Hopper and later where it
+    # supports the shape — the kernel plan3d prices (Framework.attention_kernel); `flash` would
+    # set NVTE_FUSED_ATTN=0 (language_module._set_attention_backend @ d98e8a64dd)
+    a.add("--attention-backend", "auto" if c.attention is Attention.FLASH else "unfused")
     if c.attention is Attention.FLASH:
-        notes.append("--attention-backend fused (cuDNN) stores as little as flash and is often "
-                     "faster on Hopper; auto lets Transformer Engine choose.")
+        notes.append("--attention-backend auto: Transformer Engine runs cuDNN's fused attention "
+                     "on Hopper and later, as priced (flash would turn it off).")
     if (c.tp > 1 or c.cp > 1) and c.zero_stage < ZeroStage.GRADIENTS:
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it for TP/CP on "
                      "GPUs before Blackwell.")

@@ -293,7 +293,8 @@ def validate(hw: HardwareProfile, framework: str = "megatron") -> ValidationRepo
 # 405B and GPT-3 BF16 errors 0.5–1.6 points smaller, the FP8 GPT-3 series' steps 1.6–2.9 %
 # shorter, further below their measurement); A100: 3.6 → 4.1 % with the TP collectives priced
 # per NCCL call too (issue 22: the tuner's latencies per call); H100 5.0 → 3.3 % with attention
-# at cuDNN's measured rates (the 8B series −4 → 0 %, 70B +7.5 → +8 %, 405B +10 → +11 %).
+# at cuDNN's measured rates (the 8B series −4 → 0 %, 70B +7.5 → +8 %, 405B +9.6…+11.7 →
+# +10.9…+13.0 %, now the largest).
 # Each is the measured median, not a figure chosen.
 MODEL_UNCERTAINTY = {"A100": 0.041, "H100": 0.033}
 

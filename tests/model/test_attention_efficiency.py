@@ -63,13 +63,33 @@ def test_a_kernel_the_profile_has_not_measured_runs_at_the_gemm_figure():
     a100 = load_hardware("a100-nvlink")
     n = notes(hw=a100)
     assert n["attention_s"] == pytest.approx(ATT_FLOPS / (312e12 * 0.68), rel=1e-12)
-    # B200 measures torchtitan's flex kernel only: Megatron's cuDNN keeps η = 0.61
+    # B200 has no FlashAttention-2 figure: DeepSpeed's keeps η = 0.61; Megatron's cuDNN 0.54
+    # (FlashAttention-4's 0.63 over 1.17), torchtitan's flex 0.28
     b200 = load_hardware("b200-nvlink")
-    assert b200.efficiency.attention.cudnn_forward is None
-    assert notes(hw=b200)["attention_s"] == pytest.approx(ATT_FLOPS / (2250e12 * 0.61),
+    assert b200.efficiency.attention.fa2_forward is None
+    assert notes(hw=b200, framework="deepspeed")["attention_s"] == pytest.approx(
+        ATT_FLOPS / (2250e12 * 0.61), rel=1e-12)
+    assert notes(hw=b200)["attention_s"] == pytest.approx(ATT_FLOPS / (2250e12 * 0.54),
                                                           rel=1e-12)
     assert notes(hw=b200, framework="torchtitan", zero_stage=3)["attention_s"] == \
         pytest.approx(ATT_FLOPS / (2250e12 * 0.28), rel=1e-12)
+    # the Blackwell Ultra profiles take B200's, stated as an assumption
+    for hw in ("b300-nvlink", "gb300-nvl72", "gb200-nvl72"):
+        assert load_hardware(hw).efficiency.attention == b200.efficiency.attention, hw
+
+
+def test_a_kernels_figures_come_in_pairs():
+    # a forward without its backward would leave the backward at the GEMM figure, faster than
+    # the measured forward: refused, naming what is missing
+    from pydantic import ValidationError
+
+    from planner.schema import AttentionEfficiency
+
+    with pytest.raises(ValidationError, match="cudnn_forward is given without cudnn_backward"):
+        AttentionEfficiency(cudnn_forward=0.53)
+    with pytest.raises(ValidationError, match="flex_backward is given without flex_forward"):
+        AttentionEfficiency(flex_backward=0.26)
+    assert AttentionEfficiency(fa2_forward=0.33, fa2_backward=0.30).fa2_backward == 0.30
 
 
 def test_a_materialised_attention_runs_at_the_gemm_figure():

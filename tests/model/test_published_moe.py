@@ -114,7 +114,9 @@ microbenchmark in pytorch/ao#2765, the method of B200's 0.35), where the dense 0
 taken: the torchtitan 16B H100 row −8.4 → +3.5 %; no other row moves (Megatron's experts are
 Transformer Engine's per-expert GEMMs). The small-expert rows now −9.2, −8.8, +3.5, −14.4 and
 −21.2 %: the Megatron pair and the B200 pair still on the fast side. Kept: median |error|
-9.2 %, max 26.6 %."""
+9.2 %, max 26.6 %. Megatron's cuDNN attention on GB200 at B200's derived 0.54 / 0.46 (it had
+run at the GEMM figure): Qwen3-235B on GB200 +5.4 → +7.0 %, DeepSeek-V3's HybridEP run −1.1 →
++1.1 %."""
 
 from __future__ import annotations
 
