@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from .formulas.choices import ContextKind, Precision, Schedule
+from .formulas.choices import Attention, ContextKind, Precision, Schedule
 from .schema import PlanConfig
 
 
@@ -48,14 +48,17 @@ def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
         recompute_full=int(config.recompute.value == "full"),  # fit: DeepSpeed cpu_checkpointing
         # torchtitan's own settings, which its refusals name where they offer another framework
         compile_loss=int(config.compile_loss), torchtitan_flex_ac=int(config.torchtitan_flex_ac),
-        **choices(config.zero_stage, config.schedule, config.precision))
+        **choices(config.zero_stage, config.schedule, config.precision, config.attention))
 
 
-def choices(zero_stage, schedule: Schedule, precision: Precision) -> dict:
+def choices(zero_stage, schedule: Schedule, precision: Precision,
+            attention: Attention = Attention.FLASH) -> dict:
     """The discrete choices the framework rules read, as numbers: zero (the ZeRO stage), gpipe,
-    fp16 and fp8 (1 when the plan uses them)."""
+    fp16, fp8 and classic (1 when the plan uses them: classic, a materialised attention)."""
     return dict(zero=int(zero_stage), gpipe=int(schedule is Schedule.GPIPE),
-                fp16=int(precision is Precision.FP16), fp8=int(precision in (Precision.FP8, Precision.NVFP4)))
+                fp16=int(precision is Precision.FP16),
+                fp8=int(precision in (Precision.FP8, Precision.NVFP4)),
+                classic=int(attention is Attention.CLASSIC))
 
 
 def kind_of_group(cp, cp_a2a):

@@ -116,6 +116,15 @@ RULES = (
          lambda m, c: f"megatron: ZeRO-{int(c.zero)} is Megatron-FSDP, which is documented with "
                       f"TP, CP and EP but not PP (pp={c.pp}); use --zero 0 or 1 with pipeline "
                       "parallelism, or --framework torchtitan"),
+    # Transformer Engine turns its unfused attention off under context parallelism ("does not
+    # support context parallelism": get_attention_backend, pytorch/attention/
+    # dot_product_attention/utils.py @ d0067d0), the one backend --attention-backend unfused
+    # leaves on
+    Rule("classic (unfused) attention only without context parallelism",
+         lambda m, c: (getattr(c, "classic", 0) == 0) | (c.cp == 1),
+         lambda m, c: f"megatron: classic attention (--attention-backend unfused) does not run "
+                      f"with context parallelism (cp={c.cp}): Transformer Engine turns its "
+                      "unfused attention off under CP; use --cp 1, or flash attention"),
     Rule("no GPipe schedule (Megatron runs 1F1B and interleaved 1F1B)",
          _no_gpipe,
          lambda m, c: "megatron: there is no GPipe schedule; use --schedule 1f1b or interleaved "

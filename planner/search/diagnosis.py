@@ -130,7 +130,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
                                   schedule=sched, **offload_layout(req))  # offload
         shared = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         ok = shared & np.logical_or.reduce(list(framework_runs(
-            framework, model, layouts, zeros, sched, req.precision).values()))
+            framework, model, layouts, zeros, sched, req).values()))
         mask |= ok
         if count and shared.any() and not ok.any():
             # the shared rules leave layouts that the framework does not run: say which of its
@@ -138,7 +138,8 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
             kept = {k: v[shared] for k, v in space.items()}
             fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
                                          sp=sp, schedule=sched,
-                                         **constraints.choices(zeros[0], sched, req.precision),
+                                         **constraints.choices(zeros[0], sched, req.precision,
+                                                               req.attention),
                                          **offload_layout(req), **_own_settings(req))
             for rule, n, first in constraints.removed_by(model, fw_layouts,
                                                          framework.all_rules()):
@@ -224,7 +225,8 @@ def moe_settings_refusal(model: ModelSpec, hw: HardwareProfile, req: PlanRequest
     for (_, sp, sched, _), zero in itertools.product(choice_groups(req), zeros):
         base = {**space, "gbs": gbs, "seq_len": seq, "sp": sp, "schedule": sched,
                 "interleaved": sched is Schedule.INTERLEAVED, **offload_layout(req),
-                **constraints.choices(zero, sched, req.precision), **_own_settings(req)}
+                **constraints.choices(zero, sched, req.precision, req.attention),
+                **_own_settings(req)}
         neutral = SimpleNamespace(**{**base, **dict.fromkeys(asked, 0)})
         given = SimpleNamespace(**{**base, **asked})
         for i, rule in enumerate(framework.all_rules()):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import PlanError
-from ..formulas.choices import Precision, Recompute, Schedule
+from ..formulas.choices import Recompute, Schedule
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
 from ..model import moe as MOE
@@ -42,13 +42,14 @@ from .space import choice_groups, numeric_space, search_cp_kind
 
 
 def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedule,
-                   precision: Precision, masks: RuleMasks | None = None) -> dict:
+                   req: PlanRequest, masks: RuleMasks | None = None) -> dict:
     """What the framework runs of the layouts, ZeRO stage by ZeRO stage (its rules read the
-    stage, the schedule and the precision): {stage: mask}. `masks`: the search's rule masks,
-    reused across its choice groups (masks.py)."""
+    stage, the schedule, the request's precision and attention): {stage: mask}. `masks`: the
+    search's rule masks, reused across its choice groups (masks.py)."""
     masks = RuleMasks(model) if masks is None else masks
     return {z: masks.all_hold(framework.name, framework.all_rules(), {
-        **vars(layouts), **constraints.choices(z, schedule, precision)}) for z in zeros}
+        **vars(layouts), **constraints.choices(z, schedule, req.precision, req.attention)})
+        for z in zeros}
 
 
 def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framework) -> dict:
@@ -118,7 +119,7 @@ def _group_runs(model, req: PlanRequest, framework, masks: RuleMasks, group: dic
                               **offload_layout(req, [r]))  # offload
     mask = masks.all_hold("shared", constraints.RULES, vars(layouts))
     return {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
-                                                      req.precision, masks).items()}
+                                                      req, masks).items()}
 
 
 def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
@@ -181,7 +182,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 replace(group_choices, zero_stage=z),
                                 dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                      schedule=sched,
-                                     **constraints.choices(z, sched, req.precision))))
+                                     **constraints.choices(z, sched, req.precision,
+                                                           req.attention))))
     _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budget, layout_keys,
                           cols, costs)
     if not cols["tp"]:
