@@ -162,6 +162,15 @@ class Term(_Out):
     why: str
 
 
+class Constant(_Out):
+    """One of the profile's constants an explain formula names, in base units."""
+
+    symbol: str
+    value: float
+    unit: str
+    meaning: str
+
+
 class Goodput(_Out):
     """The share of the wall clock that trains at this plan's size (model/goodput.py): the
     job's interruptions, its checkpoint and the Young/Daly interval, each restart's cost."""

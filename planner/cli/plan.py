@@ -128,7 +128,10 @@ def _explained(o) -> SimpleNamespace:
     plan = api.explain_request(o.model, o.hw, req)
     run.plan, run.launch = _extras(plan, o.model, o.hw, o.emit, o.train_tokens, o.gpu_hour_price,
                                    o.gpu_power_w, o.goodput)
+    run.constants = None if o.brief else api.explain_constants(o.model, o.hw, run.plan, req)
     run.data = run.plan.model_dump(mode="json")
+    run.data["constants"] = [dict(symbol=symbol, value=value, unit=unit, meaning=meaning)
+                             for symbol, value, unit, meaning in run.constants or []]
     if run.launch is not None:
         run.data["launch"] = _launch_json(run.launch)
     _checked_json(run.data)
@@ -139,8 +142,6 @@ def _explained(o) -> SimpleNamespace:
         from ..outputs.timeline import to_svg
 
         run.svg = to_svg(run.picture, title=f"{run.plan.model.name}: {config_line(run.plan)}")
-    run.constants = (None if o.json_ or o.brief
-                     else api.explain_constants(o.model, o.hw, run.plan, req))
     return run
 
 

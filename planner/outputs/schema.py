@@ -12,8 +12,9 @@ from ..errors import PlanError
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 DESCRIPTIONS = {
-    "explain": "plan3d explain --json: one plan (planner.results.Plan), with `launch` when --emit "
-               "is given. Exit 1 (memory.fits false) when the plan does not fit.",
+    "explain": "plan3d explain --json: one plan (planner.results.Plan) and the constants its "
+               "formulas name, with `launch` when --emit is given. Exit 1 (memory.fits false) "
+               "when the plan does not fit.",
     "search": "plan3d search --json: the ranked plans that fit (planner.search.SearchResult), "
               "with `launch` for plan 1 when --emit is given.",
     "compare": "plan3d compare --json: the best plan of each (profile, GPU count) with its "
@@ -34,13 +35,15 @@ def _output_types() -> dict:
     from ..compare import CompareResult
     from ..frameworks.emit import EmitResult
     from ..model.validation import ValidationReport
-    from ..results import Plan
+    from ..results import Constant, Plan
     from ..schema import HardwareProfile
     from ..search.core import SearchResult
 
     class ExplainOutput(Plan):
-        """One plan: its layout, memory, communication, time, warnings and terms."""
+        """One plan: its layout, memory, communication, time, warnings and terms, and the
+        profile's constants its formulas name."""
 
+        constants: list[Constant] = []
         launch: EmitResult | None = None
 
     class SearchOutput(SearchResult):

@@ -113,3 +113,27 @@ def test_slower_attention_makes_every_plan_slower_and_nothing_else_moves():
     # 2.5·ATT/F·(1/0.46 − 1/0.63): the backward's attention alone
     assert bwd_gain == pytest.approx(2.5 * ATT_FLOPS / PEAK_16 * (1 / 0.46 - 1 / 0.63),
                                      rel=1e-9)
+
+
+def test_explain_json_names_the_constants_its_formulas_use():
+    # η_att and η_att,b are in the formulas; their values come with them in --json
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    def constants(*extra):
+        out = CliRunner().invoke(app, ["explain", "--model", "8b", "--gpus", "8", "--zero", "3",
+                                       "--json", *extra])
+        assert out.exit_code == 0, out.output
+        data = json.loads(out.stdout)
+        return {c["symbol"]: c["value"] for c in data["constants"]}, data["terms"]
+
+    named, terms = constants()
+    assert (named["η_att"], named["η_att,b"], named["η"]) == (0.53, 0.46, 0.63)
+    assert "η_att" in next(t["formula"] for t in terms if t["key"] == "attention_s")
+    # a materialised attention's products run at η: no η_att to name
+    named, terms = constants("--attention", "classic")
+    assert "η_att" not in named
+    assert "η_att" not in next(t["formula"] for t in terms if t["key"] == "attention_s")
