@@ -750,7 +750,8 @@ FRAMEWORK = Framework(
     # its language models' attention is FlexAttention with a block-causal (document) mask, the
     # Triton kernel (kernel_options {}: BACKEND auto; "flex_flash" opt-in), compiled on its own:
     # every model_registry's attn_backend="flex" and models/common/config_utils.py
-    # get_attention_config in 0.3.0; the DeepSeek-V3 and Qwen3 flavours' use_flex_attn in 0.2.2
+    # get_attention_config in 0.3.0; in 0.2.2 only the DeepSeek-V3 flavours' attn_type "flex"
+    # (the others SDPA: _titan_02's note)
     attention_kernel="flex",
     fused_permutation=False,
     # moe: with ep > 1 the dispatch copies the all-to-all's split sizes to the host with a
