@@ -116,7 +116,14 @@ Transformer Engine's per-expert GEMMs). The small-expert rows now −9.2, −8.8
 −21.2 %: the Megatron pair and the B200 pair still on the fast side. Kept: median |error|
 9.2 %, max 26.6 %. Megatron's cuDNN attention on GB200 at B200's derived 0.54 / 0.46 (it had
 run at the GEMM figure): Qwen3-235B on GB200 +5.4 → +7.0 %, DeepSeek-V3's HybridEP run −1.1 →
-+1.1 %."""
++1.1 %.
+
+A fifteenth row, the model zoo's Megatron-FSDP run (Qwen3-235B on 256 H100, TP2 EP8 DP128,
+ZeRO-3 over the 128 data-parallel ranks across 16 nodes, full recompute, 17.6 s): +40.2 %, held
+to its direction. plan3d leaves 7.35 s of the FSDP collectives exposed (30 % of its 24.67 s;
+compute 14.59 s), where the measured step leaves room for about 3 s beside the same compute:
+Megatron-FSDP's overlap of its per-layer gathers and reduce-scatters at this scale is
+overpriced, and is left for a later change (not fitted here)."""
 
 from __future__ import annotations
 
@@ -135,7 +142,8 @@ DATA = json.loads((REFERENCE / "published_moe.json").read_text())
 RUNS = {r["id"]: r for r in DATA["runs"]}
 HELD_TO_DIRECTION = {"deepseek_v3_gb200_mxfp8_alltoall_baseline": -1,
                      "qwen3_235b_h100_deepep_tp4_ep8": -1,
-                     "deepseek_v3_h800_report": +1}
+                     "deepseek_v3_h800_report": +1,
+                     "qwen3_235b_h100_deepep_ep8_fsdp": +1}
 
 
 def run_model(r: dict):
@@ -155,7 +163,7 @@ def run_config(r: dict) -> PlanConfig:
         schedule="interleaved" if r["vpp"] > 1 else "1f1b", sequence_parallel=r["tp"] > 1,
         precision=r["precision"], fp8_recipe=r.get("fp8_recipe"), zero_stage=r.get("zero_stage", 1),
         grad_dtype=r.get("grad_dtype", "bf16"), framework=r.get("framework", "megatron"),
-        recompute="none" if r["recompute"] == "none" else "selective",
+        recompute=r["recompute"] if r["recompute"] in ("none", "full") else "selective",
         ep=r["ep"], etp=r["etp"], moe_a2a_overlap=r["a2a_overlap"],
         moe_forced_balance=bool(r.get("forced_balance")), mtp=r.get("mtp", True),
         moe_capacity_factor=r.get("capacity_factor"),
@@ -182,7 +190,7 @@ def errors() -> dict[str, float]:
 
 
 def test_every_row_is_costed_and_sourced(errors):
-    assert len(errors) == len(DATA["runs"]) == 14
+    assert len(errors) == len(DATA["runs"]) == 15
     for r in DATA["runs"]:
         assert r["source"] and r["stated"] and r["assumed"], r["id"]
     assert {r["model"] for r in DATA["runs"]} == {"deepseek-v3", "qwen3-235b-a22b",
@@ -208,7 +216,7 @@ def test_published_moe_step_times_within_tolerance(errors):
     assert max(abs(e) for e in kept.values()) <= 0.30, kept
 
 
-def test_the_two_outliers_stay_on_their_side(errors):
+def test_the_held_rows_stay_on_their_side(errors):
     for rid, sign in HELD_TO_DIRECTION.items():
         assert errors[rid] * sign > 0, (rid, errors[rid])
 
