@@ -119,10 +119,11 @@ def explain_constants(model_name: str, hw_name: str, plan: Plan,
                       req: PlanRequest | None = None) -> list[tuple]:
     """The profile's constants explain's formulas name: (symbol, value, unit, meaning), with
     the request's cluster figures (goodput) where it gives them."""
-    from .model.explain import constants
+    from .model.explain import constants, named_in
 
     hw = load_hardware(hw_name)
-    return constants(load_model(model_name), hw if req is None else req.cluster(hw), plan.config)
+    listed = constants(load_model(model_name), hw if req is None else req.cluster(hw), plan.config)
+    return named_in(listed, [t.formula for t in plan.terms])
 
 
 def batch_rounding(model_name: str, req: PlanRequest) -> str | None:

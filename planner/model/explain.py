@@ -501,6 +501,16 @@ def _algorithm(call: Call, pick) -> str:
     return "deepep" if call.p2p == "deepep" else "p2p"
 
 
+def named_in(listed: list[tuple], formulas: list[str]) -> list[tuple]:
+    """The constants (symbol first) that some formula names: a symbol counts where it stands
+    as a whole name between operators, not inside a longer one (η in η_hbm)."""
+    import re
+
+    names = {token.rstrip(",") for formula in formulas
+             for token in re.findall(r"[^\s·()+\-/*]+", formula)}
+    return [c for c in listed if c[0] in names]
+
+
 def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list[tuple]:
     """The profile's constants the formulas name: (symbol, value, unit, meaning)."""
     x = numbers(model, hw, config)

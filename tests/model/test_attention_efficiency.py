@@ -137,3 +137,27 @@ def test_explain_json_names_the_constants_its_formulas_use():
     named, terms = constants("--attention", "classic")
     assert "η_att" not in named
     assert "η_att" not in next(t["formula"] for t in terms if t["key"] == "attention_s")
+
+
+def test_the_constants_listed_are_the_ones_the_formulas_name():
+    # a dense plan's formulas name no MoE constant (W_sc, t_h: the un-permutation's scatter-add,
+    # the host's wait for the token counts); whole names only: η does not count as named
+    # because η_hbm is
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    from planner.model.explain import named_in
+
+    out = CliRunner().invoke(app, ["explain", "--model", "8b", "--gpus", "8", "--zero", "3",
+                                   "--json"])
+    data = json.loads(out.stdout)
+    listed = {c["symbol"] for c in data["constants"]}
+    assert not {"W_sc", "t_h", "v_max"} & listed
+    text = " ".join(t["formula"] for t in data["terms"])
+    for symbol in listed:
+        assert re.search(rf"(?<![\w,]){re.escape(symbol)}(?!\w|,\S)", text), symbol
+    assert named_in([("η", 0.6), ("η_hbm", 0.89)], ["b·s/(W_hbm·η_hbm)"]) == [("η_hbm", 0.89)]
+    assert named_in([("e", 8), ("c", 1)], ["min(8, e, c·d)"]) == [("e", 8), ("c", 1)]
