@@ -178,7 +178,16 @@ def megatron_dp_calls(per_layer, buf, layers, params, dp_ranks, overlap, linear_
     and only the first chunk is cut into buckets (disable_bucketing for chunk_idx > 0,
     megatron/training/training.py @ d98e8a64dd): ⌈(Ψ/v) / bucket⌉ + (v − 1) calls on the
     first pipeline stage, the one modelled (later stages keep one bucket per chunk: v); v without
-    overlap. v = 1 gives the buckets above. Equal chunks assumed."""
+    overlap. v = 1 gives the buckets above. Equal chunks assumed.
+
+    Megatron-FSDP's per-micro-batch ZeRO-3 gathers and reduce-scatters (`per_layer`) run one
+    coalesced collective per TransformerLayer and kind, its local experts one more over the
+    expert data-parallel group, whatever the bucket size (the FSDP units:
+    megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py's per-unit
+    buckets, l.1860-1957 @ d98e8a64dd): `layers` calls (every layer's experts taken as
+    one unit, as FSDP2's blocks are)."""
+    if per_layer:
+        return layers
     return K.megatron_buckets(params / chunks, dp_ranks, overlap) + chunks - 1
 
 
