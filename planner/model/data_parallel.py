@@ -42,13 +42,19 @@ def dp_traffic(x, c: Choices, k: SimpleNamespace, mem: SimpleNamespace,
                                                zero_rounds, z) if hybrid else 0)
     dp_bytes = (C.dp_gradient_bytes(held_params, x.g_bytes, x.w_bytes, d_shard, zero_rounds, z)
                 - zero3_kept_bytes(x, c, k, held_params, d_shard, zero_rounds) + replica_bytes)
-    if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp
-        dp_bytes = dp_bytes + C.dp_gradient_bytes(held_experts, x.g_bytes, x.w_bytes, edp,
-                                                  zero_rounds, z) - zero3_kept_bytes(
-            x, c, k, held_experts, edp, zero_rounds)
+    expert_bytes, edp_link = 0, None
+    if moe:  # moe: the experts' gradients are reduced (and their weights gathered) over edp,
+        # whose ranks sit ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp
+        # filling a node, each node holds one edp rank and the group leaves it on one rank's NICs
+        expert_bytes = C.dp_gradient_bytes(held_experts, x.g_bytes, x.w_bytes, edp, zero_rounds,
+                                           z) - zero3_kept_bytes(x, c, k, held_experts, edp,
+                                                                 zero_rounds)
+        dp_bytes = dp_bytes + expert_bytes
+        edp_link = collective_group(x, edp, x.ep * x.etp, k.links.domain)
     return SimpleNamespace(moe=moe, zero_rounds=zero_rounds, held_params=held_params,
                            held_experts=held_experts, edp=edp, replicas=replicas, hybrid=hybrid,
-                           replica_bytes=replica_bytes, dp_bytes=note("dp_bytes", dp_bytes))
+                           replica_bytes=replica_bytes, dp_bytes=note("dp_bytes", dp_bytes),
+                           expert_bytes=expert_bytes, edp_link=edp_link)
 
 
 def stage_modules(x, k: SimpleNamespace):
@@ -197,10 +203,8 @@ def dp_collective_times(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace):
         zero_mb_s = zero_mb_s + replica_allreduce_s(x, z, C.When.MICRO_BATCH, k, dp)
         reduce_s = reduce_s + replica_allreduce_s(x, z, C.When.STEP_REDUCE, k, dp)
     if dp.moe:
-        # moe: the same collectives for the expert shards over their edp group, whose ranks sit
-        # ep·etp apart (Megatron's expert rank order etp-ep-edp): with ep·etp filling a node, each
-        # node holds one edp rank and the group leaves it on one rank's NICs
-        edp_group = tuned(x, collective_group(x, dp.edp, x.ep * x.etp, k.links.domain))
+        # moe: the same collectives for the expert shards over their edp group (dp_traffic)
+        edp_group = tuned(x, dp.edp_link)
         expert = []
         with np.errstate(invalid="ignore", divide="ignore"):
             for when in (C.When.MICRO_BATCH, C.When.STEP_REDUCE, C.When.STEP_GATHER):

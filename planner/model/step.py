@@ -16,10 +16,15 @@ from .numbers import Choices, same
 
 def link_busy_s(x, c: Choices, k: SimpleNamespace, dp: SimpleNamespace, note=same):
     """The seconds per step each link (NVLink, network) is busy, per GPU: each kind of traffic
-    at its own bandwidth."""
-    dp_busy = (dp.dp_bytes - dp.replica_bytes) / k.links.dp.bw
+    at its own bandwidth (a MoE model's expert shards on their edp group's link, which may
+    leave the node on fewer NICs than the dp group's)."""
+    dp_busy = (dp.dp_bytes - dp.replica_bytes - dp.expert_bytes) / k.links.dp.bw
     nvlink_busy = k.nvlink_busy_mb * k.m + k.dp_inside * dp_busy
     network_busy = k.network_busy_mb * k.m + (1 - k.dp_inside) * dp_busy
+    if dp.edp_link is not None:
+        expert_busy = dp.expert_bytes / dp.edp_link.bw
+        nvlink_busy = nvlink_busy + dp.edp_link.inside * expert_busy
+        network_busy = network_busy + (1 - dp.edp_link.inside) * expert_busy
     if dp.hybrid:  # the cross-replica all-reduce on the replica group's link
         replica_busy = dp.replica_bytes / k.links.replica.bw
         nvlink_busy = nvlink_busy + k.links.replica.inside * replica_busy
