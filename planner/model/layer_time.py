@@ -75,7 +75,6 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     """One layer's forward, backward and recomputation, and the parts the overlaps read."""
     s, b, h, t, cp = k.s, k.b, k.h, k.t, k.cp
     pick = moe_picker(x, k.moe_model)
-    causal_skip = 1 if c.attention is Attention.FLASH else 0
     materialised = 1 if c.attention is Attention.CLASSIC else 0
     sp_divisor = t if c.sequence_parallel else 1
     tokens = b * s / cp
@@ -90,16 +89,7 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     mm_s = note("matmul_s", pick(lambda: moe_mm[0],
                                  T.compute_time_s(F.layer_matmul_flops(s, b, k.active) / (t * cp),
                                                   x.peak_flops, x.gemm_eff * wave)))
-    att_fwd = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
-    att_fwd = pick(lambda: _ops.select(x.mla, F.mla_attention_flops(  # moe: MLA's d_qk, d_v
-        s, b, x.n_heads, x.head_dim, x.v_dim, causal_skip), att_fwd), att_fwd)
-    # the framework's flash kernel at its measured forward and backward shares (a materialised
-    # attention's products are batched GEMMs: the GEMM figure both ways)
-    flash = c.attention is Attention.FLASH
-    att_eff_fwd, att_eff_bwd = ((x.att_eff_fwd, x.att_eff_bwd) if flash
-                                else (x.gemm_eff_16, x.gemm_eff_16))
-    att_s = note("attention_s", T.compute_time_s(att_fwd / (t * cp), x.peak_flops_16,
-                                                 att_eff_fwd))
+    att_s, att_bwd = attention_times(x, c, k, pick, note)
     elem_s = note("elementwise_s", T.memory_bound_time_s(T.layer_elementwise_bytes(
         s, b, h, k.routed_ffn, x.n_mlp, x.n_heads, x.n_kv_heads, x.head_dim, x.dropout,
         x.rotary, t, cp, sp_divisor, x.act_bytes), x.hbm_bw, x.hbm_eff))
@@ -127,8 +117,6 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # moe: the host's share where the framework waits for the token counts (forward only)
     host_s = host_wait_s(x, c, k, gpu_fwd_s, note)
     fwd_s = note("forward_layer_s", gpu_fwd_s + host_s)
-    att_bwd = T.attention_backward_ratio(
-        T.FLASH_BACKWARD_FACTOR if flash else T.CLASSIC_BACKWARD_FACTOR, att_eff_fwd, att_eff_bwd)
     bwd_s = note("backward_layer_s", T.backward_layer_s(fwd_s - host_s - att_s - scatter_s,
                                                         att_s, att_bwd) + scatter_s)
     # what the backward runs again: the checkpointed modules' forward (the attention core;
@@ -149,6 +137,24 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
                                              Recompute.FULL: k.rerun * fwd_s}[c.recompute])
     return SimpleNamespace(mm_s=mm_s, att_s=att_s, att_bwd=att_bwd, fwd_s=fwd_s, bwd_s=bwd_s,
                            recompute_s=recompute_s, quant_s=quantize_layer_s(x, c, k, note))
+
+
+def attention_times(x, c: Choices, k: SimpleNamespace, pick, note=same):
+    """One layer's attention products forward per micro-batch (QKᵀ and P·V, the causal half
+    under flash; MLA's d_qk and d_v for a MoE/MLA model), and the backward's time over it: the
+    framework's flash kernel at its measured forward and backward shares; a materialised
+    attention's products are batched GEMMs, at the GEMM figure both ways."""
+    s, b, t, cp = k.s, k.b, k.t, k.cp
+    flash = c.attention is Attention.FLASH
+    causal_skip = 1 if flash else 0
+    flops = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
+    flops = pick(lambda: _ops.select(x.mla, F.mla_attention_flops(  # moe: MLA's d_qk, d_v
+        s, b, x.n_heads, x.head_dim, x.v_dim, causal_skip), flops), flops)
+    eff_fwd, eff_bwd = ((x.att_eff_fwd, x.att_eff_bwd) if flash
+                        else (x.gemm_eff_16, x.gemm_eff_16))
+    att_s = note("attention_s", T.compute_time_s(flops / (t * cp), x.peak_flops_16, eff_fwd))
+    return att_s, T.attention_backward_ratio(
+        T.FLASH_BACKWARD_FACTOR if flash else T.CLASSIC_BACKWARD_FACTOR, eff_fwd, eff_bwd)
 
 
 def host_wait_s(x, c: Choices, k: SimpleNamespace, gpu_fwd_s, note=same):
