@@ -44,7 +44,7 @@ from .errors import PlanError
 from .formulas.choices import Attention, Precision, Recompute, Schedule, ZeroStage
 from .model.cost import Choices, numbers, plan_costs
 from .model.estimate import check_config
-from .model.numbers import attention_precision
+from .model.numbers import FALLS_BACK_ON_GEMM_16, attention_precision
 from .schema import HardwareProfile, ModelSpec, PlanConfig
 from .tomltext import toml_value
 from .units import GB, GIB
@@ -502,11 +502,6 @@ class _Run:
     choices: Choices
 
 
-UNMEASURED_FOLLOW_GEMM = ("att_eff_fwd", "att_eff_bwd", "grouped_mm_eff_16")
-"""The numbers that fall back on the 16-bit GEMM figure where the profile has no measurement of
-their own (model.numbers.attention_numbers, hardware_numbers); a measured one stays."""
-
-
 def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np.ndarray:
     """Step times (runs × K) with the factors set to `values` (K × factors, profile units),
     each run one vectorised plan_costs call."""
@@ -524,8 +519,8 @@ def _predict(runs: list[_Run], factors: list[_Factor], values: np.ndarray) -> np
             if f.precision is not None and f.precision is sixteen:
                 setattr(x, f"{f.attr}_16", values[:, j] * f.scale)
                 # the kernels the profile has not measured run at the 16-bit GEMM figure
-                # (model.numbers: attention, torch._grouped_mm), so they move with it
-                for attr in UNMEASURED_FOLLOW_GEMM:
+                # (model.numbers.FALLS_BACK_ON_GEMM_16), so they move with it
+                for attr in FALLS_BACK_ON_GEMM_16:
                     if getattr(run.x, attr) == run.x.gemm_eff_16:
                         setattr(x, attr, values[:, j] * f.scale)
         out[i] = np.broadcast_to(np.asarray(plan_costs(x, run.choices)["step_s"], float), (k,))

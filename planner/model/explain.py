@@ -23,12 +23,12 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..formulas.choices import Attention
 from ..results import CollectiveCall, Plan, Term
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
 from .cost import Choices, numbers, plan_costs
 from .estimate import check_config, plan_from_costs
 from .nccl import Call, priced
+from .numbers import FALLS_BACK_ON_GEMM_16
 from .terms import SUB_TERMS, TERMS
 
 # The papers' symbols (Narayanan 2021, Korthikanti 2022, Rajbhandari 2020), and the profile's
@@ -98,7 +98,7 @@ CONSTANT_MEANINGS = {
     "max_vio": ("", "busiest expert's load over the mean − 1 by the model's balancing (MoE; "
                 "Wang et al. 2024 Table 2)"),
     "speed_cv": ("", "spread of the GPUs' speeds, σ/μ (Sinha et al. 2022, SC22)"),
-    # offload: listed for plans that offload (constants())
+    # offload: named by the plans that offload
     "host_bw": ("B/s", "host↔GPU link bandwidth per GPU, one direction (PCIe, NVLink-C2C)"),
     "dram_bw": ("B/s", "host DRAM bandwidth, this GPU's share (the CPU Adam step)"),
     "fail_rate": ("1/GPU-h", "job interruptions per GPU-hour (the profile's reliability section, "
@@ -108,8 +108,6 @@ CONSTANT_MEANINGS = {
                       "--storage-write-gb-per-s-per-gpu)"),
     "ckpt_read_bw": ("B/s", "checkpoint read bandwidth per GPU on a restart"),
 }
-OFFLOAD_CONSTANTS = ("host_bw", "dram_bw")
-ATTENTION_CONSTANTS = ("att_eff_fwd", "att_eff_bwd")
 
 CACHE_ENTRIES = 256  # plans whose formulas the cache keeps (~10 kB each)
 GUARD = 1e-9  # max(GUARD-sized number, x): a guard against dividing by zero, not a choice
@@ -131,9 +129,7 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
         xs[key] = s
     if x.peak_flops_16 == x.peak_flops and x.gemm_eff_16 == x.gemm_eff:
         xs["peak_flops_16"], xs["gemm_eff_16"] = sym["peak_flops"], sym["gemm_eff"]
-    if x.grouped_mm_eff_16 == x.gemm_eff_16:  # moe: no measured grouped GEMM in the profile
-        xs["grouped_mm_eff_16"] = xs["gemm_eff_16"]
-    for key in ATTENTION_CONSTANTS:  # the framework's attention kernel, where not measured
+    for key in FALLS_BACK_ON_GEMM_16:  # a kernel the profile has not measured runs at η_16
         if getattr(x, key) == x.gemm_eff_16:
             xs[key] = xs["gemm_eff_16"]
     if model.kv_heads == model.n_heads:
@@ -512,20 +508,9 @@ def named_in(listed: list[tuple], formulas: list[str]) -> list[tuple]:
 
 
 def constants(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> list[tuple]:
-    """The profile's constants the formulas name: (symbol, value, unit, meaning)."""
+    """The profile's constants, (symbol, value, unit, meaning) each, for named_in to keep those
+    the plan's formulas name (a constant the formulas replace by another symbol — the 16-bit
+    figures in a 16-bit plan, an unmeasured kernel's share — or do not reach is not named)."""
     x = numbers(model, hw, config)
-    same16 = x.peak_flops_16 == x.peak_flops and x.gemm_eff_16 == x.gemm_eff
-    out = []
-    for key, (unit, meaning) in CONSTANT_MEANINGS.items():
-        if same16 and key in ("peak_flops_16", "gemm_eff_16"):
-            continue
-        if key in OFFLOAD_CONSTANTS and not config.offload:  # offload
-            continue
-        if key == "grouped_mm_eff_16" and (not model.is_moe
-                                           or x.grouped_mm_eff_16 == x.gemm_eff_16):
-            continue  # moe: no measured grouped GEMM, η stands for it
-        if key in ATTENTION_CONSTANTS and (config.attention is not Attention.FLASH
-                                           or getattr(x, key) == x.gemm_eff_16):
-            continue  # a materialised attention, or a kernel the profile has not measured
-        out.append((SYMBOLS[key], float(getattr(x, key)), unit, meaning))
-    return out
+    return [(SYMBOLS[key], float(getattr(x, key)), unit, meaning)
+            for key, (unit, meaning) in CONSTANT_MEANINGS.items()]

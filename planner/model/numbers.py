@@ -384,6 +384,12 @@ def config_numbers(config: PlanConfig) -> dict:
     )
 
 
+FALLS_BACK_ON_GEMM_16 = ("grouped_mm_eff_16", "att_eff_fwd", "att_eff_bwd")
+"""The kernels' shares of the 16-bit peak that are the 16-bit GEMM figure where the profile has
+not measured the kernel (hardware_numbers, attention_numbers): explain names them η there, and
+calibrate moves them with the GEMM figure it fits."""
+
+
 def attention_numbers(framework: Framework, hw: HardwareProfile, precision: Precision) -> dict:
     """The shares of the 16-bit peak the framework's flash-attention kernel reaches on the
     profile's GPU, forward and backward (schema.AttentionEfficiency, each figure's source in the
