@@ -121,7 +121,7 @@ RULES = (
     # dot_product_attention/utils.py @ d0067d0), the one backend --attention-backend unfused
     # leaves on
     Rule("classic (unfused) attention only without context parallelism",
-         lambda m, c: (getattr(c, "classic", 0) == 0) | (c.cp == 1),
+         lambda m, c: (c.classic == 0) | (c.cp == 1),
          lambda m, c: f"megatron: classic attention (--attention-backend unfused) does not run "
                       f"with context parallelism (cp={c.cp}): Transformer Engine turns its "
                       "unfused attention off under CP; use --cp 1, or flash attention"),

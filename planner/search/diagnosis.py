@@ -14,7 +14,7 @@ from ..formulas.choices import Recompute, Schedule, ZeroStage
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
-from .evaluate import framework_runs, some_plan_fits
+from .evaluate import framework_runs, request_choices, some_plan_fits
 from .offload import offload_layout
 from .request import DEFAULT_MBS, PlanRequest
 from .space import MAX_OPEN_CP, MAX_OPEN_VPP, SEARCHED_SCHEDULES, choice_groups, divisors, numeric_space
@@ -138,8 +138,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
             kept = {k: v[shared] for k, v in space.items()}
             fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
                                          sp=sp, schedule=sched,
-                                         **constraints.choices(zeros[0], sched, req.precision,
-                                                               req.attention),
+                                         **request_choices(req, zeros[0], sched),
                                          **offload_layout(req), **_own_settings(req))
             for rule, n, first in constraints.removed_by(model, fw_layouts,
                                                          framework.all_rules()):
@@ -225,7 +224,7 @@ def moe_settings_refusal(model: ModelSpec, hw: HardwareProfile, req: PlanRequest
     for (_, sp, sched, _), zero in itertools.product(choice_groups(req), zeros):
         base = {**space, "gbs": gbs, "seq_len": seq, "sp": sp, "schedule": sched,
                 "interleaved": sched is Schedule.INTERLEAVED, **offload_layout(req),
-                **constraints.choices(zero, sched, req.precision, req.attention),
+                **request_choices(req, zero, sched),
                 **_own_settings(req)}
         neutral = SimpleNamespace(**{**base, **dict.fromkeys(asked, 0)})
         given = SimpleNamespace(**{**base, **asked})

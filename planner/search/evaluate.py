@@ -41,6 +41,12 @@ from .request import PlanRequest
 from .space import choice_groups, numeric_space, search_cp_kind
 
 
+def request_choices(req: PlanRequest, zero, schedule: Schedule) -> dict:
+    """The discrete choices a framework's rules read of a candidate (rules.choices): its ZeRO
+    stage and schedule, the request's precision and attention."""
+    return constraints.choices(zero, schedule, req.precision, req.attention)
+
+
 def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedule,
                    req: PlanRequest, masks: RuleMasks | None = None) -> dict:
     """What the framework runs of the layouts, ZeRO stage by ZeRO stage (its rules read the
@@ -48,8 +54,7 @@ def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedu
     search's rule masks, reused across its choice groups (masks.py)."""
     masks = RuleMasks(model) if masks is None else masks
     return {z: masks.all_hold(framework.name, framework.all_rules(), {
-        **vars(layouts), **constraints.choices(z, schedule, req.precision, req.attention)})
-        for z in zeros}
+        **vars(layouts), **request_choices(req, z, schedule)}) for z in zeros}
 
 
 def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framework) -> dict:
@@ -182,8 +187,7 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                                 replace(group_choices, zero_stage=z),
                                 dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
                                      schedule=sched,
-                                     **constraints.choices(z, sched, req.precision,
-                                                           req.attention))))
+                                     **request_choices(req, z, sched))))
     _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budget, layout_keys,
                           cols, costs)
     if not cols["tp"]:
