@@ -377,6 +377,11 @@ class Link(_Strict):
         return self.latency_us * US
 
 
+ATTENTION_KERNELS = ("cudnn", "fa2", "flex")
+"""The flash-attention kernel families a profile may measure (AttentionEfficiency's
+<kernel>_forward / <kernel>_backward) and a framework runs (Framework.attention_kernel)."""
+
+
 class AttentionEfficiency(_Strict):
     """Fractions of the 16-bit dense peak a flash-attention kernel family reaches on the GPU,
     forward and backward, measured (causal, head dim 128), each kernel's two together; None:
@@ -397,7 +402,7 @@ class AttentionEfficiency(_Strict):
     def _both_directions(self) -> AttentionEfficiency:
         # a backward left at the GEMM figure beside a measured forward would price the slower
         # direction faster than the faster one
-        for kernel in ("cudnn", "fa2", "flex"):
+        for kernel in ATTENTION_KERNELS:
             forward, backward = getattr(self, f"{kernel}_forward"), getattr(self, f"{kernel}_backward")
             if (forward is None) != (backward is None):
                 given, missing = (("forward", "backward") if backward is None

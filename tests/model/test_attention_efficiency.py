@@ -161,3 +161,12 @@ def test_the_constants_listed_are_the_ones_the_formulas_name():
         assert re.search(rf"(?<![\w,]){re.escape(symbol)}(?!\w|,\S)", text), symbol
     assert named_in([("η", 0.6), ("η_hbm", 0.89)], ["b·s/(W_hbm·η_hbm)"]) == [("η_hbm", 0.89)]
     assert named_in([("e", 8), ("c", 1)], ["min(8, e, c·d)"]) == [("e", 8), ("c", 1)]
+
+
+def test_every_framework_runs_a_kernel_the_profiles_can_measure():
+    from planner.frameworks import FRAMEWORKS
+    from planner.schema import ATTENTION_KERNELS, AttentionEfficiency
+
+    fields = set(AttentionEfficiency.model_fields)
+    assert fields == {f"{k}_{d}" for k in ATTENTION_KERNELS for d in ("forward", "backward")}
+    assert {fw.attention_kernel for fw in FRAMEWORKS.values()} <= set(ATTENTION_KERNELS)
