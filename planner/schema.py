@@ -352,6 +352,14 @@ class Link(_Strict):
     nvls_busbw_gb_per_s: PositiveFloat | None = Field(
         None, description="NVLink SHARP (NVLS) all-reduce bus bandwidth per GPU inside the domain "
         "(GB/s); None where the switch has no NVLS or NCCL does not use it.")
+    alltoall_busbw_gb_per_s: PositiveFloat | None = Field(
+        None, description="NCCL all-to-all bus bandwidth per GPU inside the domain at large "
+        "messages (GB/s), W∞ of formulas.collectives.alltoall_busbw; None: the ring's "
+        "busbw_gb_per_s at every size. The fast link's only.")
+    alltoall_ramp_us: PositiveFloat | None = Field(
+        None, description="The all-to-all's ramp time τ (µs): its bus bandwidth is half W∞ at a "
+        "buffer of W∞·τ per rank (formulas.collectives.alltoall_busbw); set with "
+        "alltoall_busbw_gb_per_s.")
 
     @model_validator(mode="after")
     def _busbw_within_line_rate(self) -> Link:
@@ -362,6 +370,13 @@ class Link(_Strict):
             raise ValueError(f"busbw_gb_per_s ({self.busbw_gb_per_s:g}) is above the link's own "
                              f"rate gb_per_s ({self.gb_per_s:g}): an all-reduce's bus bandwidth "
                              "cannot exceed the link it runs on")
+        if (self.alltoall_busbw_gb_per_s is None) != (self.alltoall_ramp_us is None):
+            raise ValueError("alltoall_busbw_gb_per_s and alltoall_ramp_us go together: the "
+                             "all-to-all's measured curve needs both (or neither: the ring's "
+                             "busbw_gb_per_s at every size)")
+        if (self.alltoall_busbw_gb_per_s or 0) > self.gb_per_s:
+            raise ValueError(f"alltoall_busbw_gb_per_s ({self.alltoall_busbw_gb_per_s:g}) is above "
+                             f"the link's own rate gb_per_s ({self.gb_per_s:g})")
         return self
 
     @property
@@ -371,6 +386,17 @@ class Link(_Strict):
     @property
     def nvls_busbw_bytes_per_s(self) -> float | None:
         return None if self.nvls_busbw_gb_per_s is None else self.nvls_busbw_gb_per_s * GB
+
+    @property
+    def alltoall_share(self) -> float:
+        """The all-to-all's W∞ over the ring's bus bandwidth (1 where unmeasured), so that a
+        calibrated ring figure carries the all-to-all with it."""
+        return (self.alltoall_busbw_gb_per_s or self.busbw_gb_per_s) / self.busbw_gb_per_s
+
+    @property
+    def alltoall_ramp_s(self) -> float:
+        """The all-to-all's ramp time τ in seconds (0 where unmeasured: no ramp)."""
+        return (self.alltoall_ramp_us or 0.0) * US
 
     @property
     def latency_s(self) -> float:
@@ -571,6 +597,9 @@ class HardwareProfile(_Strict):
             raise ValueError(f"hbm_gib = {self.hbm_gib:,g} GiB per GPU is not a GPU's memory (the "
                              f"largest shipped holds 288 GB; plan3d accepts up to {MAX_HBM_GIB:,} "
                              "GiB): a unit slip? hbm_gib is GiB per GPU")
+        if self.network.alltoall_busbw_gb_per_s is not None:
+            raise ValueError("network.alltoall_busbw_gb_per_s: the all-to-all's measured curve is "
+                             "the NVLink domain's; set it under [fast]")
         used = self.topology.domain_gpus_used
         if used is not None and used > self.gpus_per_domain:
             raise ValueError(f"topology.domain_gpus_used ({used}) cannot exceed gpus_per_domain "

@@ -676,6 +676,32 @@ def all_to_all_time_s(bytes_per_rank, n_ranks, bw, inside):
             + (n_ranks - 1) / n_ranks * bytes_per_rank / bw)
 
 
+ALLTOALL_RAMP_EXPONENT = 0.47
+"""The exponent a of alltoall_busbw's ramp. Fitted, with W∞ and τ, to nccl-tests' alltoall_perf
+on two fabrics, NCCL's latency (all_to_all_split_parts_s) taken out of each measured time:
+8× H100 in one NVSwitch node (NCCL 2.29.2; the median of ten nodes, 32 MiB–16 GiB;
+xxrjun/nccl-tests-cluster @ 455de4f, benchmarks/example-cluster01/.../single-node/runs/
+20260128-145017/without-debug/logs/nccl_N1_G8_cnode3-0{02..11}.log) a = 0.467, and 8× GB300
+over multi-node NVLink (NCCL 2.28.7, 8 MiB–16 GiB; oracle-quickstart/oci-gpu-quickstarts @
+61eba7f, nvidia/GB300/README-GB300.md, "2 Hosts Single Rack") a = 0.459; a = 0.47 fits both
+within 3 % at every size from 8 MiB (planner/tests: test_alltoall_ramp)."""
+
+
+def alltoall_busbw(buffer_bytes, top_busbw, ramp_s):
+    """NCCL all-to-all's bus bandwidth inside an NVLink domain at a per-rank buffer of S bytes
+    (nccl-tests' size: B·n/(n − 1) for B bytes sent to the n − 1 peers), as measured:
+
+        W(S) = W∞ / (1 + (W∞·τ / S)^a),   a = ALLTOALL_RAMP_EXPONENT
+
+    W∞ the bus bandwidth at large messages, τ the ramp time (the bandwidth is half W∞ at
+    S = W∞·τ); τ = 0: W∞ at every size. The ring all-reduce's bandwidth at a few hundred MB is
+    within 10 % of its top, an all-to-all's is not (H100: 303 GB/s at 256 MiB, 348 at 16 GiB,
+    its ring 370): its n − 1 pairs of sends split each message n − 1 ways. Empirical (the
+    profiles' [fast] alltoall_* with their sources); S ≥ 1 byte."""
+    return top_busbw / (1 + (top_busbw * ramp_s / _ops.maximum(buffer_bytes, 1))
+                        ** ALLTOALL_RAMP_EXPONENT)
+
+
 def all_to_all_split_parts_s(bytes_per_rank, n_ranks, ranks_in_domain, fast_bw, net_bw,
                              base_s=None, step_nvl_s=None, step_net_s=None):
     """One NCCL all-to-all over n ranks of which g share the sender's NVLink domain, as

@@ -14,7 +14,7 @@ from ..formulas import context as CX
 from ..formulas import timing as T
 from ..formulas.choices import ContextKind, Schedule
 from . import moe as MOE
-from .context import context_links, context_part_traffic, context_time
+from .context import a2a_busbw, context_links, context_part_traffic, context_time
 from .links import group_links
 from .nccl import Call, nccl_s, send_recv_latencies, tuner_link
 from .numbers import Choices, same
@@ -192,7 +192,7 @@ def context_calls(x, k: SimpleNamespace) -> list:
     out = []
     if parts.kind is not ContextKind.RING:
         out.append(Call(None, parts.a2a_layer / 8, 8 * lm, parts.c_a, SimpleNamespace(
-            bw=links.a2a.bw * share.a2a, inside=links.a2a.inside), "CP all-to-all",
+            bw=a2a_busbw(x, parts, links.a2a, share), inside=links.a2a.inside), "CP all-to-all",
             p2p="all-to-all"))
     if parts.kind is not ContextKind.ALL_TO_ALL:
         out.append(Call(None, parts.chunk, CX.ring_messages(x.cp, parts.c_a) * lm,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from ..formulas import _ops
 from ..formulas import collectives as K
 from ..formulas import comm as C
 from ..formulas import context as CX
@@ -71,6 +72,16 @@ def context_part_traffic(layers, parts: SimpleNamespace, links: SimpleNamespace)
     return out
 
 
+def a2a_busbw(x, parts: SimpleNamespace, link: SimpleNamespace, share) -> object:
+    """The bus bandwidth of one of CP's all-to-alls (a2a_layer/8 bytes a rank): inside the NVLink
+    domain the measured all-to-all's at nccl-tests' buffer S = B·c_a/(c_a − 1)
+    (K.alltoall_busbw, W∞ the profile's share of the link's ring figure), across it the link's;
+    at the part's share of its link."""
+    buffer = parts.a2a_layer / 8 * parts.c_a / _ops.maximum(parts.c_a - 1, 1)
+    ramped = K.alltoall_busbw(buffer, link.bw * x.a2a_share, x.a2a_ramp_s)
+    return _ops.select(link.inside, ramped, link.bw) * share.a2a
+
+
 def context_time(x, parts: SimpleNamespace, links: SimpleNamespace, share, window,
                  note=same) -> tuple:
     """(time, exposed time) of one layer's context-parallel traffic, forward and backward.
@@ -89,7 +100,7 @@ def context_time(x, parts: SimpleNamespace, links: SimpleNamespace, share, windo
     total, exposed = [], []
     if parts.kind is not ContextKind.RING:
         # eight all-to-alls (Q, K, V and the output, forward and backward), each one call
-        a2a_s = shown("cp_a2a_layer_s", parts.a2a_layer / (links.a2a.bw * share.a2a)
+        a2a_s = shown("cp_a2a_layer_s", parts.a2a_layer / a2a_busbw(x, parts, links.a2a, share)
                       + 8 * all_to_all_latency(x, parts.c_a, links.a2a.inside))
         total.append(a2a_s)
         exposed.append(a2a_s)

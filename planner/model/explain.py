@@ -40,6 +40,7 @@ SYMBOLS = {
     "peak_flops": "F_peak", "gemm_eff": "η", "hbm_bw": "W_hbm", "hbm_eff": "η_hbm",
     "peak_flops_16": "F_16", "gemm_eff_16": "η_16",
     "fast_bw": "W_nvl", "net_bw": "W_net", "fast_lat": "α_nvl", "net_lat": "α_net",
+    "a2a_share": "ρ_a2a", "a2a_ramp_s": "τ_a2a",  # NCCL all-to-all's measured curve (moe, cp)
     "ctx": "M_ctx", "nccl_conn": "B_conn", "nccl_ch": "n_ch", "nvls_head": "B_nvls",
     "p2p_nvl": "B_p2p,nvl", "p2p_net": "B_p2p,net", "ws_torch": "M_ws,torch",
     "ws_te": "M_ws,te", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
@@ -70,6 +71,9 @@ CONSTANT_MEANINGS = {
     "hbm_bw": ("B/s", "HBM bandwidth"), "hbm_eff": ("", "share of HBM bandwidth reached"),
     "fast_bw": ("B/s", "NVLink bus bandwidth"), "net_bw": ("B/s", "network bus bandwidth"),
     "fast_lat": ("s", "NVLink latency per ring step"), "net_lat": ("s", "network latency per step"),
+    "a2a_share": ("", "NCCL all-to-all's bus bandwidth at large messages over W_nvl (profile)"),
+    "a2a_ramp_s": ("s", "all-to-all ramp time: half its bandwidth at a buffer of ρ_a2a·W_nvl·τ_a2a "
+                   "(profile)"),
     "ctx": ("B", "CUDA context with lazily loaded kernels (426 MiB: formulas/runtime.py)"),
     "nccl_conn": ("B", "one NCCL connection's LL + LL128 + Simple FIFOs, in 2 MiB granules"),
     "nccl_ch": ("", "ring channels NCCL opens per communicator"),
@@ -503,7 +507,7 @@ def named_in(listed: list[tuple], formulas: list[str]) -> list[tuple]:
     import re
 
     names = {token.rstrip(",") for formula in formulas
-             for token in re.findall(r"[^\s·()+\-/*]+", formula)}
+             for token in re.findall(r"[^\s·()+\-/*^]+", formula)}
     return [c for c in listed if c[0] in names]
 
 

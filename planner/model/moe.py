@@ -313,6 +313,14 @@ def exposed_beside_s(x, k, when, inside, on_link=None):
     return (0, on * bwd) if when is C.When.STEP_REDUCE else (on * fwd, 0)
 
 
+def a2a_fast_bw(x, link, sent_bytes):
+    """The NVLink bus bandwidth of one NCCL all-to-all over the EP group sending B bytes a rank:
+    K.alltoall_busbw at nccl-tests' buffer S = B·e/(e − 1), W∞ the profile's all-to-all share
+    of the link's ring figure (the ring's figure where the profile has no all-to-all curve)."""
+    buffer = sent_bytes * x.ep / _ops.maximum(x.ep - 1, 1)
+    return K.alltoall_busbw(buffer, link.fast_bw * x.a2a_share, x.a2a_ramp_s)
+
+
 def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, link) -> list:
     """The collectives the dispatcher issues in one MoE layer per micro-batch (moe_dispatch
     .EXCHANGE_CALLS, Megatron-Core's dispatchers), each as (Call, time of one call): the
@@ -326,10 +334,11 @@ def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, l
     out = []
     for name, coll, group, n, per_rank, _, fwd, bwd in _nccl_rows(x, dispatcher, tokens, lam):
         calls = fwd * fwd_passes + bwd
-        if coll == "all-to-all":
-            one = K.all_to_all_split_time_s(per_rank, x.ep, link.in_domain, link.fast_bw,
+        if coll == "all-to-all":  # NVLink at the measured all-to-all's rate for its size
+            sized = SimpleNamespace(**{**vars(link), "fast_bw": a2a_fast_bw(x, link, per_rank)})
+            one = K.all_to_all_split_time_s(per_rank, x.ep, link.in_domain, sized.fast_bw,
                                             link.net_bw, x.sr_base, x.sr_step_nvl, x.sr_step_net)
-            out.append((Call(None, per_rank, calls, x.ep, link, name, p2p="all-to-all"), one))
+            out.append((Call(None, per_rank, calls, x.ep, sized, name, p2p="all-to-all"), one))
             continue
         kind = K.Coll(coll)
         buffer = n * per_rank  # an all-gather's output, a reduce-scatter's input

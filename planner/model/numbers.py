@@ -236,6 +236,9 @@ def hardware_numbers(hw: HardwareProfile, precision: Precision) -> dict:
         grouped_mm_eff_16=hw.efficiency.grouped_mm_16 or hw.gemm_efficiency(sixteen),
         hbm_bw=hw.hbm_bytes_per_s, hbm_eff=hw.efficiency.hbm,
         fast_bw=hw.fast.busbw_bytes_per_s, fast_lat=hw.fast.latency_s,
+        # moe, cp: NCCL all-to-all's measured curve in the domain, W∞ as a share of fast_bw
+        # (1 and 0 where unmeasured: the ring's figure at every size; K.alltoall_busbw)
+        a2a_share=hw.fast.alltoall_share, a2a_ramp_s=hw.fast.alltoall_ramp_s,
         net_bw=hw.network.busbw_bytes_per_s, net_lat=hw.network.latency_s,
         # moe: the links' nominal one-way rates, which DeepEP's measured efficiency is taken of
         fast_link_bw=hw.fast.gb_per_s * 1e9, net_link_bw=hw.network.gb_per_s * 1e9,

@@ -183,6 +183,50 @@ def test_all_to_all_split_reduces_to_the_whole_group_forms():
     assert arr / US == pytest.approx([206.2444, 1337.7913], rel=1e-6)
 
 
+def test_alltoall_busbw_by_hand_and_symbolically():
+    """W(S) = W∞/(1 + (W∞·τ/S)^0.47): half W∞ at S = W∞·τ; W∞ at every size without a ramp
+    (τ = 0); at H100's figures (355 GB/s, 10.3 µs) and a 256 MiB buffer: W∞·τ/S =
+    3,656,500/268,435,456 = 0.013621, ^0.47 = 0.13278, W = 355/1.13278 = 313.39 GB/s."""
+    assert K.alltoall_busbw(355 * GB * 10.3e-6, 355 * GB, 10.3e-6) == pytest.approx(177.5 * GB)
+    assert K.alltoall_busbw(1e6, 355 * GB, 0.0) == 355 * GB
+    assert K.alltoall_busbw(2**28, 355 * GB, 10.3e-6) == pytest.approx(313.39 * GB, rel=1e-4)
+    s, w, tau = sp.symbols("S W tau", positive=True)
+    form = K.alltoall_busbw(s, w, tau)
+    # (S floored at one byte: an empty call divides by nothing)
+    assert sp.simplify(form - w / (1 + (w * tau / sp.Max(1, s)) ** K.ALLTOALL_RAMP_EXPONENT)) == 0
+    arr = K.alltoall_busbw(np.array([2**25, 2**34]), 355 * GB, 10.3e-6)
+    assert arr[0] < arr[1] < 355 * GB  # rising with the buffer, below its top
+
+
+# nccl-tests alltoall_perf busbw (GB/s) by buffer (bytes), the profiles' sources: 8x H100 in one
+# node, the median of ten (xxrjun/nccl-tests-cluster @ 455de4f, single-node/runs/20260128-145017
+# logs nccl_N1_G8_cnode3-0{02..11}.log); 8 GB300 over multi-node NVLink (oracle-quickstart/
+# oci-gpu-quickstarts @ 61eba7f, nvidia/GB300/README-GB300.md, "2 Hosts Single Rack")
+A2A_MEASURED = {
+    "h100-nvlink": {2**25: 234.8, 2**26: 273.7, 2**27: 293.8, 2**28: 306.0, 2**29: 314.9,
+                    2**30: 330.8, 2**31: 342.6, 2**32: 344.1, 2**33: 346.2, 2**34: 347.9},
+    "gb300-nvl72": {2**23: 218.53, 2**24: 290.88, 2**25: 374.31, 2**26: 451.47, 2**27: 515.87,
+                    2**28: 561.64, 2**29: 589.91, 2**30: 630.39, 2**31: 628.52, 2**32: 669.63,
+                    2**33: 679.65, 2**34: 685.06},
+}
+
+
+@pytest.mark.parametrize("name", sorted(A2A_MEASURED))
+def test_the_profiles_alltoall_curves_reproduce_their_measurements(name):
+    """The profile's W∞ and τ, through the model's own all-to-all (NCCL's latency and the
+    transfer at alltoall_busbw), give nccl-tests' busbw B/t (B = 7/8 of the buffer sent) within
+    3 % at every measured size from 8 MiB: a check of the fit the profile states, not a
+    validation."""
+    from planner.catalog import load_hardware
+
+    fast = load_hardware(name).fast
+    for size, busbw in A2A_MEASURED[name].items():
+        sent = size * 7 / 8
+        w = K.alltoall_busbw(size, fast.alltoall_busbw_gb_per_s * GB, fast.alltoall_ramp_s)
+        t = sum(K.all_to_all_split_parts_s(sent, 8, 8, w, 46 * GB))
+        assert sent / t / GB == pytest.approx(busbw, rel=0.03), size
+
+
 def test_the_search_gives_one_channel_per_nic_doubled_below_five():
     # K.search_channels (ncclTopoDupChannels @ v2.30.7-1): channels double unless under 25 GB/s,
     # or on Hopper and later under 50 GB/s with more than 4. Eight NDR NICs (46 GB/s each):

@@ -101,8 +101,14 @@ def test_ep_inside_one_node_rides_nvlink():
     r = costs("deepseek-v3", **dict(DSV3, ep=8), moe_imbalance=1.25)
     assert r["ep_inside"] == 1
     per_a2a = 1.25 * 2048 * 8 * 7168 * 2 * 7 / 8
-    # inside one node: the tokens' all-to-all at NVLink's 370 GB/s, Simple, 8.4 + 1 · 3.4 µs
-    t_a2a = per_a2a / H100.fast.busbw_bytes_per_s + 11.8e-6
+    # inside one node: the tokens' all-to-all at NCCL's measured all-to-all rate for its size
+    # (K.alltoall_busbw, h100-nvlink.toml: W∞ = 355 GB/s, τ = 10.3 µs): B = 256,901,120 B sent,
+    # nccl-tests' buffer S = 8/7·B = 293,601,280 B, W∞·τ/S = 3,656,500/293,601,280 = 0.012454,
+    # ^0.47 = 0.12729, W = 355/1.12729 = 314.92 GB/s (the ring's 370 at large messages);
+    # Simple, 8.4 + 1 · 3.4 µs: 815.8 + 11.8 = 827.6 µs
+    w = 355e9 / (1 + (355e9 * 10.3e-6 / (per_a2a * 8 / 7)) ** 0.47)
+    assert w == pytest.approx(314.92e9, rel=1e-4)
+    t_a2a = per_a2a / w + 11.8e-6
     plan = explain(load_model("deepseek-v3"), H100,
                    PlanConfig(**dict(DSV3, ep=8), moe_imbalance=1.25))
     row = next(c for c in plan.comm.collectives if c.name == "EP all-to-all")

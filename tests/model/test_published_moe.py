@@ -132,7 +132,17 @@ The model zoo's launch lines for these Qwen3-235B runs (examples/qwen3/run_235b.
 --moe-router-force-load-balancing, which the rows had not taken: with it (λ = 1 on the
 exchange and the experts) EP32 +26.6 → +5.8 %, its overlapped run +2.8 → −11.1 %, PP32
 +10.0 → +2.1 %, TP4 EP8 (held) −32.5 → −36.4 %, FSDP +24.1 → +19.9 %, now kept (twelve rows:
-median |error| 9.0 %, max 21.2 %)."""
+median |error| 9.0 %, max 21.2 %).
+
+NCCL's all-to-all at its measured rate for its size inside the NVLink domain
+(formulas.collectives.alltoall_busbw: nccl-tests alltoall_perf on ten 8× H100 nodes and on 8
+GB300 over NVLink, each profile's W∞ and ramp time with its source), where the ring all-reduce's
+bus bandwidth had priced it at every size (an 8× H100 node's all-to-all reaches 306 GB/s at a
+256 MiB buffer, its ring 370): Qwen3-30B-A3B −9.2 → −6.1 % and −8.8 → −6.3 % (H800: H100's
+curve in proportion, assumed), torchtitan 16B H100 +3.5 → +4.6 %, B200 −14.4 → −13.4 %,
+without recompute −21.2 → −20.1 % (B200: GB300's curve, assumed), pp32 +2.1 → +4.0 %, the
+GB200 all-to-all baseline (held) −41.3 → −39.9 %; DeepEP's rows do not move (its own kernels'
+measured rates). Kept: median |error| 9.0 → 6.6 %, max 20.1 %."""
 
 from __future__ import annotations
 
