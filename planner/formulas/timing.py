@@ -107,6 +107,39 @@ CLASSIC_BACKWARD_FACTOR = 2.0
 """A materialised attention keeps P, so its backward runs four matmuls: 2× the forward."""
 
 
+def flash_backward_flops_factor(qk_head_dim, v_head_dim):
+    """A flash backward's FLOPs over its forward's with query/key heads d_qk wide and value heads
+    d_v: the forward runs QKᵀ (d_qk) and P·V (d_v); the backward recomputes S = QKᵀ and runs dQ
+    and dK (d_qk each), dV and dP (d_v each):
+
+        f = (3·d_qk + 2·d_v) / (d_qk + d_v)
+
+    FLASH_BACKWARD_FACTOR (2.5) where d_qk = d_v; MLA's 192/128 (DeepSeek-V2 §2.1.2): 2.6."""
+    return (3 * qk_head_dim + 2 * v_head_dim) / (qk_head_dim + v_head_dim)
+
+
+def triton_padded_head_dim(head_dim):
+    """The head width FlexAttention's Triton kernel computes at: the next power of two,
+    2^⌈log₂ d⌉, its tiles loading the columns beyond d masked to zero (torch/_inductor/kernel/
+    flex/common.py QK_HEAD_DIM_ROUNDED, V_HEAD_DIM_ROUNDED = next_power_of_2(…) — l.294/301 @
+    v2.9.0, l.325/332 @ v2.10.0; the templates' Q·Kᵀ, dQ, dK run QK_HEAD_DIM_ROUNDED wide, P·V,
+    dV, dP V_HEAD_DIM_ROUNDED: flex_attention.py.jinja, flex_backwards.py.jinja). 192 → 256."""
+    return 2 ** _ops.ceil(_ops.log2(head_dim))
+
+
+def padded_attention_work(qk_head_dim, v_head_dim):
+    """The work a kernel that rounds head widths up (triton_padded_head_dim: P) runs over the
+    attention's FLOPs, (forward, backward):
+
+        π_f = (P(d_qk) + P(d_v)) / (d_qk + d_v),   π_b = (3·P(d_qk) + 2·P(d_v)) / (3·d_qk + 2·d_v)
+
+    the products' widths as in flash_backward_flops_factor. 1 at power-of-two widths; MLA's
+    192/128: 384/320 = 1.2 and 1024/832 = 1.2308."""
+    p_qk, p_v = triton_padded_head_dim(qk_head_dim), triton_padded_head_dim(v_head_dim)
+    return ((p_qk + p_v) / (qk_head_dim + v_head_dim),
+            (3 * p_qk + 2 * p_v) / (3 * qk_head_dim + 2 * v_head_dim))
+
+
 def attention_backward_ratio(flops_factor, forward_efficiency, backward_efficiency):
     """The attention products' backward time over their forward time:
 

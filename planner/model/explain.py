@@ -45,7 +45,7 @@ SYMBOLS = {
     "p2p_nvl": "B_p2p,nvl", "p2p_net": "B_p2p,net", "ws_torch": "M_ws,torch",
     "ws_te": "M_ws,te", "frag": "φ", "kernel_s": "t_k", "n_sm": "N_SM",
     "scatter_bw": "W_sc", "host_op_s": "t_h", "grouped_mm_eff_16": "η_gmm",
-    "att_eff_fwd": "η_att", "att_eff_bwd": "η_att,b",
+    "att_eff_fwd": "η_att", "att_eff_bwd": "η_att,b", "att_pad_fwd": "π_att", "att_pad_bwd": "π_att,b",
     "act_bytes": "ε_a", "w_bytes": "ε_w", "g_bytes": "ε_g",
     "nvls_bw": "W_nvls", "overlap_slow": "σ", "max_vio": "v_max", "speed_cv": "κ_g",
     "sr_base": "α_0", "sr_step_nvl": "α_s,nvl", "sr_step_net": "α_s,net", "sr_ll_nvl": "α_LL,nvl",
@@ -90,6 +90,9 @@ CONSTANT_MEANINGS = {
     "att_eff_fwd": ("", "share of the 16-bit peak the framework's flash-attention kernel "
                     "reaches, forward (profile)"),
     "att_eff_bwd": ("", "the same, backward"),
+    "att_pad_fwd": ("", "work the attention kernel runs over the FLOPs at its padded head widths "
+                    "(FlexAttention: powers of two), forward"),
+    "att_pad_bwd": ("", "the same, backward"),
     "act_bytes": ("B", "bytes per activation element"), "w_bytes": ("B", "bytes per weight"),
     "g_bytes": ("B", "bytes per gradient element"),
     "nvls_bw": ("B/s", "NVLink SHARP (NVLS) all-reduce bus bandwidth"),
@@ -133,6 +136,9 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
         xs[key] = s
     if x.peak_flops_16 == x.peak_flops and x.gemm_eff_16 == x.gemm_eff:
         xs["peak_flops_16"], xs["gemm_eff_16"] = sym["peak_flops"], sym["gemm_eff"]
+    for key in ("att_pad_fwd", "att_pad_bwd"):  # a kernel that pads nothing: no factor shown
+        if getattr(x, key) == 1:
+            xs[key] = 1
     for key in FALLS_BACK_ON_GEMM_16:  # a kernel the profile has not measured runs at η_16
         if getattr(x, key) == x.gemm_eff_16:
             xs[key] = xs["gemm_eff_16"]

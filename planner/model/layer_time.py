@@ -150,11 +150,15 @@ def attention_times(x, c: Choices, k: SimpleNamespace, pick, note=same):
     flops = F.layer_attention_flops(s, b, x.n_heads, x.head_dim, causal_skip)
     flops = pick(lambda: _ops.select(x.mla, F.mla_attention_flops(  # moe: MLA's d_qk, d_v
         s, b, x.n_heads, x.head_dim, x.v_dim, causal_skip), flops), flops)
-    eff_fwd, eff_bwd = ((x.att_eff_fwd, x.att_eff_bwd) if flash
-                        else (x.gemm_eff_16, x.gemm_eff_16))
-    att_s = note("attention_s", T.compute_time_s(flops / (t * cp), x.peak_flops_16, eff_fwd))
-    return att_s, T.attention_backward_ratio(
-        T.FLASH_BACKWARD_FACTOR if flash else T.CLASSIC_BACKWARD_FACTOR, eff_fwd, eff_bwd)
+    factor = T.CLASSIC_BACKWARD_FACTOR
+    eff_fwd, eff_bwd, pad_fwd, pad_bwd = x.gemm_eff_16, x.gemm_eff_16, 1, 1
+    if flash:  # the kernel's measured shares, on the work it runs (its padded head widths)
+        eff_fwd, eff_bwd, pad_fwd, pad_bwd = x.att_eff_fwd, x.att_eff_bwd, x.att_pad_fwd, x.att_pad_bwd
+        factor = pick(lambda: _ops.select(x.mla, T.flash_backward_flops_factor(
+            x.head_dim, x.v_dim), T.FLASH_BACKWARD_FACTOR), T.FLASH_BACKWARD_FACTOR)
+    att_s = note("attention_s", T.compute_time_s(flops * pad_fwd / (t * cp), x.peak_flops_16,
+                                                 eff_fwd))
+    return att_s, T.attention_backward_ratio(factor * pad_bwd / pad_fwd, eff_fwd, eff_bwd)
 
 
 def host_wait_s(x, c: Choices, k: SimpleNamespace, gpu_fwd_s, note=same):

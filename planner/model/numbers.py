@@ -19,6 +19,7 @@ from ..formulas import quantization as Q
 from ..formulas import recompute as RC
 from ..formulas import reliability as R
 from ..formulas import runtime as RT
+from ..formulas import timing as T
 from ..formulas.choices import (
     Attention,
     ContextKind,
@@ -393,15 +394,27 @@ not measured the kernel (hardware_numbers, attention_numbers): explain names the
 calibrate moves them with the GEMM figure it fits."""
 
 
-def attention_numbers(framework: Framework, hw: HardwareProfile, precision: Precision) -> dict:
+PADS_HEAD_DIM = ("flex",)
+"""The flash-attention kernel families that compute at head widths rounded up to a power of two
+(FlexAttention's Triton template: formulas.timing.triton_padded_head_dim); cuDNN and
+FlashAttention-2 run kernels for 192-wide heads as they are."""
+
+
+def attention_numbers(framework: Framework, hw: HardwareProfile, precision: Precision,
+                      model: ModelSpec) -> dict:
     """The shares of the 16-bit peak the framework's flash-attention kernel reaches on the
     profile's GPU, forward and backward (schema.AttentionEfficiency, each figure's source in the
-    profile); the 16-bit GEMM figure where the profile has not measured that kernel."""
+    profile); the 16-bit GEMM figure where the profile has not measured that kernel. With them
+    the work the kernel runs over the attention's FLOPs, forward and backward (1 but where it
+    pads the model's head widths: PADS_HEAD_DIM, T.padded_attention_work)."""
     gemm = hw.gemm_efficiency(attention_precision(precision))
     measured = hw.efficiency.attention
     kernel = framework.attention_kernel
+    pad_fwd, pad_bwd = (T.padded_attention_work(model.dim_head, model.value_head_dim)
+                        if kernel in PADS_HEAD_DIM else (1.0, 1.0))
     return dict(att_eff_fwd=getattr(measured, f"{kernel}_forward") or gemm,
-                att_eff_bwd=getattr(measured, f"{kernel}_backward") or gemm)
+                att_eff_bwd=getattr(measured, f"{kernel}_backward") or gemm,
+                att_pad_fwd=float(pad_fwd), att_pad_bwd=float(pad_bwd))
 
 
 def dtype_numbers(framework: Framework, grad_dtype: str) -> dict:
@@ -416,7 +429,7 @@ def numbers(model: ModelSpec, hw: HardwareProfile, config: PlanConfig) -> Simple
     return SimpleNamespace(**model_numbers(model, config.seq_len),
                            **hardware_numbers(hw, config.precision), **config_numbers(config),
                            **attention_numbers(FRAMEWORKS[config.framework], hw,
-                                               config.precision),
+                                               config.precision, model),
                            **precision_numbers(FRAMEWORKS[config.framework], hw, config.precision,
                                                config.fp8_recipe, config.fp8_param_gather))
 

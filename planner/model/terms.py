@@ -127,15 +127,15 @@ TERMS: dict[str, TermInfo] = {
     "matmul_s": TermInfo("T_mm", "s", "time", "one layer's forward GEMMs, one micro-batch, per GPU"),
     "attention_s": TermInfo("T_att", "s", "time", "one layer's QKᵀ and P·V (causal half if "
                             "flash; a flash kernel at its measured rate where the profile has "
-                            "one, η_att)"),
+                            "one, η_att, on the head widths it pads to, π_att)"),
     "elementwise_s": TermInfo("T_elem", "s", "time",
                               "norms, residuals, activation functions: HBM-bound"),
     "attention_core_s": TermInfo("T_core", "s", "time",
                                  "materialised softmax/dropout traffic (classic attention only)"),
     "forward_layer_s": TermInfo("T_fwd", "s", "time", "one layer's forward pass"),
     "backward_layer_s": TermInfo("T_bwd", "s", "time", "one layer's backward pass (2× forward; "
-                                 "flash attention 2.5× its FLOPs, at its backward rate η_att,b "
-                                 "where measured)"),
+                                 "flash attention 2.5× its FLOPs — (3·d_qk + 2·d_v)/(d_qk + d_v) "
+                                 "under MLA — at its backward rate η_att,b where measured)"),
     "recompute_layer_s": TermInfo("T_rec", "s", "time", "forward work recomputed in the backward"),
     "op_sac_share": TermInfo("ρ_sac", "fraction", "time",
                              "torchtitan's per-op selective AC: share of the layer's matmul "

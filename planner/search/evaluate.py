@@ -63,7 +63,7 @@ def base_numbers(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, framew
     seq = req.seq(model)
     return {**model_numbers(model, seq), **hardware_numbers(hw, req.precision),
             **dtype_numbers(framework, req.grad_dtype),
-            **attention_numbers(framework, hw, req.precision),
+            **attention_numbers(framework, hw, req.precision, model),
             "overlap": int(req.overlap_grad_reduce),
             **precision_numbers(framework, hw, req.precision, req.fp8_recipe,
                                 req.fp8_param_gather),  # fit

@@ -170,3 +170,47 @@ def test_every_framework_runs_a_kernel_the_profiles_can_measure():
     fields = set(AttentionEfficiency.model_fields)
     assert fields == {f"{k}_{d}" for k in ATTENTION_KERNELS for d in ("forward", "backward")}
     assert {fw.attention_kernel for fw in FRAMEWORKS.values()} <= set(ATTENTION_KERNELS)
+
+
+def test_flash_backward_flops_with_two_head_widths():
+    # (3·d_qk + 2·d_v)/(d_qk + d_v): 5/2 at one width, symbolically; MLA's 192/128:
+    # (576 + 256)/320 = 2.6
+    d = sympy.symbols("d", positive=True)
+    assert sympy.simplify(T.flash_backward_flops_factor(d, d) - sympy.Rational(5, 2)) == 0
+    assert T.flash_backward_flops_factor(192, 128) == pytest.approx(2.6)
+
+
+def test_flex_pads_head_widths_to_powers_of_two():
+    # torch inductor's flex template: next_power_of_2(192) = 256, 128 stays, 80 → 128
+    assert [T.triton_padded_head_dim(d) for d in (192, 128, 80, 64)] == [256, 128, 128, 64]
+    d = sympy.Symbol("d", positive=True)
+    assert T.triton_padded_head_dim(d) == 2 ** sympy.ceiling(sympy.log(d, 2))
+    # MLA 192/128: forward (256 + 128)/(192 + 128) = 1.2; backward (768 + 256)/(576 + 256)
+    # = 1024/832 = 1.230769
+    fwd, bwd = T.padded_attention_work(192, 128)
+    assert (fwd, bwd) == (pytest.approx(1.2), pytest.approx(1024 / 832))
+    assert T.padded_attention_work(128, 128) == (1, 1)
+
+
+def test_torchtitan_mla_attention_runs_at_its_padded_widths():
+    # torchtitan's DeepSeek-V3 16B (a = 16 heads, d_qk = 192, d_v = 128) on one H100, s = 4,096,
+    # b = 1: 2·a·b·s²·(d_qk + d_v)/2 = 16·4096²·320 = 85,899,345,920 FLOPs, × 1.2 for flex's
+    # 256-wide Q·Kᵀ, at 0.31 of 989.4e12: 336.07 µs; its backward 2.6 × the FLOPs × 1.2308/1.2
+    # at 0.26: 2.6·(1024/832)/1.2·85,899,345,920/(989.4e12·0.26) = 1.06929 ms. Megatron's cuDNN
+    # pads nothing: 85,899,345,920/(989.4e12·0.53)
+    from pathlib import Path
+
+    tt16 = load_model(str(Path(__file__).parents[2] / "planner" / "reference" / "models"
+                          / "torchtitan-deepseek-v3-16b.toml"))
+    flops = 16 * 4096**2 * 320
+    for framework, fwd, bwd, pads in (("torchtitan", 0.31, 0.26, (1.2, 1024 / 832)),
+                                      ("megatron", 0.53, 0.46, (1, 1))):
+        cfg = PlanConfig(dp=1, seq_len=4096, gbs=1, framework=framework,
+                         zero_stage=3 if framework == "torchtitan" else 1)
+        n = recorded_costs(tt16, H100, cfg)[1]
+        assert n["attention_s"] == pytest.approx(flops * pads[0] / (PEAK_16 * fwd), rel=1e-12)
+        # the backward's attention: T_bwd − T_scat − 2·(T_fwd − T_host − T_att − T_scat)
+        scat, host = n.get("moe_atomic_scatter_s", 0), n.get("moe_host_wait_s", 0)
+        backward = n["backward_layer_s"] - scat - 2 * (
+            n["forward_layer_s"] - host - n["attention_s"] - scat)
+        assert backward == pytest.approx(2.6 * flops * pads[1] / (PEAK_16 * bwd), rel=1e-9)

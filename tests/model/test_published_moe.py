@@ -142,7 +142,13 @@ bus bandwidth had priced it at every size (an 8× H100 node's all-to-all reaches
 curve in proportion, assumed), torchtitan 16B H100 +3.5 → +4.6 %, B200 −14.4 → −13.4 %,
 without recompute −21.2 → −20.1 % (B200: GB300's curve, assumed), pp32 +2.1 → +4.0 %, the
 GB200 all-to-all baseline (held) −41.3 → −39.9 %; DeepEP's rows do not move (its own kernels'
-measured rates). Kept: median |error| 9.0 → 6.6 %, max 20.1 %."""
+measured rates). Kept: median |error| 9.0 → 6.6 %, max 20.1 %.
+
+MLA's attention as its kernels run it: the flash backward at (3·d_qk + 2·d_v)/(d_qk + d_v) = 2.6×
+the forward's FLOPs (192/128; 2.5 had been taken), and torchtitan's FlexAttention on 256-wide
+Q·Kᵀ (torch inductor rounds head widths to powers of two: 1.2× the forward's FLOPs, 1.23× the
+backward's): torchtitan 16B H100 +4.6 → +7.2 %, B200 −13.4 → −11.6 %, without recompute −20.1 →
+−18.3 %; DeepSeek-V3's HybridEP run +1.1 → +1.4 %. Kept: median |error| 7.1 %, max 18.3 %."""
 
 from __future__ import annotations
 
