@@ -49,11 +49,11 @@ def test_calibrate_writes_0644_and_refuses_what_it_cannot_tell(tmp_path, umask_0
 
 @pytest.mark.parametrize("step_s, fit, refusal, forced", [
     # one 8b dp8 run at 3.42 s, 12 % slower than h100-nvlink predicts (3.05 s), --fit hbm: HBM
-    # efficiency 0.89 → 0.33761 reproduces it exactly (zero residual degrees of freedom, nothing
+    # efficiency 0.89 → 0.34544 reproduces it exactly (zero residual degrees of freedom, nothing
     # checks it)
     ("3.42", "hbm", "exactly determined: 1 run for 1 fitted factor (efficiency.hbm 0.89 → "
-     "0.33761) leaves no run to check it, so the model's own error goes into the fit unseen",
-     ("hbm", 0.33761)),
+     "0.34544) leaves no run to check it, so the model's own error goes into the fit unseen",
+     ("hbm", 0.34544)),
     # the same run at 0.5 s, a sixth of the model's 3.05 s, --fit gemm: no GEMM efficiency ≤ 1
     # explains it, the fit stops on the bound 1.0 ("at-bound")
     ("0.5", "gemm", "efficiency.gemm.bf16 ran into its bound (1): no physical value explains "

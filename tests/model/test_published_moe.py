@@ -148,7 +148,12 @@ MLA's attention as its kernels run it: the flash backward at (3·d_qk + 2·d_v)/
 the forward's FLOPs (192/128; 2.5 had been taken), and torchtitan's FlexAttention on 256-wide
 Q·Kᵀ (torch inductor rounds head widths to powers of two: 1.2× the forward's FLOPs, 1.23× the
 backward's): torchtitan 16B H100 +4.6 → +7.2 %, B200 −13.4 → −11.6 %, without recompute −20.1 →
-−18.3 %; DeepSeek-V3's HybridEP run +1.1 → +1.4 %. Kept: median |error| 7.1 %, max 18.3 %."""
+−18.3 %; DeepSeek-V3's HybridEP run +1.1 → +1.4 %. Kept: median |error| 7.1 %, max 18.3 %.
+
+cuDNN's attention backward on H100-class GPUs at its measured causal time ratio (2.98–3.12×
+the forward's at 8k–4k, cudnn-frontend's H200 benchmark: 0.43 of the peak where the non-causal
+2.88× gave 0.46): Qwen3-30B-A3B −6.1 → −5.3 % and −6.3 → −5.4 %, Qwen3-235B at 16k −15.2 →
+−14.0 %, EP32 +5.8 → +6.2 %, FSDP +19.9 → +20.0 %. Kept: median 7.1 %, max 20.0 %."""
 
 from __future__ import annotations
 
