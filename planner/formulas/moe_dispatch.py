@@ -154,12 +154,22 @@ def allgather_dispatch_bytes(tokens, hidden, group, act_bytes=2):
 # Overlap
 
 
-def merged_pass_share(n_micro):
-    """Share of the micro-batches whose all-to-all Megatron's EP A2A overlap can hide: it merges
-    the forward of micro-batch i + 1 with the backward of i (1F1B), so m − 1 of the m
-    forward/backward pairs on the critical stage overlap; the first forward and the last
-    backward run alone:  (m − 1)/m."""
-    return (n_micro - 1) / n_micro
+def merged_pass_share(n_micro, vpp=1, alone=1):
+    """Share of a stage's chunk passes whose all-to-all Megatron's EP A2A overlap
+    (--overlap-moe-expert-parallel-comm) can hide. Only the steady state's passes are merged, the
+    forward of one chunk with the backward of another (schedules.py
+    forward_backward_helper_wrapper → combined_1f1b_schedule_for_interleaved_pipelining, and
+    combined_1f1b.py combined_1f1b_schedule_for_no_pipelining @ d98e8a64dd); the W `alone`
+    warm-up chunk forwards and as many cool-down backwards run by themselves. Of the m·v chunk
+    forwards (and as many backwards) a GPU runs:
+
+        max(0, m·v − W) / (m·v)
+
+    pp = 1 (no pipeline, v = 1): W = 1, the first forward and the last backward: (m − 1)/m.
+    Interleaved: W = pipeline.warmup_chunk_forwards with the overlap's extra forward, at
+    p = 4, v = 8, m = 16 on rank 0: (128 − 35)/128. All in the warm-up (W ≥ m·v): 0."""
+    passes = n_micro * vpp
+    return _ops.maximum(passes - alone, 0) / passes
 
 
 def exposed_a2a_s(a2a_s, window_s, share):

@@ -139,14 +139,18 @@ def shared_overlap_exposed_s(exposed_s, shared_forward_s, overlap):
     return overlap * hidden + (1 - overlap) * exposed_s
 
 
-def exposed_exchange_s(exchange_s, window_s, overlap: A2AOverlap, n_micro, comm_sms, n_sms):
+def exposed_exchange_s(exchange_s, window_s, overlap: A2AOverlap, n_micro, comm_sms, n_sms,
+                       vpp=1, alone=1):
     """The layer's exchange time per micro-batch left on the critical path, with the SMs a
     communication kernel takes from the compute it overlaps:
-    none: all of it; 1F1B merge: the (m − 1)/m of micro-batches paired hide up to their
-    partner's compute; DualPipe: every chunk hides it (moe_dispatch.exposed_a2a_s), plus
-    sm_contention_s on the hidden part."""
+    none: all of it; 1F1B merge: the share of chunk passes merged
+    (moe_dispatch.merged_pass_share: (m·v − W)/(m·v), W the `alone` warm-up chunk forwards and
+    cool-down backwards; W = 1, v = 1 without a pipeline) hide up to their partner's compute;
+    DualPipe: every chunk hides it (moe_dispatch.exposed_a2a_s), plus sm_contention_s on the
+    hidden part."""
     if overlap is A2AOverlap.NONE:
         return exchange_s
-    share = D.merged_pass_share(n_micro) if overlap is A2AOverlap.MERGED_1F1B else 1
+    share = (D.merged_pass_share(n_micro, vpp, alone) if overlap is A2AOverlap.MERGED_1F1B
+             else 1)
     hidden = share * _ops.minimum(exchange_s, window_s)
     return exchange_s - hidden + D.sm_contention_s(hidden, comm_sms, n_sms)

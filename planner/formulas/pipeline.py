@@ -189,14 +189,28 @@ def ends_on_first_gpu(schedule: Schedule):
     return 1 if schedule in (Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV) else 0
 
 
+def warmup_chunk_forwards(rank, pp, vpp, extra=0):
+    """Chunk forwards (each 1/v of the stage) pipeline rank r runs before its first backward in
+    Megatron-Core's interleaved 1F1B, before the clamp at the step's m·v:
+
+        W_r = (p − r − 1)·2 + (v − 1)·p + extra
+
+    (schedules.py get_pp_rank_microbatches @ d98e8a64dd, l. 964–970, with
+    microbatch_group_size_per_vp_stage = p, its default). extra = 1 under
+    --overlap-moe-expert-parallel-comm, which runs one more warm-up forward "to ensure the
+    forward and backward computations are independent in all 1f1b steps"; 0 otherwise. As many
+    backwards run alone in the cool-down. At p = 4, v = 8: rank 0 6 + 28 = 34 (35 with the
+    overlap's), rank 3 28."""
+    return (pp - rank - 1) * 2 + (vpp - 1) * pp + extra
+
+
 def in_flight_on_rank(rank, pp, n_micro, vpp, schedule: Schedule):
     """Micro-batches (in units of a whole stage's layers) pipeline rank r holds at its peak, its
     first backward: r = 0 gives in_flight_first_stage, r = p − 1 in_flight_last_stage.
 
     GPipe: m.  1F1B: min(p − r, m) (p − r − 1 warm-up forwards, then one more).
     Interleaved: min(((p − r − 1)·2 + (v − 1)·p + 1)/v, m): rank r's warm-up chunk-forwards
-    (Megatron-Core schedules.py get_pp_rank_microbatches @ d98e8a64dd, with
-    microbatch_group_size_per_vp_stage = p, its default) plus one, each 1/v of the stage.
+    (warmup_chunk_forwards) plus one, each 1/v of the stage.
     The split-backward schedules: the same on every rank (in_flight_split).
     At p = 4, v = 2, m = 8: rank 0 (6 + 4 + 1)/2 = 5.5, rank 1 4.5, rank 3 2.5."""
     if schedule in SPLIT_BACKWARD:
@@ -205,7 +219,24 @@ def in_flight_on_rank(rank, pp, n_micro, vpp, schedule: Schedule):
         return n_micro
     if schedule is Schedule.ONE_F_ONE_B:
         return _ops.minimum(pp - rank, n_micro)
-    return _ops.minimum(((pp - rank - 1) * 2 + (vpp - 1) * pp + 1) / vpp, n_micro)
+    return _ops.minimum((warmup_chunk_forwards(rank, pp, vpp) + 1) / vpp, n_micro)
+
+
+def merged_in_flight(in_flight, stage_layers, n_micro, merged):
+    """Micro-batches (in whole stages) a rank holds at its peak under Megatron's merged 1F1B
+    (--overlap-moe-expert-parallel-comm, merged = 1; 0 leaves `in_flight` as is). Its extra
+    warm-up forward (warmup_chunk_forwards) only moves the first steady-state forward ahead of
+    the first backward: the forwards finished before that backward are W + 1 with or without it
+    (schedules.py l. 964–970, 1733 @ d98e8a64dd). Each merged pass then runs forward layer i
+    before backward layer n − 1 − i releases its state
+    (models/common/model_chunk_schedule_plan.py TransformerModelChunkSchedulePlan.run,
+    TransformerLayerSchedulePlan.run @ d98e8a64dd), so one layer more, of the stage's L_s:
+
+        n + merged·(min(n + 1/L_s, m) − n)
+
+    At m = 1 (or every forward in the warm-up, n = m) no pass is merged: n. An upper bound, as
+    the backward layer frees its MLP's tensors before its attention's."""
+    return in_flight + merged * (_ops.minimum(in_flight + 1 / stage_layers, n_micro) - in_flight)
 
 
 def chunk_first_layer(chunk, n_slots, n_chunks, lead=0):

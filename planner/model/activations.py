@@ -16,7 +16,7 @@ from ..formulas import moe_mtp as MTP
 from ..formulas import pipeline as PL
 from ..formulas import quantization as Q
 from ..formulas import recompute as RC
-from ..formulas.choices import Recompute, RecomputeModule
+from ..formulas.choices import Recompute, RecomputeModule, Schedule
 from ..frameworks.base import ActivationStyle, LossKind
 from .numbers import Choices, may_be_nonzero, moe_picker, same
 
@@ -257,8 +257,16 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     s, b, h, t, cp, p, m, v, layers = k.s, k.b, k.h, k.t, k.cp, k.p, k.m, k.v, k.layers
     lay = layer_activations(x, c, k, note)
     layer_act, bwd_phase = lay.layer_act, lay.bwd_phase
-    inflight_first = note("inflight_first", PL.in_flight_first_stage(p, m, v, c.schedule))
-    inflight_last = note("inflight_last", PL.in_flight_last_stage(p, m, v, c.schedule))
+    # moe: Megatron's merged 1F1B (--moe-a2a-overlap but under DualPipeV) holds one layer more
+    merged = (x.moe * x.a2a_overlap if k.moe_model and c.schedule is not Schedule.DUALPIPEV
+              else 0)
+
+    def in_flight(n):
+        return PL.merged_in_flight(n, layers, m, merged)
+
+    inflight_first = note("inflight_first",
+                          in_flight(PL.in_flight_first_stage(p, m, v, c.schedule)))
+    inflight_last = note("inflight_last", in_flight(PL.in_flight_last_stage(p, m, v, c.schedule)))
     embed_act = A.embedding_activation_bytes(s, b, h, x.dropout, t, cp, c.sequence_parallel)
     logits_act = note("logits_bytes", A.logits_activation_bytes(s, b, k.vocab_padded, t, cp))
     # the stage holding the loss: the final norm's and LM head's saved inputs, and the loss at
@@ -295,7 +303,7 @@ def activations(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
     # embedding and no loss
     middle = []
     for r in k.middle:
-        inflight = PL.in_flight_on_rank(r.rank, p, m, v, c.schedule)
+        inflight = in_flight(PL.in_flight_on_rank(r.rank, p, m, v, c.schedule))
         middle.append(SimpleNamespace(**vars(r), inflight=inflight,
                                       act=inflight * layers * layer_act + bwd_phase
                                       + dispatch_buffers))

@@ -14,6 +14,7 @@ from ..formulas import comm as C
 from ..formulas import moe as MO
 from ..formulas import moe_dispatch as D
 from ..formulas import moe_step as S
+from ..formulas import pipeline as PL
 from ..formulas import timing as T
 from ..formulas.moe_layer import MAX_VIOLATION, ROUTER_PASSES, Balancing, Dispatcher
 from ..formulas.moe_step import A2AOverlap
@@ -408,14 +409,21 @@ def shared_overlap_exposed_s(x, k, exposed):
     return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap)
 
 
-def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, layer_exchange, window_s):
+def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, layer_exchange, window_s,
+                       pp=1, vpp=1):
     """A layer's exchange per micro-batch (exchange_s: every call, forward and backward) as
     the plan's overlap leaves them (moe_step.exposed_exchange_s): none, Megatron's
     1F1B merge (--overlap-moe-expert-parallel-comm), or DualPipe's with a V schedule; DeepEP
-    holds its SMs while it hides."""
+    holds its SMs while it hides. The merge leaves exposed the warm-up forwards and cool-down
+    backwards of pipeline rank 0 (PL.warmup_chunk_forwards with the overlap's extra forward,
+    2(p − 1) + (v − 1)·p + 1 of its m·v chunks): the rank that runs the most alone, and the
+    one whose timeline sets the step — it runs from the step's first forward to its last
+    backward, idle only in the bubble plan3d counts apart, so each pass it runs alone
+    lengthens the step; the later ranks' fewer fall in their longer wait at the ends."""
     kind = A2AOverlap.DUALPIPE if dualpipe else A2AOverlap.MERGED_1F1B
     deepep = 1 if dispatcher is Dispatcher.DEEPEP else x.deepep
     sms = DEEPEP_COMM_SMS * deepep
+    alone = PL.warmup_chunk_forwards(0, pp, vpp, extra=1)
     hidden = S.exposed_exchange_s(layer_exchange, window_s, kind, x.n_micro, sms,
-                                  _ops.maximum(x.n_sm, sms + 1))
+                                  _ops.maximum(x.n_sm, sms + 1), vpp, alone)
     return _ops.select(x.a2a_overlap, hidden, layer_exchange)

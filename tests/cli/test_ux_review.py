@@ -27,14 +27,14 @@ def test_memory_share_rounds_down_everywhere():
 
 
 def test_a_tie_is_weighed_against_the_row_it_ties_with():
-    # DeepSeek-V3 on 2,048 H100: rows 3= tie with row 3, not row 1 (row 3, 5.4 % slower than
+    # DeepSeek-V3 on 2,048 H100: rows 4= tie with row 4, not row 1 (row 4, 7.4 % slower than
     # row 1, is outside the band); each tie statement names its reference and lies within the band
     r = runner.invoke(app, ["search", "--model", "deepseek-v3", "--gpus", "2048", "--why"],
                       env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     text = " ".join(r.stdout.split())
     found = re.findall(r"Row (\d+)=, [^,]+, is ([\d.]+)% slower than row (\d+)", text)
-    assert {g for g, _, _ in found} >= {"1", "3"}
+    assert {g for g, _, _ in found} >= {"1", "4"}
     for group, pct, ref in found:
         assert group == ref and float(pct) <= 5.0
 

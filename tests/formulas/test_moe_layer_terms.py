@@ -167,8 +167,12 @@ def test_allgather_dispatch_bytes():
 # ---- overlap ---------------------------------------------------------------------------------
 
 def test_overlap_terms():
-    assert D.merged_pass_share(8) == 7 / 8
+    assert D.merged_pass_share(8) == 7 / 8  # no pipeline: W = 1 forward alone of m = 8
     assert D.merged_pass_share(1) == 0  # one micro-batch: nothing to pair with
+    # interleaved p = 4, v = 8, m = 16, rank 0: W = 2·3 + 7·4 + 1 = 35 of the 16·8 = 128 chunk
+    # forwards run alone (and 35 backwards): 93/128 merged, not (m − 1)/m = 15/16
+    assert D.merged_pass_share(16, 8, 35) == 93 / 128
+    assert D.merged_pass_share(4, 8, 35) == 0  # m = p: all 32 chunk forwards in the warm-up
     assert D.exposed_a2a_s(3.0, 2.0, 7 / 8) == pytest.approx(3 - 7 / 8 * 2)  # 1.25
     assert D.exposed_a2a_s(1.0, 5.0, 1.0) == 0  # DualPipe with a long enough window
     assert D.exposed_a2a_s(1.0, 5.0, 0.0) == 1.0

@@ -153,7 +153,14 @@ backward's): torchtitan 16B H100 +4.6 → +7.2 %, B200 −13.4 → −11.6 %, wi
 cuDNN's attention backward on H100-class GPUs at its measured causal time ratio (2.98–3.12×
 the forward's at 8k–4k, cudnn-frontend's H200 benchmark: 0.43 of the peak where the non-causal
 2.88× gave 0.46): Qwen3-30B-A3B −6.1 → −5.3 % and −6.3 → −5.4 %, Qwen3-235B at 16k −15.2 →
-−14.0 %, EP32 +5.8 → +6.2 %, FSDP +19.9 → +20.0 %. Kept: median 7.1 %, max 20.0 %."""
+−14.0 %, EP32 +5.8 → +6.2 %, FSDP +19.9 → +20.0 %. Kept: median 7.1 %, max 20.0 %.
+
+Megatron's 1F1B all-to-all overlap hides only the steady state's merged passes: the first
+rank's 2(p − 1) + (v − 1)·p + 1 warm-up chunk forwards and as many cool-down backwards run alone
+(schedules.py l. 964–970 @ d98e8a64dd), where (m − 1)/m of the exchange had been hidden. The
+EP32 overlapped run (p 8, v 4, m 128: 39 of 512 chunks alone, 473/512 hidden, not 127/128)
+−10.6 → −8.6 %; its gain over the plain run, 24.8 → 23.1 % (measured 10.7 %); no other row
+runs the overlap. Kept: median |error| 7.1 %, max 20.0 %, unchanged."""
 
 from __future__ import annotations
 
