@@ -273,6 +273,10 @@ class Framework:
     """The flash-attention kernel family it runs (schema.AttentionEfficiency): cudnn, fa2 or
     flex; its measured forward and backward shares of the 16-bit peak price the attention
     products where the profile has them (model.numbers.attention_numbers)."""
+    ep_needs_pure_dp: bool = False
+    """moe: whether it splits the experts only with tp = pp = cp = 1, every GPU a data-parallel
+    rank (DeepSpeed's AutoEP: deepspeed_moe.MOE_RULES), so that a global batch smaller than the
+    GPUs leaves expert parallelism out (search.alternatives says so)."""
     fused_permutation: bool = True
     """moe: whether the framework has a fused token permutation that PlanConfig.moe_permute_fusion
     turns on; without one (torchtitan) its un-permutation always scatter-adds."""

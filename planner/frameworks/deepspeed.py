@@ -499,4 +499,5 @@ FRAMEWORK = Framework(
     # device-to-host sync": module_inject/auto_ep_layer.py _split_plan_from_expert_counts,
     # `.cpu().tolist()` @ edaa72212); with ep = 1 it keeps the counts on the device
     moe_forward_sync="ep",
+    ep_needs_pure_dp=True,  # moe: AutoEP with tp = pp = cp = 1 (DS_MOE.MOE_RULES)
 )

@@ -163,6 +163,8 @@ def alternatives(model, hw, req, cols: dict, costs: dict, fits: np.ndarray, band
                                              "1 has none): " + k.why})
                  if k.verdict in ("wins", "ties", "loses") else k for k in kinds]
     out += kinds
+    if model.is_moe:  # moe
+        out.append(_expert_parallelism(model, req, cols, plan_at, fastest, band))
     out.append(_offload(req, cols, costs, fits, budget, plan_at, fastest, band))
     out.append(_hybrid_sharding(model, hw, req, cols, fits, step, plan_at, fastest, band,
                                 budget))
@@ -329,6 +331,34 @@ def _context_kinds(framework, cols, fits, plan_at, fastest, band) -> list[Altern
 SAME_LAYOUT = ("dp", "tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "dp_shard", "zero",
                "recompute", "sp", "schedule", "off_opt", "off_params", "off_act")
 """The columns two candidates share when they differ only in their context-parallel kind."""
+
+
+EP_OPTION = "expert parallelism"
+EP_PINNED = "--ep 1 leaves it out."
+"""moe: the option's name, and its reason where the request itself keeps the experts whole."""
+
+
+def _expert_parallelism(model, req, cols, plan_at, fastest, band) -> Alternative:
+    """moe: the fastest plan that splits the experts (ep > 1) against the fastest that does not;
+    where the search held no layout with ep > 1, why: --ep, or a framework whose expert
+    parallelism needs every GPU a data-parallel rank (DeepSpeed's AutoEP: tp = pp = cp = 1) and
+    a global batch that does not fill them, with the batch that would."""
+    uses = cols["ep"] > 1
+    if uses.any():
+        return _compare(EP_OPTION, fastest(uses), fastest(~uses), plan_at, band,
+                        none_fit=f"none of its {int(uses.sum()):,} candidates fits")
+    gbs, gpus = req.global_batch(model), req.gpus
+    if req.ep is not None and all(str(e) == "1" for e in req.ep):
+        why = EP_PINNED
+    elif FRAMEWORKS[req.framework].ep_needs_pure_dp and gbs % gpus:
+        need = -(-gbs // gpus) * gpus
+        why = (f"{req.framework} splits the experts only with tp = pp = cp = 1, every GPU a "
+               f"data-parallel rank, and the global batch of {gbs:,} sequences does not divide "
+               f"over {gpus:,} of them: --gbs {need} weighs it.")
+    else:
+        why = (f"no layout of {gpus:,} GPUs meets its rules (ep dividing the "
+               f"{model.n_experts} experts and the ranks it folds over).")
+    return Alternative(option=EP_OPTION, verdict="not searched", why=why)
 
 
 def _offload(req, cols, costs, fits, budget, plan_at, fastest, band) -> Alternative:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ..results import Plan
 from ..units import share_text
-from .alternatives import Alternative, step_differences, step_parts
+from .alternatives import EP_OPTION, EP_PINNED, Alternative, step_differences, step_parts
 from .ranking import MARGIN_MARK, TIE_MARK
 
 GIB = 2**30
@@ -122,6 +122,8 @@ def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
             # against row 1 part by part (the parts sum to the step difference), the seconds
             # named once, in two lines at 80 columns
             lines.append(_short(lambda most, a=a: _option_line(best, a, most)))
+        elif a.option == EP_OPTION and a.verdict == "not searched" and a.why != EP_PINNED:
+            lines.append(f"No expert parallelism in this search: {a.why}")  # moe
     return lines
 
 

@@ -233,3 +233,26 @@ def test_fastest_first_is_the_stable_sorts_head():
         assert _fastest_first(step, k).tolist() == np.argsort(step, kind="stable")[:k].tolist()
     step = np.array([np.nan, 2.0, np.nan, 1.0])
     assert _fastest_first(step, 3).tolist() == [3, 1, 0]
+
+
+def test_expert_parallelism_is_weighed_and_its_absence_explained():
+    # DeepSeek-V3 on 2,048 H100 under DeepSpeed: AutoEP needs tp = pp = cp = 1, so dp = 2,048
+    # ranks, and the default batch (4 Mi tokens / 4,096 = 1,024 sequences) fills only half:
+    # no layout splits the experts, and both --why and the short lines say which batch would
+    # (2,048 = ⌈1,024/2,048⌉·2,048)
+    options, result = _verdicts("deepseek-v3", 2048, framework="deepspeed")
+    ep = options["expert parallelism"]
+    assert ep.verdict == "not searched" and ep.why.endswith("--gbs 2048 weighs it.")
+    assert all(p.config.ep == 1 for p in result.plans)
+    assert any(line.startswith("No expert parallelism in this search: deepspeed splits the "
+                               "experts only with tp = pp = cp = 1") for line in result.summary)
+    # at that batch the experts split and row 1 runs them (AutoEP over 64 of the 2,048 ranks)
+    options, result = _verdicts("deepseek-v3", 2048, framework="deepspeed", gbs=2048)
+    assert options["expert parallelism"].verdict == "wins" and result.plans[0].config.ep > 1
+    # --ep 1 asks for the experts whole: named in --why, not in the short lines
+    options, result = _verdicts("qwen3-30b-a3b", 64, ep=[1])
+    assert options["expert parallelism"].why == "--ep 1 leaves it out."
+    assert not any(line.startswith("No expert parallelism") for line in result.summary)
+    # a dense model weighs no such option
+    options, _ = _verdicts("8b", 64)
+    assert "expert parallelism" not in options
