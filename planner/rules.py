@@ -11,7 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from .formulas.choices import Attention, ContextKind, Precision, Schedule
+from .formulas.choices import (
+    Attention,
+    ContextKind,
+    Precision,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+)
 from .schema import PlanConfig
 
 
@@ -39,6 +46,8 @@ def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
         deepep=int(config.moe_dispatcher == "deepep"),  # the search's column of the same name
         moe_capped=int(bool(config.moe_capacity_factor)), moe_forced=int(config.moe_forced_balance),
         moe_shared_overlap=int(config.moe_shared_expert_overlap),
+        mtp_on=int(config.mtp),  # moe: whether the model's MTP modules train
+        recompute_moe=recompute_moe(config.recompute, config.recompute_modules),
         dp_shard=config.dp_shard or config.dp,  # hybrid sharding
         cp_a2a=cp_a2a,  # cp-kind: the all-to-all group c_a (1 for the ring)
         # offload: fraction of the optimizer, parameters (0/1), activation layers; recompute none
@@ -49,6 +58,12 @@ def layout(config: PlanConfig, cp_a2a: int) -> SimpleNamespace:
         # torchtitan's own settings, which its refusals name where they offer another framework
         compile_loss=int(config.compile_loss), torchtitan_flex_ac=int(config.torchtitan_flex_ac),
         **choices(config.zero_stage, config.schedule, config.precision, config.attention))
+
+
+def recompute_moe(recompute, modules) -> int:
+    """1 when a plan's selective recompute checkpoints whole MoE layers (`moe` among
+    --recompute-modules), else 0 (Megatron's all-to-all overlap refuses it)."""
+    return int(recompute is Recompute.SELECTIVE and RecomputeModule.MOE in (modules or ()))
 
 
 def choices(zero_stage, schedule: Schedule, precision: Precision,

@@ -747,7 +747,7 @@ class PlanConfig(_Strict):
         "most this multiple of its mean tokens, which bounds the imbalance (None: dropless).")
     moe_shared_expert_overlap: bool = Field(
         False, description="Shared experts computed beside the dispatch and combine (Megatron "
-        "--moe-shared-expert-overlap; alltoall dispatcher only).")
+        "--moe-shared-expert-overlap; the alltoall or deepep dispatcher).")
     moe_permute_fusion: bool = Field(
         True, description="Megatron's fused token permutation and un-permutation (Transformer "
         "Engine's kernels, --moe-permute-fusion, written by --emit); False: Megatron-Core's "
@@ -834,11 +834,12 @@ class PlanConfig(_Strict):
 
     @model_validator(mode="after")
     def _shared_overlap_dispatcher(self) -> PlanConfig:
-        # Megatron-Core: "moe_shared_expert_overlap only works with alltoall token dispatcher"
-        # (transformer_config.py __post_init__ @ d98e8a64dd)
-        if self.moe_shared_expert_overlap and self.moe_dispatcher not in (None, "alltoall"):
-            raise ValueError("moe_shared_expert_overlap runs with the alltoall dispatcher only, "
-                             f"not {self.moe_dispatcher}")
+        # Megatron-Core: "moe_shared_expert_overlap only works with alltoall or flex token
+        # dispatcher" (transformer_config.py __post_init__ l.1820-1826 @ d98e8a64dd; flex is
+        # plan3d's deepep)
+        if self.moe_shared_expert_overlap and self.moe_dispatcher == "allgather":
+            raise ValueError("moe_shared_expert_overlap runs with the alltoall or deepep "
+                             "dispatcher, not allgather")
         return self
 
     @property

@@ -180,7 +180,8 @@ class PlanFlags:
     moe_shared_expert_overlap: Annotated[bool, typer.Option(
         "--moe-shared-expert-overlap", rich_help_panel=MOE,
         help="Compute the shared experts beside the token dispatch and combine (Megatron "
-        "--moe-shared-expert-overlap): the alltoall dispatcher only, which it implies.")] = False
+        "--moe-shared-expert-overlap): the alltoall or deepep dispatcher, and not with "
+        "--moe-a2a-overlap (search weighs no overlapped all-to-all beside it).")] = False
     moe_permute_fusion: Annotated[bool, typer.Option(
         "--moe-permute-fusion/--no-moe-permute-fusion", rich_help_panel=MOE,
         help="Megatron's fused token permutation (Transformer Engine's kernels; --emit writes "

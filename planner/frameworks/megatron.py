@@ -145,6 +145,49 @@ RULES = (
 )
 
 
+OVERLAP_FLAG = "--moe-a2a-overlap (--overlap-moe-expert-parallel-comm)"
+
+
+def _overlap_refusal(what: str, asserted: str, instead: str) -> str:
+    return (f"megatron: {OVERLAP_FLAG} does not run with {what}: Megatron-Core asserts "
+            f"\"{asserted}\"; {instead}")
+
+
+# moe: what --overlap-moe-expert-parallel-comm asks of the rest of the run
+# (TransformerConfig.__post_init__, transformer_config.py l.3002-3046 @ d98e8a64dd). The layout's
+# part (ep > 1, virtual stages when pp > 1, no full recompute, so no recompute method or layers,
+# the alltoall or flex dispatcher) is model/moe.py overlap_problem; bf16 or fp16 holds for every
+# plan (the emitter writes --bf16 under fp8 and nvfp4 too); the torch ≥ 2.6, CUDA-graph and
+# ncclep-offload checks read settings plan3d does not write. These three read the plan's other
+# settings:
+OVERLAP_RULES = (
+    # l.3038-3041: 'disable moe_shared_expert_overlap when enabling overlap_moe_expert_...'
+    Rule("the all-to-all overlap without --moe-shared-expert-overlap",
+         lambda m, c: (c.a2a_overlap == 0) | (c.moe_shared_overlap == 0),
+         lambda m, c: _overlap_refusal(
+             "--moe-shared-expert-overlap",
+             "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm",
+             "keep one: --no-moe-a2a-overlap, or leave --moe-shared-expert-overlap out")),
+    # l.3030-3032: 'disable moe in recompute_modules when enabling overlap_moe_expert_...'
+    Rule("the all-to-all overlap without moe in --recompute-modules",
+         lambda m, c: (c.a2a_overlap == 0) | (c.recompute_moe == 0),
+         lambda m, c: _overlap_refusal(
+             "moe in --recompute-modules",
+             "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm",
+             "drop moe from --recompute-modules (moe_act still recomputes the experts' "
+             "activation), or give --no-moe-a2a-overlap")),
+    # l.3042-3046: mtp_num_layers in (None, 0, 1)
+    Rule("the all-to-all overlap with at most one MTP layer trained",
+         lambda m, c: (c.a2a_overlap == 0) | (c.mtp_on == 0) | (m.mtp_layers <= 1),
+         lambda m, c: _overlap_refusal(
+             f"{m.mtp_layers} MTP layers",
+             "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm.",
+             f"{m.name} trains {m.mtp_layers}: give --no-mtp, or --no-moe-a2a-overlap")),
+)
+"""What Megatron-Core's all-to-all overlap refuses beside the layout (moe), each rule at the
+line of transformer_config.py @ d98e8a64dd it cites."""
+
+
 OFFLOAD_SOURCE = "NVIDIA/Megatron-LM @ d98e8a64dd"
 OFFLOAD_RULES = (
     Rule("no parameter offload (Megatron-Core offloads optimizer states and activations only)",
@@ -274,6 +317,7 @@ def _megatron_model_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str])
     for flag, value in megatron_model_args(c, m) + megatron_moe_args(c, m):
         a.add(flag, value)
     notes.append(vocab_note(c, m))
+    notes += moe_release_notes(c, m)
     extra = unmodelled_note(m)
     if extra:
         notes.insert(0, extra)
@@ -437,9 +481,36 @@ def _kernel_args(a: Args, c: PlanConfig, m: ModelSpec, notes: list[str]) -> None
     if c.attention is Attention.FLASH:
         notes.append("--attention-backend auto: Transformer Engine runs cuDNN's fused attention "
                      "on Hopper and later, as priced (flash would turn it off).")
-    if (c.tp > 1 or c.cp > 1) and c.zero_stage < ZeroStage.GRADIENTS:
+    if (c.tp > 1 or c.cp > 1) and c.zero_stage < ZeroStage.GRADIENTS and c.moe_a2a_overlap:
+        # arguments.py l.1466-1475 @ d98e8a64dd: a warning, not the assertion, with the overlap
+        notes.append("CUDA_DEVICE_MAX_CONNECTIONS: with --overlap-moe-expert-parallel-comm "
+                     "Megatron warns rather than asserting 1 for TP/CP on GPUs before Blackwell: "
+                     "1 favours TP/CP's overlap, a larger value (e.g. 32) the all-to-all's.")
+    elif (c.tp > 1 or c.cp > 1) and c.zero_stage < ZeroStage.GRADIENTS:
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it for TP/CP on "
                      "GPUs before Blackwell.")
+
+
+def moe_release_notes(c: PlanConfig, m: ModelSpec) -> list[str]:
+    """moe: what megatron-core 0.16.1 (the release the parser suite builds; Megatron-Bridge
+    0.3.1 runs on it) refuses of a plan Megatron-LM @ d98e8a64dd, whose rules plan3d follows,
+    runs: --moe-shared-expert-overlap with the flex dispatcher (0.16.1's transformer_config.py
+    l.1090-1095 allows alltoall alone; d98e8a64dd l.1820-1826 alltoall or flex), and the
+    all-to-all overlap with an MTP layer at pp = 1 (0.16.1 l.1892-1896; d98e8a64dd has no such
+    check)."""
+    notes = []
+    if c.moe_shared_expert_overlap and c.moe_dispatcher == "deepep":
+        notes.append("--moe-shared-expert-overlap with the flex (DeepEP) dispatcher runs from "
+                     "Megatron-LM @ d98e8a64dd (MoEFlexTokenDispatcher); megatron-core 0.16.1 "
+                     "refuses it (\"moe_shared_expert_overlap only works with alltoall token "
+                     "dispatcher\"): run a later Megatron-Core, or plan with --moe-dispatcher "
+                     "alltoall.")
+    if c.moe_a2a_overlap and _mtp(c, m) and c.pp == 1:
+        notes.append("--overlap-moe-expert-parallel-comm with an MTP layer at pp = 1 runs from "
+                     "Megatron-LM @ d98e8a64dd; megatron-core 0.16.1 asks pp > 1 for it "
+                     "(\"Pipeline model parallel size must be larger than 1 when enabling "
+                     "overlap_moe_expert_parallel_comm with MTP layer\").")
+    return notes
 
 
 def _megatron(c: PlanConfig, m: ModelSpec) -> EmitResult:
@@ -686,6 +757,7 @@ def _nemo(c: PlanConfig, m: ModelSpec) -> EmitResult:
     model = _bridge_model(c, m, notes)
     doc = _bridge_doc(c, m, model, notes)
     _bridge_notes(c, notes)
+    notes += moe_release_notes(c, m)
     header = ("# Megatron-Bridge ConfigContainer overrides written by plan3d\n"
               f"# plan: dp{c.dp} tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp}, model {m.name}\n")
     return EmitResult("nemo", "yaml", header + yaml_text(doc), BRIDGE_RELEASE, notes)
@@ -753,7 +825,7 @@ FRAMEWORK = Framework(
     release=RELEASE,
     zero_stages=tuple(ZeroStage),
     schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED),
-    rules=RULES + OFFLOAD_RULES,
+    rules=RULES + OVERLAP_RULES + OFFLOAD_RULES,
     memory=MemoryConventions(
         states=model_states, activations=ActivationStyle.FUSED, loss=LossKind.VOCAB_PARALLEL,
         # offload: the pinned fp32 host copy of each offloaded parameter's gradient

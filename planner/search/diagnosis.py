@@ -14,8 +14,7 @@ from ..formulas.choices import Recompute, Schedule, ZeroStage
 from ..frameworks import FRAMEWORKS
 from ..model import constraints
 from ..schema import HardwareProfile, ModelSpec, PlanConfig
-from .evaluate import framework_runs, request_choices, some_plan_fits
-from .offload import offload_layout
+from .evaluate import framework_runs, request_choices, rule_settings, some_plan_fits
 from .request import DEFAULT_MBS, PlanRequest
 from .space import MAX_OPEN_CP, MAX_OPEN_VPP, SEARCHED_SCHEDULES, choice_groups, divisors, numeric_space
 
@@ -127,7 +126,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
     for sp, sched in sorted(pairs, key=str):
         interleaved = sched is Schedule.INTERLEAVED
         layouts = SimpleNamespace(**space, gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                  schedule=sched, **offload_layout(req))  # offload
+                                  schedule=sched, **rule_settings(req))  # offload
         shared = constraints.admissible(model, layouts) & ((space["vpp"] > 1) == interleaved)
         ok = shared & np.logical_or.reduce(list(framework_runs(
             framework, model, layouts, zeros, sched, req).values()))
@@ -139,7 +138,7 @@ def _admissible(model: ModelSpec, hw: HardwareProfile, req: PlanRequest, count: 
             fw_layouts = SimpleNamespace(**kept, gbs=gbs, seq_len=seq, interleaved=interleaved,
                                          sp=sp, schedule=sched,
                                          **request_choices(req, zeros[0], sched),
-                                         **offload_layout(req), **_own_settings(req))
+                                         **rule_settings(req), **_own_settings(req))
             for rule, n, first in constraints.removed_by(model, fw_layouts,
                                                          framework.all_rules()):
                 said = rule.message(model, constraints.one_layout(fw_layouts, first)) or rule.text
@@ -223,7 +222,7 @@ def moe_settings_refusal(model: ModelSpec, hw: HardwareProfile, req: PlanRequest
     refused = {i: True for i in range(len(framework.all_rules()))}
     for (_, sp, sched, _), zero in itertools.product(choice_groups(req), zeros):
         base = {**space, "gbs": gbs, "seq_len": seq, "sp": sp, "schedule": sched,
-                "interleaved": sched is Schedule.INTERLEAVED, **offload_layout(req),
+                "interleaved": sched is Schedule.INTERLEAVED, **rule_settings(req),
                 **request_choices(req, zero, sched),
                 **_own_settings(req)}
         neutral = SimpleNamespace(**{**base, **dict.fromkeys(asked, 0)})

@@ -21,6 +21,7 @@ from ..model.numbers import (
     model_numbers,
     precision_numbers,
 )
+from ..rules import recompute_moe
 from ..schema import HardwareProfile, ModelSpec
 from .costing import KEPT_COSTS, costs_by_stage
 from .masks import RuleMasks
@@ -45,6 +46,19 @@ def request_choices(req: PlanRequest, zero, schedule: Schedule) -> dict:
     """The discrete choices a framework's rules read of a candidate (rules.choices): its ZeRO
     stage and schedule, the request's precision and attention."""
     return constraints.choices(zero, schedule, req.precision, req.attention)
+
+
+def rule_settings(req: PlanRequest, recomputes=None) -> dict:
+    """What the framework rules read of the request beside a candidate's layout and choices
+    (rules.layout names them): its fixed offload and whether the recompute is none or full
+    (offload_layout), and (moe) its shared-expert overlap, whether the model's MTP modules
+    train, and whether selective recompute checkpoints whole MoE layers (rules.recompute_moe).
+    Of several `recomputes` (default the request's) a rule holds where it holds for one of
+    them: recompute_moe is 1 only when each checkpoints MoE layers."""
+    recomputes = recomputes or req.recompute or list(Recompute)
+    return dict(**offload_layout(req, recomputes),
+                moe_shared_overlap=int(req.moe_shared_expert_overlap), mtp_on=int(req.mtp),
+                recompute_moe=min(recompute_moe(r, req.recompute_modules) for r in recomputes))
 
 
 def framework_runs(framework, model: ModelSpec, layouts, zeros, schedule: Schedule,
@@ -121,7 +135,7 @@ def _group_runs(model, req: PlanRequest, framework, masks: RuleMasks, group: dic
     r, sp, sched, zeros = choice
     layouts = SimpleNamespace(**group, gbs=req.global_batch(model), seq_len=req.seq(model),
                               interleaved=sched is Schedule.INTERLEAVED, sp=sp, schedule=sched,
-                              **offload_layout(req, [r]))  # offload
+                              **rule_settings(req, [r]))  # offload, moe
     mask = masks.all_hold("shared", constraints.RULES, vars(layouts))
     return {z: mask & ok for z, ok in framework_runs(framework, model, layouts, zeros, sched,
                                                       req, masks).items()}
@@ -186,8 +200,8 @@ def evaluate_space(model: ModelSpec, hw: HardwareProfile, req: PlanRequest,
                 pending.append((z, r, sp, sched, (sub, keep), out,  # subset when worth it
                                 replace(group_choices, zero_stage=z),
                                 dict(gbs=gbs, seq_len=seq, interleaved=interleaved, sp=sp,
-                                     schedule=sched,
-                                     **request_choices(req, z, sched))))
+                                     schedule=sched, **request_choices(req, z, sched),
+                                     **rule_settings(req, [r]))))
     _add_offload_variants(model, hw, framework, base, pending, fastest_fit, budget, layout_keys,
                           cols, costs)
     if not cols["tp"]:

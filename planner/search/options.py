@@ -279,15 +279,19 @@ def parse_request(*, gpus, framework: str = "megatron", allow_tp_across_nodes=Fa
                        allow_tp_across_nodes=allow_tp_across_nodes)
 
 
-def shared_overlap_dispatcher(dispatcher: str | None) -> str:
-    """--moe-shared-expert-overlap's dispatcher: alltoall, the one Megatron-Core runs it with
-    ("moe_shared_expert_overlap only works with alltoall token dispatcher", transformer_config.py
-    __post_init__ @ d98e8a64dd), so search weighs no other; another one asked for is an error."""
-    if dispatcher not in (None, "alltoall"):
-        raise PlanError(f"--moe-shared-expert-overlap runs with the alltoall dispatcher only "
-                        f"(Megatron-Core refuses it with the others), not --moe-dispatcher "
-                        f"{dispatcher}")
-    return "alltoall"
+def shared_overlap_dispatcher(dispatcher: str | None) -> str | None:
+    """--moe-shared-expert-overlap's dispatcher: alltoall or DeepEP (Megatron's flex), those
+    Megatron-Core runs it with ("moe_shared_expert_overlap only works with alltoall or flex token
+    dispatcher", transformer_config.py l.1820-1826 @ d98e8a64dd), so the search weighs both as
+    it does without the overlap; the all-gather dispatcher asked for is an error. (megatron-core
+    0.16.1 runs it with alltoall alone: the emitters say so where the plan dispatches by
+    DeepEP.)"""
+    if dispatcher == "allgather":
+        raise PlanError("--moe-shared-expert-overlap runs with the alltoall or deepep dispatcher "
+                        "(Megatron-Core refuses it with allgather: \"moe_shared_expert_overlap "
+                        "only works with alltoall or flex token dispatcher\"); give --moe-"
+                        "dispatcher alltoall or deepep, or leave --moe-shared-expert-overlap out")
+    return dispatcher
 
 
 CP_ALLGATHER_REFUSAL = (

@@ -89,7 +89,7 @@ class PlanRequest(BaseModel):
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] | None = None
     moe_capacity_factor: float | None = Field(None, gt=0, le=64)
     moe_a2a_overlap: bool | None = None  # None: search weighs it where Megatron runs it
-    # the shared experts beside the dispatch (alltoall dispatcher only: parse_request fixes it),
+    # the shared experts beside the dispatch (alltoall or deepep: parse_request refuses allgather),
     # and whether the model's multi-token-prediction modules train
     moe_shared_expert_overlap: bool = False
     moe_permute_fusion: bool = True  # Megatron --moe-permute-fusion (False: the un-fused path)

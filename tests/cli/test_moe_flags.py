@@ -45,7 +45,7 @@ def test_shared_expert_overlap_hides_three_shared_forwards_a_layer():
     plain, before = _explain()
     overlapped, after = _explain("--moe-shared-expert-overlap")
     assert overlapped["config"]["moe_shared_expert_overlap"] is True
-    assert overlapped["config"]["moe_dispatcher"] == "alltoall"  # the only one that runs it
+    assert overlapped["config"]["moe_dispatcher"] is None  # the default, alltoall
     # one shared expert's forward on the GPU's tokens over t: 2·b·s·3·h·f_s/t FLOPs
     # = 2·4096·3·7168·2048/4 = 9.0194e10, at 989.4 TFLOP/s × 0.63 (the profile's bf16 GEMM
     # efficiency) S_f = 1.44699e-4 s. The forward's dispatch and combine hide under S_f, the
@@ -59,14 +59,31 @@ def test_shared_expert_overlap_hides_three_shared_forwards_a_layer():
     assert overlapped["time"]["step_s"] < plain["time"]["step_s"]
 
 
-@pytest.mark.parametrize("dispatcher", ["deepep", "allgather"])
-def test_shared_expert_overlap_with_another_dispatcher_is_one_line(dispatcher):
+def test_shared_expert_overlap_with_the_allgather_dispatcher_is_one_line():
+    # Megatron-Core runs it with the alltoall or flex dispatcher (transformer_config.py
+    # l.1820-1826 @ d98e8a64dd)
     r = runner.invoke(app, ["explain", *LAYOUT, "--moe-shared-expert-overlap",
-                            "--moe-dispatcher", dispatcher])
+                            "--moe-dispatcher", "allgather"])
     assert r.exit_code == 2
-    assert r.stderr == ("plan3d: error: --moe-shared-expert-overlap runs with the alltoall "
-                        "dispatcher only (Megatron-Core refuses it with the others), not "
-                        f"--moe-dispatcher {dispatcher}\n")
+    assert r.stderr == (
+        "plan3d: error: --moe-shared-expert-overlap runs with the alltoall or deepep dispatcher "
+        "(Megatron-Core refuses it with allgather: \"moe_shared_expert_overlap only works with "
+        "alltoall or flex token dispatcher\"); give --moe-dispatcher alltoall or deepep, or "
+        "leave --moe-shared-expert-overlap out\n")
+
+
+def test_shared_expert_overlap_runs_with_deepep_and_says_megatron_core_0_16_refuses_it():
+    # d98e8a64dd runs it with the flex dispatcher (MoEFlexTokenDispatcher.token_dispatch runs
+    # the shared experts' fc1 beside the dispatch, token_dispatcher.py l.1972-1979), so explain
+    # prices it; megatron-core 0.16.1 allows alltoall alone (its transformer_config.py
+    # l.1090-1095), which the emitted notes say
+    r = runner.invoke(app, ["explain", *LAYOUT, "--moe-shared-expert-overlap",
+                            "--moe-dispatcher", "deepep", "--emit", "megatron", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["config"]["moe_dispatcher"] == "deepep"
+    assert data["config"]["moe_shared_expert_overlap"] is True
+    assert any("megatron-core 0.16.1 refuses it" in n for n in data["launch"]["notes"])
 
 
 def test_search_weighs_the_flags_and_row_1_runs_as_explain_prices_it():

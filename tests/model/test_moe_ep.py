@@ -402,9 +402,12 @@ def test_shared_expert_overlap_and_fp8_padding():
     a, b = estimate(model, H100, plain), estimate(model, H100, shared)
     assert 0 < a.time.step_s - b.time.step_s
     assert "--moe-shared-expert-overlap" in emit("megatron", shared, model).text
-    # Megatron runs it with the alltoall dispatcher only
-    with pytest.raises(ValueError, match="alltoall"):
-        PlanConfig(**DSV3, moe_shared_expert_overlap=True, moe_dispatcher="deepep")
+    # Megatron runs it with the alltoall or flex dispatcher ("moe_shared_expert_overlap only
+    # works with alltoall or flex token dispatcher", transformer_config.py l.1820-1826 @
+    # d98e8a64dd): DeepEP is flex, the all-gather is refused
+    PlanConfig(**DSV3, moe_shared_expert_overlap=True, moe_dispatcher="deepep")
+    with pytest.raises(ValueError, match="alltoall or deepep dispatcher, not allgather"):
+        PlanConfig(**DSV3, moe_shared_expert_overlap=True, moe_dispatcher="allgather")
     # fp8 pads each expert's rows to 16, MXFP8 to 32 (fp8_utils.get_fp8_align_size); 16 bits: 1
     from planner.formulas.choices import Precision, QuantRecipe
 

@@ -141,3 +141,28 @@ def stub_te_optimizer(mp) -> None:
     for name in names:
         mp.setitem(sys.modules, name, types.ModuleType(name))
     sys.modules[names[-1]].FusedAdam = FusedAdam
+
+
+OVERLAP_PLAN = dict(dp=64, tp=1, pp=8, vpp=2, ep=64, mbs=1, n_micro=16, gbs=1024,
+                    seq_len=4096, zero_stage=1, recompute="selective", sequence_parallel=False,
+                    schedule="interleaved", moe_a2a_overlap=True)
+"""DeepSeek-V3 with the all-to-all overlap where Megatron-Core runs it (ep > 1, virtual stages
+at pp > 1, no full recompute, the alltoall dispatcher) on 512 GPUs."""
+
+
+def overlap_case(model, **fields):
+    """The overlapped DeepSeek-V3 plan with `fields`: plan3d's refusal (None when it runs
+    it) and the emitted flags (emit does not check the rules)."""
+    from planner.catalog import load_hardware
+    from planner.errors import PlanError
+    from planner.frameworks.emit import emit
+    from planner.model.estimate import check_config
+    from planner.schema import PlanConfig
+
+    config = PlanConfig(**{**OVERLAP_PLAN, **fields})
+    try:
+        check_config(model, load_hardware("h100-nvlink"), config)
+        refusal = None
+    except PlanError as err:
+        refusal = str(err)
+    return refusal, flag_values(emit("megatron", config, model).text)

@@ -56,6 +56,12 @@ ROWS: list[tuple[str, str, tuple[str, ...]]] = [
      MEGATRON),
     ("moe-qwen3-30b-deepep", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1 "
      "--moe-dispatcher deepep --moe-capacity-factor 1.0", MEGATRON),
+    # moe: the 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm), its needs met:
+    # ep > 1, virtual stages at pp > 1, selective recompute without `moe` (transformer_config.py
+    # l.3002-3046 @ d98e8a64dd)
+    ("moe-qwen3-30b-a2a-overlap", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --vpp 2 "
+     "--schedule interleaved --ep 8 --etp 1 --moe-a2a-overlap --recompute selective "
+     "--recompute-modules core_attn,moe_act", ("megatron",)),
     ("moe-qwen3-30b-forced", "--model qwen3-30b-a3b --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1 "
      "--moe-forced-balance", MEGATRON),
     ("moe-mixtral-8x7b", "--model mixtral-8x7b --gpus 64 --tp 2 --pp 4 --ep 8 --etp 2",

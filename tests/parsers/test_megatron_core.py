@@ -27,7 +27,15 @@ import ast
 
 import pytest
 
-from .conftest import emitted, flag_values, hf_config, model_of, plan_json, stub_te_optimizer
+from .conftest import (
+    emitted,
+    flag_values,
+    hf_config,
+    model_of,
+    overlap_case,
+    plan_json,
+    stub_te_optimizer,
+)
 from .matrix import ROWS
 
 torch = pytest.importorskip("torch", reason="the parser suite needs torch (pip install torch)")
@@ -83,6 +91,7 @@ TO_CONFIG = {
     "--moe-shared-expert-overlap": ("moe_shared_expert_overlap", TRUE),
     "--moe-expert-capacity-factor": ("moe_expert_capacity_factor", FLOAT),
     "--moe-router-force-load-balancing": ("moe_router_force_load_balancing", TRUE),
+    "--overlap-moe-expert-parallel-comm": ("overlap_moe_expert_parallel_comm", TRUE),
     "--mtp-num-layers": ("mtp_num_layers", INT),
     "--q-lora-rank": ("q_lora_rank", INT),
     "--kv-lora-rank": ("kv_lora_rank", INT),
@@ -115,7 +124,7 @@ ELSEWHERE = {
     "--ckpt-format", "--num-distributed-optimizer-instances", "--outer-dp-sharding-strategy",
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
     "--overlap-cpu-optimizer-d2h-h2d", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
-    "--overlap-moe-expert-parallel-comm", "--yarn-original-max-position-embeddings",
+    "--yarn-original-max-position-embeddings",
     "--yarn-beta-fast", "--yarn-beta-slow", "--recompute-modules",
     "--exp-avg-dtype", "--exp-avg-sq-dtype",  # OptimizerConfig: test_precision_aware_optimizer
 }
@@ -365,6 +374,35 @@ def test_shared_expert_overlap_builds():
                         moe_shared_expert_overlap=True)
     built = build_config(flag_values(emit("megatron", config, load_model("deepseek-v3")).text))
     assert built.moe_shared_expert_overlap and built.moe_token_dispatcher_type == "alltoall"
+
+
+def test_the_overlap_refusals_are_megatron_cores():
+    # moe: --overlap-moe-expert-parallel-comm beside the settings TransformerConfig.__post_init__
+    # refuses with it (transformer_config.py l.3030-3046 @ d98e8a64dd; l.1886-1891 @ 0.16.1):
+    # plan3d refuses each pairing quoting Megatron-Core's assertion, and megatron-core 0.16.1,
+    # fed the emitted flags, raises it (test_megatron_lm.py checks d98e8a64dd's own config)
+    from planner.catalog import load_model
+
+    dsv3 = load_model("deepseek-v3")
+    refusal, flags = overlap_case(dsv3)
+    assert refusal is None and build_config(flags).overlap_moe_expert_parallel_comm
+    said = "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"
+    refusal, flags = overlap_case(dsv3, moe_shared_expert_overlap=True)
+    assert refusal.startswith("megatron: --moe-a2a-overlap") and f'"{said}"' in refusal
+    with pytest.raises(AssertionError, match=said):
+        build_config(flags)
+    # two MTP layers: d98e8a64dd says "MTP supports at most one layer when enabling
+    # overlap_moe_expert_parallel_comm.", 0.16.1 "MTP layernum only supports 1 ..."
+    refusal, flags = overlap_case(dsv3.model_copy(update={"mtp_layers": 2}))
+    assert "MTP supports at most one layer" in refusal and "--no-mtp" in refusal
+    with pytest.raises(AssertionError, match="MTP layernum only supports 1"):
+        build_config(flags)
+    assert overlap_case(dsv3.model_copy(update={"mtp_layers": 2}), mtp=False)[0] is None
+    # `moe` among the recompute modules: d98e8a64dd's l.3030-3032 (0.16.1 predates the check)
+    refusal, flags = overlap_case(dsv3, recompute_modules=["core_attn", "moe"])
+    assert "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm" \
+        in refusal and flags["--recompute-modules"] == ["core_attn", "moe"]
+    assert overlap_case(dsv3, recompute_modules=["core_attn", "moe_act"])[0] is None
 
 
 MEGATRON_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import emitted, hf_config, model_of, plan_json
+from .conftest import emitted, hf_config, model_of, overlap_case, plan_json
 from .matrix import ROWS
 
 CHECKOUT = os.environ.get("MEGATRON_LM_DIR")
@@ -92,3 +92,73 @@ def test_megatron_lm_parses_and_derives_the_plan(rid, args, tmp_path):
             rope = hf["rope_scaling"]
             assert (got["rotary_scaling_factor"], got["mscale"], got["mscale_all_dim"]) == (
                 rope["factor"], rope["mscale"], rope["mscale_all_dim"])
+
+
+CHECKOUT_CONFIG = """
+import json, sys, torch
+from megatron.core.transformer.transformer_config import TransformerConfig
+small = dict(num_layers=4, hidden_size=256, num_attention_heads=4, num_moe_experts=8,
+             moe_ffn_hidden_size=128, moe_shared_expert_intermediate_size=128,
+             expert_model_parallel_size=2, bf16=True, pipeline_dtype=torch.bfloat16,
+             apply_rope_fusion=False, bias_activation_fusion=False,
+             masked_softmax_fusion=False, gradient_accumulation_fusion=False)
+try:
+    TransformerConfig(**small, **json.loads(sys.argv[1]))
+    print("PLAN3D-RUNS")
+except (AssertionError, ValueError) as err:
+    print("PLAN3D-REFUSED", err)
+"""
+"""The checkout's own TransformerConfig on a small MoE model with the settings under test."""
+
+OVERLAP_FIELDS = {"--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm",
+                  "--moe-shared-expert-overlap": "moe_shared_expert_overlap",
+                  "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
+                  "--moe-flex-dispatcher-backend": "moe_flex_dispatcher_backend",
+                  "--mtp-num-layers": "mtp_num_layers",
+                  "--recompute-granularity": "recompute_granularity",
+                  "--recompute-modules": "recompute_modules"}
+"""The emitted flags the overlap's and the shared-expert overlap's checks read."""
+
+
+def checkout_verdict(flags: dict) -> str:
+    """What the checkout's TransformerConfig says of the emitted flags' OVERLAP_FIELDS:
+    "runs", or its refusal."""
+    fields = {}
+    for flag, name in OVERLAP_FIELDS.items():
+        if flag in flags:
+            values = flags[flag]
+            fields[name] = (True if not values else values if name == "recompute_modules"
+                            else int(values[0]) if name == "mtp_num_layers" else values[0])
+    out = subprocess.run([PYTHON, "-c", CHECKOUT_CONFIG, json.dumps(fields)],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=CHECKOUT))
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("PLAN3D-")]
+    assert line, out.stderr[-3000:]
+    return "runs" if line[-1] == "PLAN3D-RUNS" else line[-1].removeprefix("PLAN3D-REFUSED ")
+
+
+def test_the_overlap_rules_are_the_checkouts():
+    # moe: what plan3d runs of the all-to-all overlap and the shared-expert overlap, and what it
+    # refuses, is what TransformerConfig.__post_init__ @ d98e8a64dd runs and refuses
+    # (transformer_config.py l.1820-1826: the shared-expert overlap with alltoall or flex;
+    # l.3030-3046: the overlap without `moe` recomputed, without the shared-expert overlap, with
+    # at most one MTP layer), each refusal quoting Megatron's words
+    from planner.catalog import load_model
+
+    dsv3 = load_model("deepseek-v3")
+    cases = [({}, None),
+             ({"moe_shared_expert_overlap": True}, "disable moe_shared_expert_overlap when "
+              "enabling overlap_moe_expert_parallel_comm"),
+             ({"recompute_modules": ["core_attn", "moe"]}, "disable moe in recompute_modules "
+              "when enabling overlap_moe_expert_parallel_comm"),
+             ({"model": dsv3.model_copy(update={"mtp_layers": 2})}, "MTP supports at most one "
+              "layer when enabling overlap_moe_expert_parallel_comm."),
+             ({"moe_a2a_overlap": False, "moe_shared_expert_overlap": True,
+               "moe_dispatcher": "deepep"}, None)]
+    for fields, said in cases:
+        model = fields.pop("model", dsv3)
+        refusal, flags = overlap_case(model, **fields)
+        verdict = checkout_verdict(flags)
+        if said is None:
+            assert refusal is None and verdict == "runs", (fields, refusal, verdict)
+        else:
+            assert verdict == said and f'"{said}"' in refusal, (fields, refusal, verdict)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from planner.catalog import load_hardware, load_model
-from planner.formulas.choices import Recompute, Schedule
+from planner.formulas.choices import Schedule
 from planner.frameworks import FRAMEWORKS
 from planner.model import constraints
 from planner.rules import Rule
-from planner.search.evaluate import _group_runs, _group_space
+from planner.search.evaluate import _group_runs, _group_space, rule_settings
 from planner.search.masks import RuleMasks
 from planner.search.request import PlanRequest
 from planner.search.space import choice_groups, numeric_space
@@ -34,8 +34,8 @@ def test_kept_masks_equal_the_rules_evaluated_per_group(model, gpus, framework):
         kept = _group_runs(m, req, fw, masks, group, (r, sp, sched, zeros))
         layouts = SimpleNamespace(
             **group, gbs=req.global_batch(m), seq_len=req.seq(m),
-            interleaved=sched is Schedule.INTERLEAVED, sp=sp, schedule=sched, off_opt=0.0,
-            off_params=0, off_act=0, recompute_none=int(r is Recompute.NONE))
+            interleaved=sched is Schedule.INTERLEAVED, sp=sp, schedule=sched,
+            **rule_settings(req, [r]))
         shared = constraints.admissible(m, layouts)
         for z in zeros:
             fresh = shared & fw.admissible(m, SimpleNamespace(
