@@ -93,6 +93,18 @@ def rotary_args(fw: str, m: ModelSpec) -> Pairs:
     return out
 
 
+def qk_layernorm(m: ModelSpec) -> bool:
+    """Megatron's `--qk-layernorm` (TransformerConfig.qk_layernorm): the per-head query and key
+    norms (Qwen3's q_norm, k_norm) and, under MLA, the RMSNorms on the query and key-value
+    latents (DeepSeek's q_a_layernorm, kv_a_layernorm), which plan3d always counts and costs for
+    an MLA model (formulas.params.mla_replicated_params, model.layer_time's recompute). Megatron
+    builds the latent norms only under this flag: gpt_layer_specs.py @ d98e8a64dd makes the
+    MLA up-projections TELayerNormColumnParallelLinear (the norm fused in) with qk_layernorm and
+    plain column-parallel linears without; the local spec's q_layernorm/kv_layernorm are
+    IdentityOp without it. Megatron-Bridge's DeepSeek-V3 provider sets it too."""
+    return m.qk_norm or m.is_mla
+
+
 def megatron_model_args(c: PlanConfig, m: ModelSpec) -> Pairs:
     """The model's shape and architecture as Megatron-LM `pretrain_gpt.py` arguments (without
     the MoE/MLA ones: moe_launch.megatron_moe_args)."""
@@ -108,7 +120,7 @@ def megatron_model_args(c: PlanConfig, m: ModelSpec) -> Pairs:
         out.append(("--swiglu", None))
     out += [("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
             ("--norm-epsilon", m.norm_eps)]
-    if m.qk_norm:
+    if qk_layernorm(m):
         out.append(("--qk-layernorm", None))
     out += rotary_args("megatron", m)
     if not m.tied_embeddings:
@@ -164,7 +176,7 @@ def bridge_model_fields(c: PlanConfig, m: ModelSpec) -> dict[str, object]:
         "gated_linear_unit": m.mlp.value == "swiglu",
         "add_bias_linear": m.bias,
         "add_qkv_bias": m.qkv_bias or m.bias,
-        "qk_layernorm": m.qk_norm,
+        "qk_layernorm": qk_layernorm(m),
         "share_embeddings_and_output_weights": m.tied_embeddings,
         "kv_channels": m.dim_head if not m.is_mla else None,
         "make_vocab_size_divisible_by": VOCAB_DIVISOR,

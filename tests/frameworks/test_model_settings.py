@@ -65,6 +65,7 @@ def test_llama_3_1_70b_carries_its_rotary_and_norm():
     for flag in ("--rotary-base 500000", "--use-rope-scaling", "--rope-scaling-factor 8.0",
                  "--norm-epsilon 1e-05", "--position-embedding-type rope"):
         assert flag in text, flag
+    assert "--qk-layernorm" not in text  # neither per-head QK norms nor MLA
 
 
 def test_qwen3_carries_qk_norm_and_deepseek_its_router_and_mtp():
@@ -75,7 +76,9 @@ def test_qwen3_carries_qk_norm_and_deepseek_its_router_and_mtp():
     for flag in ("--moe-router-score-function sigmoid", "--moe-router-enable-expert-bias",
                  "--moe-router-topk-scaling-factor 2.5", "--moe-router-num-groups 8",
                  "--moe-router-group-topk 4", "--mtp-num-layers 1",
-                 "--rotary-scaling-factor 40.0", "--mscale 1.0", "--mscale-all-dim 1.0"):
+                 "--rotary-scaling-factor 40.0", "--mscale 1.0", "--mscale-all-dim 1.0",
+                 # MLA's latent norms (q_a_layernorm, kv_a_layernorm) are built under it
+                 "--qk-layernorm"):
         assert flag in ds, flag
 
 
@@ -107,3 +110,4 @@ def test_hf_rope_scaling_kind_unknown_is_refused(tmp_path):
     path.write_text(json.dumps(cfg))
     with pytest.raises(PlanError, match="dynamic"):
         load_model(str(path))
+

@@ -24,6 +24,7 @@ SequentialMLP (the count is the same as TE's grouped GEMM), and MoELayer's CUDA 
 from __future__ import annotations
 
 import ast
+import copy
 
 import pytest
 
@@ -170,6 +171,13 @@ def config_kwargs(flags: dict[str, list[str]]) -> dict:
     return kwargs
 
 
+MLA_ARG_DEFAULTS = {"q_lora_rank": None, "rotary_scaling_factor": 1.0}
+"""Megatron-LM's defaults for the MLA flags left out where MLATransformerConfig's differ
+(`_add_mla_args`, arguments.py @ d98e8a64dd: --q-lora-rank None, no query compression, against
+512; --rotary-scaling-factor 1.0 against 40); core_transformer_config_from_args copies every
+argument into the config (argument_utils.py @ d98e8a64dd)."""
+
+
 def build_config(flags):
     kwargs = config_kwargs(flags)
     if "--multi-latent-attention" in flags:
@@ -177,7 +185,8 @@ def build_config(flags):
 
         rotary = {"rotary_base": float(flags["--rotary-base"][0])} if "--rotary-base" in flags \
             else {}
-        return MLATransformerConfig(**kwargs, **rotary, multi_latent_attention=True)
+        return MLATransformerConfig(**{**MLA_ARG_DEFAULTS, **kwargs}, **rotary,
+                                    multi_latent_attention=True)
     return TransformerConfig(**kwargs)
 
 
@@ -253,7 +262,8 @@ def test_built_model_is_the_planned_model(rid, args, fake_world):
     assert config.num_attention_heads == model.n_heads
     assert (config.num_query_groups or config.num_attention_heads) == model.kv_heads
     assert config.layernorm_epsilon == model.norm_eps
-    assert config.qk_layernorm == model.qk_norm
+    # --qk-layernorm: Qwen3's per-head norms, or MLA's latent norms (test_mla_latent_norms_built)
+    assert config.qk_layernorm == (model.qk_norm or model.is_mla)
     assert config.normalization == ("RMSNorm" if model.norm == "rmsnorm" else "LayerNorm")
     assert _flag(flags, "--rotary-base", float, 10000.0) == (model.rope_theta or 10000.0)
     assert ("--use-rope-scaling" in flags) == (model.rope_scaling == "llama3")
@@ -309,10 +319,89 @@ def _compare_with_hf(config, flags, hf: dict) -> None:
         assert config.mscale == rope["mscale"] and config.mscale_all_dim == rope["mscale_all_dim"]
         assert config.original_max_position_embeddings == rope["original_max_position_embeddings"]
         assert (config.beta_fast, config.beta_slow) == (rope["beta_fast"], rope["beta_slow"])
-    if "kv_lora_rank" in hf:
+    if "kv_lora_rank" in hf:  # DeepSeek's MLA normalises its latents (q_a_, kv_a_layernorm)
+        assert config.qk_layernorm
         assert (config.q_lora_rank, config.kv_lora_rank) == (hf["q_lora_rank"], hf["kv_lora_rank"])
         assert (config.qk_head_dim, config.qk_pos_emb_head_dim, config.v_head_dim) == (
             hf["qk_nope_head_dim"], hf["qk_rope_head_dim"], hf["v_head_dim"])
+
+
+def _on_one_rank(config, fake_world):
+    """The config at tp = pp = cp = ep = 1 (no layout, recompute or offload), the model-parallel
+    state initialised for one rank: what a meta-device build takes."""
+    import dataclasses
+
+    fake_world(1)
+    ps.initialize_model_parallel(1, 1, create_gloo_process_groups=False)
+    return dataclasses.replace(
+        config, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+        virtual_pipeline_model_parallel_size=None, context_parallel_size=1,
+        expert_model_parallel_size=1, expert_tensor_parallel_size=1, sequence_parallel=False,
+        pipeline_model_parallel_layout=None, num_layers_in_first_pipeline_stage=None,
+        num_layers_in_last_pipeline_stage=None, hierarchical_context_parallel_sizes=None,
+        cp_comm_type=None, mtp_num_layers=None, cpu_offloading=False,
+        cpu_offloading_num_layers=0, recompute_granularity=None, recompute_method=None,
+        recompute_num_layers=None, use_cpu_initialization=True, perform_initialization=False)
+
+
+class _CoreAttention(torch.nn.Module):
+    """A parameterless stand-in for core attention (softmax(QKᵀ)V holds no weights)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+
+MLA_MODELS = ("deepseek-v3", "planner/reference/models/torchtitan-deepseek-v3-16b.toml")
+"""MLA with query compression (DeepSeek-V3: r_q 1536) and without (the 16B flavour, DeepSeek-V2-
+Lite's shape: no query latent, so no query norm)."""
+
+
+@pytest.mark.parametrize("name", MLA_MODELS)
+def test_mla_latent_norms_built(name, fake_world):
+    """An MLA model's `--emit megatron` builds the RMSNorms on the query and key-value latents
+    (HF DeepSeek's q_a_layernorm, kv_a_layernorm), which plan3d counts in the attention block
+    (formulas.params.mla_replicated_params): Megatron-Core builds them only under
+    --qk-layernorm (gpt_layer_specs.py @ d98e8a64dd; IdentityOp without it). The first layer's
+    MLASelfAttention, built on the meta device from the emitted flags, holds norms of widths
+    r_q and r_kv and exactly plan3d's attention parameters at t = 1 (DeepSeek-V3: 187,107,328,
+    formulas.params.mla_attention_params' docstring, of which 1,536 + 512 are the norms)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.transformer import multi_latent_attention
+    from megatron.core.transformer.spec_utils import build_module
+
+    from planner.catalog import load_model
+    from planner.frameworks.emit import emit
+    from planner.schema import PlanConfig
+
+    model = load_model(name)
+    config = PlanConfig(dp=8, tp=1, pp=1, ep=8, mbs=1, n_micro=1, gbs=8, seq_len=4096,
+                        zero_stage=1, recompute="full", sequence_parallel=False)
+    built = build_config(flag_values(emit("megatron", config, model).text))
+    assert built.qk_layernorm
+    one = _on_one_rank(built, fake_world)
+    spec = copy.deepcopy(get_gpt_decoder_block_spec(one, use_transformer_engine=False))
+    # the local spec's DotProductAttention takes no k_channels (MLA runs TE's core attention
+    # @ 0.16.1); core attention holds no parameters, so a stub stands in for it
+    spec.layer_specs[0].submodules.self_attention.submodules.core_attention = _CoreAttention
+    with torch.device("meta"), pytest.MonkeyPatch.context() as mp:
+        # YarnRotaryEmbedding asks for the CUDA device (MLA does not pass it
+        # use_cpu_initialization @ 0.16.1): its inverse frequencies go to the CPU
+        mp.setattr(torch.cuda, "current_device", lambda: "cpu")
+        # without Transformer Engine, megatron.core.extensions.transformer_engine hands out
+        # MagicMocks, which MLASelfAttention's isinstance(…, TELinear) cannot take
+        mp.setattr(multi_latent_attention, "HAVE_TE", False)
+        layer = build_module(spec.layer_specs[0], config=one, layer_number=1)
+    attention = layer.self_attention
+
+    def width(norm: str) -> int:
+        module = getattr(attention, norm, None)
+        return 0 if module is None else sum(p.numel() for p in module.parameters())
+
+    assert (width("q_layernorm"), width("kv_layernorm")) == (model.q_lora_rank or 0,
+                                                             model.kv_lora_rank)
+    assert sum(p.numel() for p in attention.parameters()) == model.attention_params
+    if name == "deepseek-v3":
+        assert model.attention_params == 187_107_328
 
 
 def _compare_parameters(config, flags, model, plan, fake_world) -> None:
@@ -328,19 +417,7 @@ def _compare_parameters(config, flags, model, plan, fake_world) -> None:
     if config.num_moe_experts and config.num_moe_experts > 64:
         pytest.skip("a meta-device build of this many experts is slow; the MoE shape is "
                     "checked field by field above")
-    fake_world(1)
-    ps.initialize_model_parallel(1, 1, create_gloo_process_groups=False)
-    import dataclasses
-
-    one = dataclasses.replace(
-        config, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
-        virtual_pipeline_model_parallel_size=None, context_parallel_size=1,
-        expert_model_parallel_size=1, expert_tensor_parallel_size=1, sequence_parallel=False,
-        pipeline_model_parallel_layout=None, num_layers_in_first_pipeline_stage=None,
-        num_layers_in_last_pipeline_stage=None, hierarchical_context_parallel_sizes=None,
-        cp_comm_type=None, mtp_num_layers=None, cpu_offloading=False,
-        cpu_offloading_num_layers=0, recompute_granularity=None, recompute_method=None,
-        recompute_num_layers=None, use_cpu_initialization=True, perform_initialization=False)
+    one = _on_one_rank(config, fake_world)
     tp = config.tensor_model_parallel_size
     vocab = -(-model.vocab // (128 * tp)) * 128 * tp
     if one.num_moe_experts:
@@ -428,3 +505,4 @@ def test_precision_aware_optimizer_builds():
                                 exp_avg_sq_dtype=MEGATRON_DTYPES[moments[1]])
     assert (built.exp_avg_dtype, built.exp_avg_sq_dtype, built.main_params_dtype) == (
         torch.bfloat16, torch.bfloat16, torch.float32)
+

@@ -71,7 +71,10 @@ def test_megatron_lm_parses_and_derives_the_plan(rid, args, tmp_path):
     assert got["padded_vocab_size"] == -(-m.vocab // (128 * c["tp"])) * 128 * c["tp"]
     assert (got["num_layers"], got["hidden_size"], got["num_attention_heads"]) == (
         m.n_layers, m.hidden, m.n_heads)
-    assert got["layernorm_epsilon"] == m.norm_eps and got["qk_layernorm"] == m.qk_norm
+    # --qk-layernorm: Qwen3's per-head norms, or MLA's latent norms (Megatron builds them only
+    # under it: test_megatron_core.test_mla_latent_norms_built)
+    assert got["layernorm_epsilon"] == m.norm_eps
+    assert got["qk_layernorm"] == (m.qk_norm or m.is_mla)
     assert got["rotary_base"] == int(m.rope_theta or 10000)
     assert got["use_rope_scaling"] == (m.rope_scaling == "llama3")
     if m.rope_scaling == "llama3":
@@ -88,7 +91,7 @@ def test_megatron_lm_parses_and_derives_the_plan(rid, args, tmp_path):
         if hf.get("scoring_func"):
             assert got["moe_router_score_function"] == hf["scoring_func"]
         if "kv_lora_rank" in hf:
-            assert got["config_class"] == "MLATransformerConfig"
+            assert got["config_class"] == "MLATransformerConfig" and got["qk_layernorm"]
             rope = hf["rope_scaling"]
             assert (got["rotary_scaling_factor"], got["mscale"], got["mscale_all_dim"]) == (
                 rope["factor"], rope["mscale"], rope["mscale_all_dim"])
