@@ -1,6 +1,6 @@
 """Megatron-Core (Megatron-LM, and NeMo / Megatron-Bridge, which run it): what plan3d knows of it.
 
-Conventions follow Megatron-Core 0.14 (NVIDIA/Megatron-LM @ 000c4ac, 2025), with its launch
+Conventions follow NVIDIA/Megatron-LM @ d98e8a64dd (2026, Megatron-Core 0.20.0), with its launch
 settings in `pretrain_gpt.py` argument names; Megatron-Bridge's YAML overrides for NeMo users.
 
 What it runs (megatron/training/arguments.py `validate_args`):
@@ -61,9 +61,10 @@ from .base import (
 )
 
 RELEASE = (
-    "NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac (2025, Megatron-Core ≥ 0.14: "
+    "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64dd (2026, Megatron-Core 0.20.0: "
     "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout, "
-    "--attention-backend, --use-megatron-fsdp, --data-parallel-sharding-strategy); ZeRO-2/3 flags "
+    "--attention-backend, --use-megatron-fsdp, --data-parallel-sharding-strategy, "
+    "--outer-dp-sharding-strategy, --moe-flex-dispatcher-backend); ZeRO-2/3 flags "
     "from the Megatron-FSDP user guide (docs.nvidia.com/megatron-core/developer-guide/latest/"
     "discussions/megatron-fsdp-user-guide).")
 BRIDGE_RELEASE = (
@@ -98,7 +99,7 @@ def model_states(zero: ZeroStage, grad_bytes: float,
     # whatever their dtype (_get_main_param_and_optimizer_states, get_unscaled_state, l.1090):
     # 2 + 12 = 14 B/param either way
     return ModelStates(WEIGHT_BYTES, w, grad_bytes, g, MASTER_BYTES + 2 * moment_bytes, o,
-                       source="megatron/training/theoretical_memory_usage.py @ 000c4ac",
+                       source="megatron/training/theoretical_memory_usage.py @ d98e8a64dd",
                        checkpoint_bytes=WEIGHT_BYTES + OPTIMIZER_BYTES)
 
 

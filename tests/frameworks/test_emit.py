@@ -243,6 +243,22 @@ def test_megatron_fp16_no_sp_and_fp8(llama70b):
     assert int(a["--num-virtual-stages-per-pipeline-rank"]) == 4
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_megatron_cuda_connections_note_says_what_validate_args_does(overlap):
+    # validate_args (arguments.py l.1452-1479 @ d98e8a64dd), tp > 1 before Blackwell: asserts
+    # CUDA_DEVICE_MAX_CONNECTIONS == 1, except with --overlap-moe-expert-parallel-comm, where it
+    # warns and suggests 1 or 32 by which overlap to favour
+    plan = PlanConfig(dp=8, tp=2, pp=1, ep=8, etp=1, mbs=1, n_micro=1, gbs=8, seq_len=4096,
+                      zero_stage=1, moe_a2a_overlap=overlap)
+    r = emit("megatron", plan, load_model("qwen3-30b-a3b"))
+    assert ("--overlap-moe-expert-parallel-comm" in parse_args(r.text)) == overlap
+    (note,) = [n for n in r.notes if "CUDA_DEVICE_MAX_CONNECTIONS" in n]
+    if overlap:
+        assert "warns" in note and "32" in note and "asserts it" not in note
+    else:
+        assert note.startswith("export CUDA_DEVICE_MAX_CONNECTIONS=1") and "asserts" in note
+
+
 # --------------------------------------------------------------------------------------------
 # NeMo / Megatron-Bridge
 
