@@ -368,7 +368,8 @@ def _hf_moe_spec(data: dict, where: str, arch: str, model_type: str | None, name
     Keys as the transformers configuration classes name them (configuration_qwen2_moe.py,
     configuration_qwen3_moe.py, configuration_deepseek_v3.py, configuration_gpt_oss.py):
     Qwen: num_experts, moe_intermediate_size, shared_expert_intermediate_size (Qwen2-MoE: one
-    shared expert of that width), decoder_sparse_step, mlp_only_layers; DeepSeek:
+    shared expert of that width), decoder_sparse_step (MoE where (i + 1) mod step = 0),
+    mlp_only_layers; DeepSeek:
     n_routed_experts, n_shared_experts, first_k_dense_replace, moe_layer_freq, scoring_func and
     the MLA ranks and head dims; gpt-oss: num_local_experts, experts of width intermediate_size,
     biases on every linear (attention_bias)."""
@@ -389,10 +390,14 @@ def _hf_moe_spec(data: dict, where: str, arch: str, model_type: str | None, name
                             "supported; write a plan3d model file with first_k_dense / "
                             "moe_layer_freq instead")
         shared = optional("shared_expert_intermediate_size")
+        # layer i is MoE when (i + 1) mod decoder_sparse_step = 0 (Qwen2MoeDecoderLayer,
+        # Qwen3MoeDecoderLayer in transformers' modeling_qwen2_moe.py, modeling_qwen3_moe.py
+        # @ 16b6c53c8e): layers step − 1, 2·step − 1, …, phase step − 1 of DeepSeek's i mod f
+        step = optional("decoder_sparse_step") or 1
         spec.update(head_dim=optional("head_dim"), ffn=need("intermediate_size"),
                     n_experts=need("num_experts"), moe_ffn=need("moe_intermediate_size"),
                     n_shared_experts=1 if shared else 0, shared_ffn=shared,
-                    moe_layer_freq=optional("decoder_sparse_step") or 1)
+                    moe_layer_freq=step, moe_layer_phase=step - 1)
     elif deepseek:
         # MLA: the key/value heads are not shared (num_key_value_heads = heads; unused)
         spec.update(ffn=need("intermediate_size"), n_experts=need("n_routed_experts"),

@@ -79,8 +79,13 @@ class ModelSpec(_Strict):
     first_k_dense: NonNegativeInt = Field(
         0, description="Leading layers that keep a dense MLP (DeepSeek first_k_dense_replace).")
     moe_layer_freq: PositiveInt = Field(
-        1, description="Every n-th layer (from the first, after first_k_dense) is MoE "
-        "(layer i is MoE when i ≥ first_k_dense and i mod n = 0; DeepSeek's convention).")
+        1, description="Every n-th layer (after first_k_dense) is MoE: layer i is MoE when "
+        "i ≥ first_k_dense and i mod n = moe_layer_phase (DeepSeek moe_layer_freq, Qwen-MoE "
+        "decoder_sparse_step).")
+    moe_layer_phase: NonNegativeInt = Field(
+        0, description="Which layer of each moe_layer_freq is MoE, below moe_layer_freq: 0 "
+        "(layers 0, n, 2n, …: DeepSeek's i mod n = 0, Megatron's integer --moe-layer-freq) or "
+        "n − 1 (layers n − 1, 2n − 1, …: Qwen-MoE's (i + 1) mod decoder_sparse_step = 0).")
     router: Literal["softmax", "sigmoid"] = Field(
         "softmax", description="Router score function (DeepSeek-V3: sigmoid).")
     n_expert_groups: PositiveInt | None = Field(
@@ -175,6 +180,12 @@ class ModelSpec(_Strict):
         if self.first_k_dense >= self.n_layers and self.n_experts > 1:
             raise ValueError(f"first_k_dense ({self.first_k_dense}) leaves no MoE layer of "
                              f"{self.n_layers}; set n_experts = 1 for a dense model")
+        if self.moe_layer_phase >= self.moe_layer_freq:
+            raise ValueError(f"moe_layer_phase ({self.moe_layer_phase}) must be below "
+                             f"moe_layer_freq ({self.moe_layer_freq})")
+        if self.is_moe and not self.n_moe_layers:
+            raise ValueError(f"first_k_dense, moe_layer_freq and moe_layer_phase leave no MoE "
+                             f"layer of {self.n_layers}; set n_experts = 1 for a dense model")
         if (self.n_expert_groups is None) != (self.topk_groups is None):
             raise ValueError("group-limited routing needs both n_expert_groups and topk_groups")
         if self.n_expert_groups is not None and (
@@ -261,12 +272,13 @@ class ModelSpec(_Strict):
         from .formulas.moe import moe_layers_in_span
 
         return int(moe_layers_in_span(0, self.n_layers, self.first_k_dense, self.moe_layer_freq,
-                                      int(self.is_moe)))
+                                      int(self.is_moe), self.moe_layer_phase))
 
     @property
     def moe_layer_indices(self) -> tuple[int, ...]:
+        """The MoE layers' 0-based indices: i ≥ first_k_dense with i mod f = moe_layer_phase."""
         return tuple(i for i in range(self.first_k_dense, self.n_layers)
-                     if self.is_moe and i % self.moe_layer_freq == 0)
+                     if self.is_moe and i % self.moe_layer_freq == self.moe_layer_phase)
 
     @property
     def qk_head_dim(self) -> int:

@@ -183,20 +183,23 @@ def expert_layer_wave_efficiency(rows_per_expert, hidden, expert_ffn, n_mlp_matr
     return (fc1 * hidden + fc2 * hidden) / (fc1 * hidden / w1 + fc2 * hidden / w2)
 
 
-def moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq, is_moe=1):
-    """MoE layers among layers [start, stop): those i ≥ k = first_k_dense with i mod f = 0
-    (0-based i; HF DeepseekV3DecoderLayer's test), the multiples of f in [max(start, k), stop):
+def moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq, is_moe=1, phase=0):
+    """MoE layers among layers [start, stop): those i ≥ k = first_k_dense with i mod f = φ
+    (0-based i; φ = 0 is HF DeepseekV3DecoderLayer's test, φ = f − 1 Qwen-MoE's
+    (i + 1) mod f = 0), the i ≡ φ (mod f) in [max(start, k), stop):
 
-        max(0, ⌈stop/f⌉ − ⌈max(start, k)/f⌉)
+        max(0, ⌈(stop − φ)/f⌉ − ⌈(max(start, k) − φ)/f⌉)
 
+    (the multiples of f in the span shifted by −φ; ⌈·⌉ counts them for negative ends too),
     exact for every span. 0 for a dense model (is_moe = 0). ModelSpec.n_moe_layers is this over
     all layers."""
     first = _ops.maximum(start, first_k_dense)
-    return is_moe * _ops.maximum(0, _ops.ceil(stop / moe_layer_freq)
-                                 - _ops.ceil(first / moe_layer_freq))
+    return is_moe * _ops.maximum(0, _ops.ceil((stop - phase) / moe_layer_freq)
+                                 - _ops.ceil((first - phase) / moe_layer_freq))
 
 
-def _chunk_moe_layers(chunk, n_layers, n_chunks, lead, trail, first_k_dense, moe_layer_freq):
+def _chunk_moe_layers(chunk, n_layers, n_chunks, lead, trail, first_k_dense, moe_layer_freq,
+                      phase):
     """MoE layers of pipeline chunk j: moe_layers_in_span over its layers
     [first(j), first(j + 1)) (pipeline.chunk_first_layer over L + lead + trail slots), cut at
     layer L."""
@@ -205,24 +208,25 @@ def _chunk_moe_layers(chunk, n_layers, n_chunks, lead, trail, first_k_dense, moe
     n_slots = n_layers + lead + trail
     start = _ops.minimum(chunk_first_layer(chunk, n_slots, n_chunks, lead), n_layers)
     stop = _ops.minimum(chunk_first_layer(chunk + 1, n_slots, n_chunks, lead), n_layers)
-    return moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq)
+    return moe_layers_in_span(start, stop, first_k_dense, moe_layer_freq, 1, phase)
 
 
 def _rank_moe_layers(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead, trail,
-                     v_shape=False):
+                     phase=0, v_shape=False):
     """moe_layers_on_rank on floats or arrays (one term per chunk, up to the largest v)."""
     if v_shape:
         return sum(_chunk_moe_layers(chunk, n_layers, 2 * pp, lead, trail, first_k_dense,
-                                     moe_layer_freq) for chunk in (rank, 2 * pp - 1 - rank))
+                                     moe_layer_freq, phase)
+                   for chunk in (rank, 2 * pp - 1 - rank))
     total = 0
     for i in range(int(np.max(vpp))):
         total = total + _ops.le(i + 1, vpp) * _chunk_moe_layers(
-            rank + i * pp, n_layers, pp * vpp, lead, trail, first_k_dense, moe_layer_freq)
+            rank + i * pp, n_layers, pp * vpp, lead, trail, first_k_dense, moe_layer_freq, phase)
     return total
 
 
 def moe_layers_on_rank(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead=0, trail=0,
-                       v_shape=0, is_moe=1):
+                       v_shape=0, is_moe=1, phase=0):
     """MoE layers pipeline rank r holds: the sum of moe_layers_in_span over its chunks' layers,
 
         Σ_i n_moe(chunk c_i),  c_i = r + i·p for i < v (looped placement: Megatron-Core's chunk
@@ -234,14 +238,16 @@ def moe_layers_on_rank(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, l
     the MTP modules where the framework places them as layers; they are MoE layers as the
     model's last is). DeepSeek-V3 (L = 61, first_k_dense 3), p = 16, v = 1 under Megatron's
     uneven split (lead 2, trail 1: 64 slots, 4 a stage): rank 0 holds layers 0-1, both dense,
-    rank 1 layers 2-5, three MoE, rank 2 layers 6-9, four. 0 for a dense model."""
+    rank 1 layers 2-5, three MoE, rank 2 layers 6-9, four. 0 for a dense model. The MoE layers
+    are those of moe_layers_in_span (phase φ)."""
     value = _ops.shown("n_moe,r({5}; {0}, {3}, {4})", _rank_moe_layers if not v_shape else
                        _rank_moe_layers_v, n_layers, first_k_dense, moe_layer_freq, pp, vpp,
-                       rank, lead, trail)
+                       rank, lead, trail, phase)
     return is_moe * value
 
 
-def _rank_moe_layers_v(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead, trail):
+def _rank_moe_layers_v(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead, trail,
+                       phase):
     """moe_layers_on_rank for the V schedules (two chunks per rank)."""
     return _rank_moe_layers(n_layers, first_k_dense, moe_layer_freq, pp, vpp, rank, lead, trail,
-                            True)
+                            phase, True)

@@ -16,16 +16,22 @@ from ..schema import ModelSpec, PlanConfig
 
 
 def moe_layer_pattern(model: ModelSpec) -> str:
-    """`--moe-layer-freq` for the model: an integer N when every N-th layer from the first is MoE,
-    else the Python list expression Megatron evaluates (1 = MoE layer), e.g. DeepSeek-V3's three
-    dense layers: "([0]*3+[1]*58)"."""
-    if model.first_k_dense == 0:
-        return str(model.moe_layer_freq)
-    if model.moe_layer_freq == 1:
-        rest = model.n_layers - model.first_k_dense
-        return f"([0]*{model.first_k_dense}+[1]*{rest})"
+    """`--moe-layer-freq` for the model: an integer N when every N-th layer from the first is MoE
+    (Megatron's integer: layer i is MoE when i mod N = 0, gpt_layer_specs.py
+    `get_gpt_decoder_layer_specs` @ d98e8a64dd), else the Python list expression Megatron
+    evaluates (1 = MoE layer), e.g. DeepSeek-V3's three dense layers: "([0]*3+[1]*58)", or a
+    Qwen-MoE with decoder_sparse_step 2 over 48 layers (MoE at 1, 3, …): "([0,1]*24)"."""
+    f, phase, k, n = (model.moe_layer_freq, model.moe_layer_phase, model.first_k_dense,
+                      model.n_layers)
+    if k == 0 and phase == 0:
+        return str(f)
+    if f == 1:
+        return f"([0]*{k}+[1]*{n - k})"
+    if k == 0 and n % f == 0:
+        period = ",".join("1" if j == phase else "0" for j in range(f))
+        return f"([{period}]*{n // f})"
     moe = set(model.moe_layer_indices)
-    return "[" + ",".join("1" if i in moe else "0" for i in range(model.n_layers)) + "]"
+    return "[" + ",".join("1" if i in moe else "0" for i in range(n)) + "]"
 
 
 def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, object]]:
@@ -39,7 +45,7 @@ def megatron_moe_args(config: PlanConfig, model: ModelSpec) -> list[tuple[str, o
             # Megatron-Core holds the shared experts as one MLP of their summed width
             args.append(("--moe-shared-expert-intermediate-size",
                          model.n_shared_experts * model.shared_expert_ffn))
-        if model.first_k_dense or model.moe_layer_freq != 1:
+        if model.first_k_dense or model.moe_layer_freq != 1:  # (phase 0 when freq = 1)
             args.append(("--moe-layer-freq", f'"{moe_layer_pattern(model)}"'))
         args += router_args(model)
         args += [("--expert-model-parallel-size", config.ep),
@@ -160,7 +166,8 @@ def check_expressible(framework: str, config: PlanConfig, model: ModelSpec) -> N
                         f"ep={config.ep}, etp={config.etp}); use --emit megatron, or a plan "
                         "with --ep 1 --etp 1")
     if model.is_mla or model.n_shared_experts or model.first_k_dense or (
+            model.is_moe and model.moe_layer_freq != 1) or (
             model.is_moe and model.moe_ffn is not None and model.moe_ffn != model.ffn):
         raise PlanError(f"{framework}: the emitter does not write {model.name}'s MoE/MLA shape "
-                        "(shared experts, dense first layers, expert width, MLA) yet; use "
+                        "(shared experts, dense layers, expert width, MLA) yet; use "
                         "--emit megatron")

@@ -318,8 +318,8 @@ path under planner/)."""
 SHAPE = ("n_layers", "hidden", "n_heads", "kv_heads", "ffn", "vocab", "rope_theta",
          "rope_scaling", "rope_factor", "norm_eps", "qk_norm", "tied_embeddings",
          # moe: the experts and MLA, so that a MoE model is matched by its whole shape
-         "n_experts", "top_k", "moe_ffn", "n_shared_experts", "first_k_dense", "q_lora_rank",
-         "kv_lora_rank")
+         "n_experts", "top_k", "moe_ffn", "n_shared_experts", "first_k_dense", "moe_layer_freq",
+         "moe_layer_phase", "q_lora_rank", "kv_lora_rank")
 
 
 def registry_model(name: str) -> ModelSpec:

@@ -164,6 +164,7 @@ def moe_numbers(model: ModelSpec) -> dict:
         moe_mla=int(model.is_moe or mla), moe=int(model.is_moe), mla=int(mla),
         total_params=model.n_params, n_moe_layers=model.n_moe_layers,
         first_k_dense=model.first_k_dense, moe_freq=model.moe_layer_freq,
+        moe_phase=model.moe_layer_phase,
         # per layer, what TP splits and what it replicates (norms, row biases, MLA down-projections,
         # the router); a MoE layer's routed experts apart, split ep·etp ways
         dense_sharded=attn_sharded + n * h * model.ffn + bias * (n - 1) * model.ffn,

@@ -79,7 +79,8 @@ def parameters(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace:
     # the MoE layers the step's time counts on the slowest stage (model/collectives.py): the
     # fullest stage's L_s layers, taken at the model's end
     moe_last = (note("moe_layers_timed",
-                     MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe))
+                     MO.moe_layers_in_span(L - layers, L, x.first_k_dense, x.moe_freq, x.moe,
+                                           x.moe_phase))
                 if moe_model else 0)
     expert_shard = MO.expert_state_shard(x.ep, x.etp)
 
@@ -158,7 +159,7 @@ def split_moe_layers(x, c: Choices, k: SimpleNamespace, note=same):
 
     def on_rank(rank):
         return MO.moe_layers_on_rank(n_layers, x.first_k_dense, x.moe_freq, k.p, k.v, rank,
-                                     lead, trail, int(v_shape), x.moe)
+                                     lead, trail, int(v_shape), x.moe, x.moe_phase)
 
     first = note("moe_layers_first", on_rank(0))
     last = note("moe_layers_last", on_rank(k.p - 1))

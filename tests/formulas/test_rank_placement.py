@@ -19,9 +19,10 @@ from planner.frameworks.torchtitan import titan_rank_stages, titan_split, titan_
 from planner.outputs.timeline import peak_in_flight, simulate
 
 
-def is_moe(i, k, f):
-    """DeepSeek's test for layer i (HF DeepseekV3DecoderLayer): i ≥ first_k_dense, i mod f = 0."""
-    return i >= k and i % f == 0
+def is_moe(i, k, f, phase=0):
+    """DeepSeek's test for layer i (HF DeepseekV3DecoderLayer): i ≥ first_k_dense, i mod f = 0;
+    with phase f − 1, Qwen-MoE's (HF Qwen3MoeDecoderLayer): (i + 1) mod f = 0."""
+    return i >= k and i % f == phase
 
 
 @pytest.mark.parametrize("schedule", [Schedule.ONE_F_ONE_B, Schedule.GPIPE,
@@ -64,7 +65,7 @@ def test_deepseek_v3_torchtitan_pp16_v2_by_hand():
     assert [layers[r] + layers[r + 16] for r in range(16)] == [3] + [4] * 14 + [2]
 
 
-def _titan_moe_by_rank(n_layers, pp, vpp, k, f, v_shape=False):
+def _titan_moe_by_rank(n_layers, pp, vpp, k, f, v_shape=False, phase=0):
     """MoE layers per rank of torchtitan's split as plan3d writes it, None where it writes the
     module lists or weights other than (1, 1) and (0, 0)."""
     stages = 2 * pp if v_shape else pp * vpp
@@ -73,24 +74,26 @@ def _titan_moe_by_rank(n_layers, pp, vpp, k, f, v_shape=False):
         return None
     layers = titan_stage_layers(n_layers, stages, split[1], split[2])
     starts = np.cumsum([0] + layers)
-    return [sum(is_moe(i, k, f) for s in titan_rank_stages(r, pp, stages, v_shape)
+    return [sum(is_moe(i, k, f, phase) for s in titan_rank_stages(r, pp, stages, v_shape)
                 for i in range(starts[s], starts[s + 1])) for r in range(pp)]
 
 
-@pytest.mark.parametrize("n_layers,k,f", [(61, 3, 1), (48, 0, 1), (94, 0, 1), (32, 1, 2),
-                                          (27, 1, 1), (80, 0, 2)])
-def test_moe_layers_on_rank_is_torchtitan_split(n_layers, k, f):
+@pytest.mark.parametrize("n_layers,k,f,phase", [
+    (61, 3, 1, 0), (48, 0, 1, 0), (94, 0, 1, 0), (32, 1, 2, 0), (27, 1, 1, 0), (80, 0, 2, 0),
+    # Qwen-MoE's decoder_sparse_step: MoE at (i + 1) mod f = 0
+    (48, 0, 2, 1), (27, 0, 2, 1), (61, 3, 3, 2)])
+def test_moe_layers_on_rank_is_torchtitan_split(n_layers, k, f, phase):
     checked = 0
     for pp, vpp, v_shape in itertools.product((2, 3, 4, 8, 16), (1, 2, 3, 4), (False, True)):
         if v_shape and vpp > 1 or (2 * pp if v_shape else pp * vpp) > n_layers:
             continue
-        want = _titan_moe_by_rank(n_layers, pp, vpp, k, f, v_shape)
+        want = _titan_moe_by_rank(n_layers, pp, vpp, k, f, v_shape, phase)
         if want is None:
             continue
         stages = 2 * pp if v_shape else pp * vpp
         ends = 0 if n_layers % stages == 0 else 1  # torchtitan's weights (1, 1), else (0, 0)
-        got = [MO.moe_layers_on_rank(n_layers, k, f, pp, vpp, r, ends, ends, int(v_shape))
-               for r in range(pp)]
+        got = [MO.moe_layers_on_rank(n_layers, k, f, pp, vpp, r, ends, ends, int(v_shape),
+                                     phase=phase) for r in range(pp)]
         assert got == want, (pp, vpp, v_shape)
         checked += 1
     assert checked >= 10

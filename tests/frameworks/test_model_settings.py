@@ -13,6 +13,7 @@ from planner.catalog import load_model
 from planner.errors import PlanError
 from planner.frameworks.emit import emit
 from planner.frameworks.model_settings import padded_vocab
+from planner.frameworks.moe_launch import bridge_moe_fields
 from planner.schema import PlanConfig
 
 HF = Path(__file__).parents[1] / "data" / "hf"
@@ -111,3 +112,51 @@ def test_hf_rope_scaling_kind_unknown_is_refused(tmp_path):
     with pytest.raises(PlanError, match="dynamic"):
         load_model(str(path))
 
+
+def _qwen_moe_every_second_layer(tmp_path) -> Path:
+    """Qwen3-30B-A3B's config.json with decoder_sparse_step 2."""
+    cfg = json.loads((HF / "Qwen3-30B-A3B" / "config.json").read_text())
+    cfg["decoder_sparse_step"] = 2
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_qwen_decoder_sparse_step_places_moe_layers_as_transformers_does(tmp_path):
+    # transformers' Qwen3MoeDecoderLayer (modeling_qwen3_moe.py @ 16b6c53c8e) makes layer i MoE
+    # when (i + 1) mod decoder_sparse_step = 0: with step 2 over 48 layers, 1, 3, …, 47 (24)
+    m = load_model(str(_qwen_moe_every_second_layer(tmp_path)))
+    hf_moe = tuple(i for i in range(48) if (i + 1) % 2 == 0)
+    assert (m.moe_layer_freq, m.moe_layer_phase) == (2, 1)
+    assert m.moe_layer_indices == hf_moe and m.n_moe_layers == 24
+    # Megatron's integer --moe-layer-freq 2 would be layers 0, 2, … (i mod 2 = 0): the list
+    # [0, 1] repeated is written instead
+    text = _flags(emit("megatron", PLAN, m).text)
+    assert '--moe-layer-freq "([0,1]*24)"' in text
+    assert [i for i, x in enumerate([0, 1] * 24) if x] == list(hf_moe)
+    # Megatron-Bridge's model.moe_layer_freq: the same list
+    assert bridge_moe_fields(PLAN, m)["moe_layer_freq"] == [0, 1] * 24
+    # torchtitan's qwen3 registry entries have a MoE block in every layer: no match
+    with pytest.raises(PlanError, match="registry"):
+        emit("torchtitan", PLAN, m)
+
+
+def test_moe_layer_phase_below_the_frequency():
+    from planner.schema import ModelSpec
+
+    fields = {**load_model("qwen3-30b-a3b").model_dump(), "moe_layer_freq": 3}
+    del fields["moe_layer_phase"]
+    # phase 2 of 3 over 48 layers: 2, 5, …, 47 → 16 MoE layers
+    assert ModelSpec(**fields, moe_layer_phase=2).n_moe_layers == 16
+    with pytest.raises(ValueError, match="moe_layer_phase .3. must be below"):
+        ModelSpec(**fields, moe_layer_phase=3)
+
+
+def test_deepspeed_without_ep_refuses_a_moe_layer_frequency():
+    # DeepSpeed at ep = 1 writes no MoE shape: a model whose MoE layers are not all of them
+    # (here Mixtral with every second layer MoE) is refused rather than written dense-free
+    mixtral = load_model("mixtral-8x7b")
+    plan = PlanConfig(dp=8, tp=1, pp=1, mbs=1, n_micro=1, gbs=8, seq_len=4096, zero_stage=2)
+    emit("deepspeed", plan, mixtral)  # every layer MoE: expressible
+    with pytest.raises(PlanError, match="dense layers"):
+        emit("deepspeed", plan, mixtral.model_copy(update={"moe_layer_freq": 2}))

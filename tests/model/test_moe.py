@@ -246,8 +246,12 @@ def test_moe_layers_in_span_counts_exactly():
     from planner.formulas.moe import moe_layers_in_span
 
     assert moe_layers_in_span(0, 10, 1, 2) == 4
+    # phase 1 (Qwen-MoE's (i + 1) mod 2 = 0): layers 1, 3, 5, 7, 9 → 5; from layer 2: 3, 5, 7, 9
+    assert moe_layers_in_span(0, 10, 0, 2, 1, 1) == 5
+    assert moe_layers_in_span(0, 10, 2, 2, 1, 1) == 4
     for start, stop, k, freq in itertools.product(range(8), range(13), range(4), range(1, 4)):
-        if start <= stop:
-            exact = sum(1 for i in range(max(start, k), stop) if i % freq == 0)
-            assert moe_layers_in_span(start, stop, k, freq) == exact
+        for phase in range(freq):
+            if start <= stop:
+                exact = sum(1 for i in range(max(start, k), stop) if i % freq == phase)
+                assert moe_layers_in_span(start, stop, k, freq, 1, phase) == exact
     assert moe_layers_in_span(0, 10, 1, 2, is_moe=0) == 0

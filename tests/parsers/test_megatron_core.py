@@ -506,3 +506,28 @@ def test_precision_aware_optimizer_builds():
     assert (built.exp_avg_dtype, built.exp_avg_sq_dtype, built.main_params_dtype) == (
         torch.bfloat16, torch.bfloat16, torch.float32)
 
+
+def test_qwen_decoder_sparse_step_builds_transformers_moe_layers(tmp_path, fake_world):
+    """A Qwen-MoE config.json with decoder_sparse_step 2: megatron-core's layer specs, from the
+    emitted --moe-layer-freq (gpt_layer_specs.py `get_gpt_decoder_layer_specs`: 1 = MoE),
+    put a MoE layer where transformers does, (i + 1) mod step = 0 (Qwen3MoeDecoderLayer,
+    modeling_qwen3_moe.py @ 16b6c53c8e): layers 1, 3, …, 47, not Megatron's integer 0, 2, …"""
+    import json
+
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    from .conftest import HF
+
+    hf = json.loads((HF / "Qwen3-30B-A3B" / "config.json").read_text())
+    hf["decoder_sparse_step"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    args = f"--model {tmp_path / 'config.json'} --gpus 32 --tp 2 --pp 2 --ep 8 --etp 1"
+    flags = flag_values(emitted(args, "megatron"))
+    one = _on_one_rank(build_config(flags), fake_world)
+    spec = get_gpt_decoder_block_spec(one, use_transformer_engine=False)
+    built = [i for i, layer in enumerate(spec.layer_specs)
+             if layer.submodules.mlp.module is MoELayer]
+    step = hf["decoder_sparse_step"]
+    assert built == [i for i in range(hf["num_hidden_layers"]) if (i + 1) % step == 0]
+    assert len(built) == 24
