@@ -684,7 +684,8 @@ xxrjun/nccl-tests-cluster @ 455de4f, benchmarks/example-cluster01/.../single-nod
 20260128-145017/without-debug/logs/nccl_N1_G8_cnode3-0{02..11}.log) a = 0.467, and 8× GB300
 over multi-node NVLink (NCCL 2.28.7, 8 MiB–16 GiB; oracle-quickstart/oci-gpu-quickstarts @
 61eba7f, nvidia/GB300/README-GB300.md, "2 Hosts Single Rack") a = 0.459; a = 0.47 fits both
-within 3 % at every size from 8 MiB (planner/tests: test_alltoall_ramp)."""
+within 3 % at every size from 8 MiB (tests/formulas/test_collectives.py,
+test_the_profiles_alltoall_curves_reproduce_their_measurements)."""
 
 
 def alltoall_busbw(buffer_bytes, top_busbw, ramp_s):
@@ -694,12 +695,22 @@ def alltoall_busbw(buffer_bytes, top_busbw, ramp_s):
         W(S) = W∞ / (1 + (W∞·τ / S)^a),   a = ALLTOALL_RAMP_EXPONENT
 
     W∞ the bus bandwidth at large messages, τ the ramp time (the bandwidth is half W∞ at
-    S = W∞·τ); τ = 0: W∞ at every size. The ring all-reduce's bandwidth at a few hundred MB is
-    within 10 % of its top, an all-to-all's is not (H100: 303 GB/s at 256 MiB, 348 at 16 GiB,
-    its ring 370): its n − 1 pairs of sends split each message n − 1 ways. Empirical (the
-    profiles' [fast] alltoall_* with their sources); S ≥ 1 byte."""
+    S = W∞·τ); τ = 0: W∞ at every size. A ring all-gather on the same H100 nodes is within 10 %
+    of its top at 256 MiB (326 of 362 GB/s), the all-to-all is not (306 of 348 GB/s, its ring
+    all-reduce's figure 370). Indexed by the buffer, not the peers' share of it: 64 GB300 over
+    NVLink measure 570.6 GB/s at 256 MiB and 651.2 at 1 GiB (the same source, "16 Hosts 1
+    Rack"), as 8 ranks do at the same buffer. Empirical (the profiles' [fast] alltoall_* with
+    their sources), measured from 8 MiB; below it, where NCCL sends a peer's ≤ 16 KiB with LL
+    (all_to_all_split_parts_s), the curve is extrapolated. S ≥ 1 byte."""
     return top_busbw / (1 + (top_busbw * ramp_s / _ops.maximum(buffer_bytes, 1))
                         ** ALLTOALL_RAMP_EXPONENT)
+
+
+def alltoall_sent_busbw(sent_bytes, n_ranks, top_busbw, ramp_s):
+    """alltoall_busbw for an all-to-all over n ranks that sends B bytes a rank to its peers, at
+    nccl-tests' buffer S = B·n/(n − 1) (n = 1: S = B, nothing is sent)."""
+    return alltoall_busbw(sent_bytes * n_ranks / _ops.maximum(n_ranks - 1, 1), top_busbw,
+                          ramp_s)
 
 
 def all_to_all_split_parts_s(bytes_per_rank, n_ranks, ranks_in_domain, fast_bw, net_bw,

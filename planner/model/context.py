@@ -73,12 +73,13 @@ def context_part_traffic(layers, parts: SimpleNamespace, links: SimpleNamespace)
 
 
 def a2a_busbw(x, parts: SimpleNamespace, link: SimpleNamespace, share) -> object:
-    """The bus bandwidth of one of CP's all-to-alls (a2a_layer/8 bytes a rank): inside the NVLink
-    domain the measured all-to-all's at nccl-tests' buffer S = B·c_a/(c_a − 1)
-    (K.alltoall_busbw, W∞ the profile's share of the link's ring figure), across it the link's;
-    at the part's share of its link."""
-    buffer = parts.a2a_layer / 8 * parts.c_a / _ops.maximum(parts.c_a - 1, 1)
-    ramped = K.alltoall_busbw(buffer, link.bw * x.a2a_share, x.a2a_ramp_s)
+    """The bus bandwidth of one of CP's all-to-alls, a2a_layer/8 bytes a rank: inside the NVLink
+    domain the measured all-to-all's (K.alltoall_sent_busbw over c_a ranks, W∞ the profile's
+    share of the link's ring figure), across it the link's; at the part's share of its link.
+    The eight calls are priced at their mean size; Q's and the output's are a/k times K's and
+    V's, and W rises with the size, so this overstates their time a little under GQA."""
+    ramped = K.alltoall_sent_busbw(parts.a2a_layer / 8, parts.c_a, link.bw * x.a2a_share,
+                                   x.a2a_ramp_s)
     return _ops.select(link.inside, ramped, link.bw) * share.a2a
 
 

@@ -139,6 +139,8 @@ def _symbolic_numbers(model: ModelSpec, x: SimpleNamespace) -> tuple[SimpleNames
     for key in ("att_pad_fwd", "att_pad_bwd"):  # a kernel that pads nothing: no factor shown
         if getattr(x, key) == 1:
             xs[key] = 1
+    if x.a2a_ramp_s == 0:  # no measured all-to-all curve: the ring's figure at every size
+        xs["a2a_share"], xs["a2a_ramp_s"] = 1, 0
     for key in FALLS_BACK_ON_GEMM_16:  # a kernel the profile has not measured runs at η_16
         if getattr(x, key) == x.gemm_eff_16:
             xs[key] = xs["gemm_eff_16"]

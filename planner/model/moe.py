@@ -315,11 +315,10 @@ def exposed_beside_s(x, k, when, inside, on_link=None):
 
 
 def a2a_fast_bw(x, link, sent_bytes):
-    """The NVLink bus bandwidth of one NCCL all-to-all over the EP group sending B bytes a rank:
-    K.alltoall_busbw at nccl-tests' buffer S = B·e/(e − 1), W∞ the profile's all-to-all share
-    of the link's ring figure (the ring's figure where the profile has no all-to-all curve)."""
-    buffer = sent_bytes * x.ep / _ops.maximum(x.ep - 1, 1)
-    return K.alltoall_busbw(buffer, link.fast_bw * x.a2a_share, x.a2a_ramp_s)
+    """The NVLink bus bandwidth of one NCCL all-to-all over the EP group sending B bytes a rank
+    (K.alltoall_sent_busbw), W∞ the profile's all-to-all share of the link's ring figure (the
+    ring's figure where the profile has no all-to-all curve)."""
+    return K.alltoall_sent_busbw(sent_bytes, x.ep, link.fast_bw * x.a2a_share, x.a2a_ramp_s)
 
 
 def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, link) -> list:

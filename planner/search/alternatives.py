@@ -340,17 +340,28 @@ EP_PINNED = "--ep 1 leaves it out."
 
 def _expert_parallelism(model, req, cols, plan_at, fastest, band) -> Alternative:
     """moe: the fastest plan that splits the experts (ep > 1) against the fastest that does not;
-    where the search held no layout with ep > 1, why: --ep, or a framework whose expert
-    parallelism needs every GPU a data-parallel rank (DeepSpeed's AutoEP: tp = pp = cp = 1) and
-    a global batch that does not fill them, with the batch that would."""
+    where the request holds ep (--ep) to one side, or the search held no layout with ep > 1, why:
+    --ep, the request's --tp/--pp/--cp or its global batch under a framework whose expert
+    parallelism needs every GPU a data-parallel rank (DeepSpeed's AutoEP: tp = pp = cp = 1),
+    with the batch that would fill them."""
     uses = cols["ep"] > 1
+    pinned = [str(e) for e in req.ep or ()]
+    if pinned and uses.all():  # asked for: nothing keeps the experts whole to weigh it against
+        return Alternative(option=EP_OPTION, verdict="not searched", why=(
+            f"--ep {' '.join(pinned)} asks for it: no plan keeps the experts whole."))
     if uses.any():
         return _compare(EP_OPTION, fastest(uses), fastest(~uses), plan_at, band,
                         none_fit=f"none of its {int(uses.sum()):,} candidates fits")
     gbs, gpus = req.global_batch(model), req.gpus
-    if req.ep is not None and all(str(e) == "1" for e in req.ep):
+    pure = FRAMEWORKS[req.framework].ep_needs_pure_dp
+    held = [f"--{d} {' '.join(str(v) for v in getattr(req, d))}" for d in ("tp", "pp", "cp")
+            if getattr(req, d) and "1" not in [str(v) for v in getattr(req, d)]]
+    if pinned and all(e == "1" for e in pinned):
         why = EP_PINNED
-    elif FRAMEWORKS[req.framework].ep_needs_pure_dp and gbs % gpus:
+    elif pure and held:
+        why = (f"{req.framework} splits the experts only with tp = pp = cp = 1, which "
+               f"{' and '.join(held)} rules out.")
+    elif pure and gbs % gpus:
         need = -(-gbs // gpus) * gpus
         why = (f"{req.framework} splits the experts only with tp = pp = cp = 1, every GPU a "
                f"data-parallel rank, and the global batch of {gbs:,} sequences does not divide "

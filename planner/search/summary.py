@@ -122,8 +122,9 @@ def summary(plans: list[Plan], labels: list[str], band: float, headroom: float,
             # against row 1 part by part (the parts sum to the step difference), the seconds
             # named once, in two lines at 80 columns
             lines.append(_short(lambda most, a=a: _option_line(best, a, most)))
-        elif a.option == EP_OPTION and a.verdict == "not searched" and a.why != EP_PINNED:
-            lines.append(f"No expert parallelism in this search: {a.why}")  # moe
+        elif (a.option == EP_OPTION and a.verdict == "not searched" and a.why != EP_PINNED
+              and best.config.ep == 1):  # moe: the experts kept whole, and not by --ep 1
+            lines.append(f"No expert parallelism in this search: {a.why}")
     return lines
 
 

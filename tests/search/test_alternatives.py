@@ -253,6 +253,40 @@ def test_expert_parallelism_is_weighed_and_its_absence_explained():
     options, result = _verdicts("qwen3-30b-a3b", 64, ep=[1])
     assert options["expert parallelism"].why == "--ep 1 leaves it out."
     assert not any(line.startswith("No expert parallelism") for line in result.summary)
+    # --ep 8 asks for split experts: nothing without them to weigh against, no short line
+    options, result = _verdicts("qwen3-30b-a3b", 64, ep=[8])
+    assert options["expert parallelism"].verdict == "not searched"
+    assert options["expert parallelism"].why.startswith("--ep 8 asks for it")
+    assert not any(line.startswith("No expert parallelism") for line in result.summary)
+    # DeepSpeed with --tp 2: the pinned tp, not the batch, keeps AutoEP out
+    options, _ = _verdicts("qwen3-30b-a3b", 128, framework="deepspeed", tp=[2], gbs=100)
+    assert options["expert parallelism"].why.endswith("which --tp 2 rules out.")
     # a dense model weighs no such option
     options, _ = _verdicts("8b", 64)
     assert "expert parallelism" not in options
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
+def test_ep_needs_pure_dp_is_what_the_rules_say(framework):
+    # Framework.ep_needs_pure_dp, which the expert-parallelism reason reads, against the
+    # framework's own rules: Qwen3-30B-A3B at ep 2 on 8 GPUs runs with tp 1 everywhere and is
+    # refused with tp 2 exactly where the flag says so (DeepSpeed's AutoEP)
+    from planner.errors import PlanError
+    from planner.frameworks import FRAMEWORKS
+    from planner.model.estimate import estimate
+    from planner.schema import PlanConfig
+
+    model = load_model("qwen3-30b-a3b")
+
+    def runs(tp: int) -> bool:
+        cfg = PlanConfig(dp=8 // tp, tp=tp, ep=2, gbs=8 // tp, n_micro=1, seq_len=4096,
+                         framework=framework, sequence_parallel=tp > 1,
+                         zero_stage=3 if framework == "torchtitan" else 1)
+        try:
+            estimate(model, H100, cfg)
+        except PlanError:
+            return False
+        return True
+
+    assert runs(1)
+    assert runs(2) is not FRAMEWORKS[framework].ep_needs_pure_dp
