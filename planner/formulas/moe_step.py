@@ -125,18 +125,34 @@ def deepep_call_time_s(rdma_bytes, nvlink_bytes, n_nodes, cached: bool, rdma_bw,
         n_nodes, cached, fast_latency_s, net_latency_s))
 
 
-def shared_overlap_exposed_s(exposed_s, shared_forward_s, overlap):
+def shared_overlap_exposed_s(exposed_s, shared_forward_s, overlap, flex=0, fc1_share=1.0,
+                             comm_sms=0, n_sms=1):
     """The layer's exchange left exposed when the shared experts run beside it (Megatron-Core
-    --moe-shared-expert-overlap, alltoall dispatcher only: token_dispatcher.py
-    `MoEAlltoAllTokenDispatcher.token_dispatch`/`token_combine` launch the shared experts' fc1
-    and fc2 on their own stream (shared_experts.py `SharedExpertMLP.stream`) between the
-    all-to-alls @ d98e8a64dd). The forward's dispatch and combine (half the layer's exchange)
-    hide under the shared experts' forward S_f, the backward's under their backward, 2·S_f:
-        overlap = 1:  max(0, E/2 − S_f) + max(0, E/2 − 2·S_f);  overlap = 0: E
-    `overlap` is 0 or 1; E is what the other overlaps left (exposed_exchange_s)."""
+    --moe-shared-expert-overlap: the shared experts' GEMMs on their own stream,
+    shared_experts.py `SharedExpertMLP.stream` @ d98e8a64dd). E is what the other overlaps
+    left (exposed_exchange_s), S_f the shared experts' forward, half of E the forward's dispatch
+    and combine, half the backward's:
+
+    - alltoall dispatcher (flex = 0): fc1 runs beside the dispatch, fc2 beside the combine
+      (token_dispatcher.py `MoEAlltoAllTokenDispatcher.token_dispatch`/`token_combine`):
+      forward max(0, E/2 − S_f);
+    - flex dispatcher (DeepEP, flex = 1): fc1 runs beside the dispatch alone, fc2 after the
+      combine (`MoEFlexTokenDispatcher.token_dispatch` l.1972–1979, `combine_postprocess`
+      l.2048–2050): forward max(0, E/4 − φ·S_f) + E/4, φ fc1's share of S_f (fc1_share:
+      (n − 1)/n of an n-matrix MLP, SwiGLU's gate and up 2/3); DeepEP's kernels hold their SMs
+      while hidden (moe_dispatch.sm_contention_s on the hidden part, comm_sms of n_sms);
+    - the backward's under the shared experts' backward, 2·S_f (autograd runs it on their
+      stream beside the exchange's backward kernels; assumed for both): max(0, E/2 − 2·S_f).
+
+        overlap = 1:  forward + backward (+ flex's contention);  overlap = 0: E
+
+    `overlap` and `flex` are 0 or 1."""
     half = exposed_s / 2
-    hidden = _ops.maximum(0, half - shared_forward_s) + _ops.maximum(0, half - 2 * shared_forward_s)
-    return overlap * hidden + (1 - overlap) * exposed_s
+    forward = _ops.select(flex, _ops.maximum(0, half / 2 - fc1_share * shared_forward_s)
+                          + half / 2, _ops.maximum(0, half - shared_forward_s))
+    left = forward + _ops.maximum(0, half - 2 * shared_forward_s)
+    left = left + flex * D.sm_contention_s(exposed_s - left, comm_sms, n_sms)
+    return overlap * left + (1 - overlap) * exposed_s
 
 
 def exposed_exchange_s(exchange_s, window_s, overlap: A2AOverlap, n_micro, comm_sms, n_sms,

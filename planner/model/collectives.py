@@ -156,7 +156,7 @@ def expert_all_to_all(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNam
     note("collectives", MOE.noted_calls(x, c.moe_dispatcher, g.domain, calls, k.moe_last * m))
     ep_layer_exposed = x.moe * MOE.shared_overlap_exposed_s(x, k, MOE.exposed_exchange_s(
         x, c.moe_dispatcher, c.schedule is Schedule.DUALPIPEV, layer_s, k.fwd_s + k.bwd_s, k.p,
-        k.v))
+        k.v), c.moe_dispatcher)
     # the share of the exchange compute hides (what crowds the window of the data-parallel
     # collectives beside it: MOE.beside_dp_bytes)
     ep_hidden = MOE.hidden_share(x, layer_s, ep_layer_exposed)

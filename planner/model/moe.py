@@ -398,14 +398,18 @@ def noted_calls(x, dispatcher: Dispatcher, domain, calls, per_step):
     return [call.named(call.name, call.calls * per_step) for call, _ in calls]
 
 
-def shared_overlap_exposed_s(x, k, exposed):
+def shared_overlap_exposed_s(x, k, exposed, dispatcher: Dispatcher):
     """What --moe-shared-expert-overlap leaves of the layer's exposed exchange
     (moe_step.shared_overlap_exposed_s): the shared experts' forward GEMMs, 2·T·n_s·n·h·f_s
-    FLOPs on the GPU's tokens over t, hide the forward's dispatch and combine, their backward the
+    FLOPs on the GPU's tokens over t, hide the forward's dispatch and combine (DeepEP's flex
+    dispatcher: the dispatch alone, under fc1, (n − 1)/n of them), their backward the
     backward's."""
     shared_fwd_s = T.compute_time_s(2 * k.b * k.s / k.cp * x.shared_matmul / k.t, x.peak_flops,
                                     x.gemm_eff)
-    return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap)
+    deepep = 1 if dispatcher is Dispatcher.DEEPEP else x.deepep
+    sms = DEEPEP_COMM_SMS * deepep
+    return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap, deepep,
+                                      (x.n_mlp - 1) / x.n_mlp, sms, _ops.maximum(x.n_sm, sms + 1))
 
 
 def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, layer_exchange, window_s,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sympy
 
 from planner.formulas import moe_dispatch as D
 from planner.formulas import moe_step as S
@@ -111,3 +112,18 @@ def test_shared_expert_overlap_by_hand():
     # shared experts longer than the exchange hide all of it; without the overlap nothing
     assert S.shared_overlap_exposed_s(4e-3, 3e-3, 1) == 0
     assert S.shared_overlap_exposed_s(4e-3, 0.5e-3, 0) == pytest.approx(4e-3)
+
+
+def test_shared_expert_overlap_under_the_flex_dispatcher_by_hand():
+    # DeepEP's flex dispatcher runs fc1 beside the dispatch and fc2 after the combine: of the
+    # forward's 2 ms the dispatch's 1 ms hides under fc1, 2/3 of the 0.5 ms forward (SwiGLU's
+    # gate and up): 1 − 0.3333 = 0.6667 ms left, the combine's 1 ms all; the backward as the
+    # alltoall's, 2 − 1 = 1 ms: 2.6667 ms; DeepEP's 24 of 132 SMs while 1.3333 ms hide:
+    # 1.3333·24/108 = 0.2963 ms more, 2.9630 ms in all (the alltoall dispatcher: 2.5 ms)
+    assert S.shared_overlap_exposed_s(4e-3, 0.5e-3, 1, 1, 2 / 3, 24, 132) == pytest.approx(
+        2.962963e-3, rel=1e-6)
+    # without the overlap nothing hides; flex = 0 is the alltoall dispatcher's form
+    assert S.shared_overlap_exposed_s(4e-3, 0.5e-3, 0, 1, 2 / 3, 24, 132) == pytest.approx(4e-3)
+    e, f, phi = sympy.symbols("E S_f phi", positive=True)
+    assert (S.shared_overlap_exposed_s(e, f, 1, 0, phi, 24, 132)
+            - S.shared_overlap_exposed_s(e, f, 1)) == 0
