@@ -142,8 +142,10 @@ def layer_times(x, c: Choices, k: SimpleNamespace, note=same) -> SimpleNamespace
 def attention_times(x, c: Choices, k: SimpleNamespace, pick, note=same):
     """One layer's attention products forward per micro-batch (QKᵀ and P·V, the causal half
     under flash; MLA's d_qk and d_v for a MoE/MLA model), and the backward's time over it: the
-    framework's flash kernel at its measured forward and backward shares; a materialised
-    attention's products are batched GEMMs, at the GEMM figure both ways."""
+    framework's flash kernel at its measured forward and backward shares, on the work it runs
+    at its padded head widths (π_att, π_att,b: T.padded_attention_work), its backward
+    T.flash_backward_flops_factor × the forward's FLOPs; a materialised attention's products
+    are batched GEMMs, at the GEMM figure both ways, the backward 2×."""
     s, b, t, cp = k.s, k.b, k.t, k.cp
     flash = c.attention is Attention.FLASH
     causal_skip = 1 if flash else 0
@@ -153,7 +155,8 @@ def attention_times(x, c: Choices, k: SimpleNamespace, pick, note=same):
     factor = T.CLASSIC_BACKWARD_FACTOR
     eff_fwd, eff_bwd, pad_fwd, pad_bwd = x.gemm_eff_16, x.gemm_eff_16, 1, 1
     if flash:  # the kernel's measured shares, on the work it runs (its padded head widths)
-        eff_fwd, eff_bwd, pad_fwd, pad_bwd = x.att_eff_fwd, x.att_eff_bwd, x.att_pad_fwd, x.att_pad_bwd
+        eff_fwd, eff_bwd = x.att_eff_fwd, x.att_eff_bwd
+        pad_fwd, pad_bwd = x.att_pad_fwd, x.att_pad_bwd
         factor = pick(lambda: _ops.select(x.mla, T.flash_backward_flops_factor(
             x.head_dim, x.v_dim), T.FLASH_BACKWARD_FACTOR), T.FLASH_BACKWARD_FACTOR)
     att_s = note("attention_s", T.compute_time_s(flops * pad_fwd / (t * cp), x.peak_flops_16,
