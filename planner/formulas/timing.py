@@ -107,6 +107,17 @@ CLASSIC_BACKWARD_FACTOR = 2.0
 """A materialised attention keeps P, so its backward runs four matmuls: 2× the forward."""
 
 
+def _forward_width(qk_head_dim, v_head_dim):
+    """The head width the attention forward's products run over: QKᵀ d_qk, P·V d_v."""
+    return qk_head_dim + v_head_dim
+
+
+def _backward_width(qk_head_dim, v_head_dim):
+    """The head width a flash backward's products run over: S = QKᵀ again, dQ and dK (d_qk
+    each), dV and dP (d_v each)."""
+    return 3 * qk_head_dim + 2 * v_head_dim
+
+
 def flash_backward_flops_factor(qk_head_dim, v_head_dim):
     """A flash backward's FLOPs over its forward's with query/key heads d_qk wide and value heads
     d_v: the forward runs QKᵀ (d_qk) and P·V (d_v); the backward recomputes S = QKᵀ and runs dQ
@@ -115,7 +126,7 @@ def flash_backward_flops_factor(qk_head_dim, v_head_dim):
         f = (3·d_qk + 2·d_v) / (d_qk + d_v)
 
     FLASH_BACKWARD_FACTOR (2.5) where d_qk = d_v; MLA's 192/128 (DeepSeek-V2 §2.1.2): 2.6."""
-    return (3 * qk_head_dim + 2 * v_head_dim) / (qk_head_dim + v_head_dim)
+    return _backward_width(qk_head_dim, v_head_dim) / _forward_width(qk_head_dim, v_head_dim)
 
 
 def triton_padded_head_dim(head_dim):
@@ -136,8 +147,8 @@ def padded_attention_work(qk_head_dim, v_head_dim):
     the products' widths as in flash_backward_flops_factor. 1 at power-of-two widths; MLA's
     192/128: 384/320 = 1.2 and 1024/832 = 1.2308."""
     p_qk, p_v = triton_padded_head_dim(qk_head_dim), triton_padded_head_dim(v_head_dim)
-    return ((p_qk + p_v) / (qk_head_dim + v_head_dim),
-            (3 * p_qk + 2 * p_v) / (3 * qk_head_dim + 2 * v_head_dim))
+    return (_forward_width(p_qk, p_v) / _forward_width(qk_head_dim, v_head_dim),
+            _backward_width(p_qk, p_v) / _backward_width(qk_head_dim, v_head_dim))
 
 
 def attention_backward_ratio(flops_factor, forward_efficiency, backward_efficiency):

@@ -13,7 +13,7 @@ from ..formulas import timing as T
 from ..formulas.choices import ContextKind
 from ..placement import MEGATRON_RANK_ORDER, group_stride
 from .links import p2p_group
-from .nccl import all_to_all_latency, send_recv_latencies
+from .nccl import all_to_all_latency, measured_a2a_busbw, send_recv_latencies
 from .numbers import Choices, same
 
 
@@ -74,12 +74,11 @@ def context_part_traffic(layers, parts: SimpleNamespace, links: SimpleNamespace)
 
 def a2a_busbw(x, parts: SimpleNamespace, link: SimpleNamespace, share) -> object:
     """The bus bandwidth of one of CP's all-to-alls, a2a_layer/8 bytes a rank: inside the NVLink
-    domain the measured all-to-all's (K.alltoall_sent_busbw over c_a ranks, W∞ the profile's
-    share of the link's ring figure), across it the link's; at the part's share of its link.
+    domain the measured all-to-all's (nccl.measured_a2a_busbw over c_a ranks), across it the
+    link's; at the part's share of its link.
     The eight calls are priced at their mean size; Q's and the output's are a/k times K's and
     V's, and W rises with the size, so this overstates their time a little under GQA."""
-    ramped = K.alltoall_sent_busbw(parts.a2a_layer / 8, parts.c_a, link.bw * x.a2a_share,
-                                   x.a2a_ramp_s)
+    ramped = measured_a2a_busbw(x, parts.a2a_layer / 8, parts.c_a, link.bw)
     return _ops.select(link.inside, ramped, link.bw) * share.a2a
 
 

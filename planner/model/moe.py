@@ -20,7 +20,7 @@ from ..formulas.moe_layer import MAX_VIOLATION, ROUTER_PASSES, Balancing, Dispat
 from ..formulas.moe_step import A2AOverlap
 from ..schema import ModelSpec, PlanConfig
 from .links import collective_group
-from .nccl import Call, nccl_s, tuner_link
+from .nccl import Call, measured_a2a_busbw, nccl_s, tuner_link
 
 DEFAULT_DISPATCHER = Dispatcher.ALL_TO_ALL
 """The dispatcher a plan uses unless it names one: Megatron-Core's --moe-token-dispatcher-type
@@ -314,13 +314,6 @@ def exposed_beside_s(x, k, when, inside, on_link=None):
     return (0, on * bwd) if when is C.When.STEP_REDUCE else (on * fwd, 0)
 
 
-def a2a_fast_bw(x, link, sent_bytes):
-    """The NVLink bus bandwidth of one NCCL all-to-all over the EP group sending B bytes a rank
-    (K.alltoall_sent_busbw), W∞ the profile's all-to-all share of the link's ring figure (the
-    ring's figure where the profile has no all-to-all curve)."""
-    return K.alltoall_sent_busbw(sent_bytes, x.ep, link.fast_bw * x.a2a_share, x.a2a_ramp_s)
-
-
 def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, link) -> list:
     """The collectives the dispatcher issues in one MoE layer per micro-batch (moe_dispatch
     .EXCHANGE_CALLS, Megatron-Core's dispatchers), each as (Call, time of one call): the
@@ -335,7 +328,8 @@ def exchange_calls(x, dispatcher: Dispatcher, domain, tokens, lam, fwd_passes, l
     for name, coll, group, n, per_rank, _, fwd, bwd in _nccl_rows(x, dispatcher, tokens, lam):
         calls = fwd * fwd_passes + bwd
         if coll == "all-to-all":  # NVLink at the measured all-to-all's rate for its size
-            sized = SimpleNamespace(**{**vars(link), "fast_bw": a2a_fast_bw(x, link, per_rank)})
+            sized = SimpleNamespace(**{**vars(link), "fast_bw": measured_a2a_busbw(
+                x, per_rank, x.ep, link.fast_bw)})
             one = K.all_to_all_split_time_s(per_rank, x.ep, link.in_domain, sized.fast_bw,
                                             link.net_bw, x.sr_base, x.sr_step_nvl, x.sr_step_net)
             out.append((Call(None, per_rank, calls, x.ep, sized, name, p2p="all-to-all"), one))
@@ -406,10 +400,18 @@ def shared_overlap_exposed_s(x, k, exposed, dispatcher: Dispatcher):
     backward's."""
     shared_fwd_s = T.compute_time_s(2 * k.b * k.s / k.cp * x.shared_matmul / k.t, x.peak_flops,
                                     x.gemm_eff)
+    deepep, sms, n_sms = deepep_sms(x, dispatcher)
+    return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap, deepep,
+                                      (x.n_mlp - 1) / x.n_mlp, sms, n_sms)
+
+
+def deepep_sms(x, dispatcher: Dispatcher) -> tuple:
+    """(whether the plan's exchange runs DeepEP's kernels, the SMs they hold while they hide
+    under compute, the GPU's SMs — at least one more than those), the search's deepep column
+    where the dispatcher is not DeepEP's alone."""
     deepep = 1 if dispatcher is Dispatcher.DEEPEP else x.deepep
     sms = DEEPEP_COMM_SMS * deepep
-    return S.shared_overlap_exposed_s(exposed, shared_fwd_s, x.shared_overlap, deepep,
-                                      (x.n_mlp - 1) / x.n_mlp, sms, _ops.maximum(x.n_sm, sms + 1))
+    return deepep, sms, _ops.maximum(x.n_sm, sms + 1)
 
 
 def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, layer_exchange, window_s,
@@ -424,9 +426,8 @@ def exposed_exchange_s(x, dispatcher: Dispatcher, dualpipe: bool, layer_exchange
     backward, idle only in the bubble plan3d counts apart, so each pass it runs alone
     lengthens the step; the later ranks' fewer fall in their longer wait at the ends."""
     kind = A2AOverlap.DUALPIPE if dualpipe else A2AOverlap.MERGED_1F1B
-    deepep = 1 if dispatcher is Dispatcher.DEEPEP else x.deepep
-    sms = DEEPEP_COMM_SMS * deepep
+    _, sms, n_sms = deepep_sms(x, dispatcher)
     alone = PL.warmup_chunk_forwards(0, pp, vpp, extra=1)
-    hidden = S.exposed_exchange_s(layer_exchange, window_s, kind, x.n_micro, sms,
-                                  _ops.maximum(x.n_sm, sms + 1), vpp, alone)
+    hidden = S.exposed_exchange_s(layer_exchange, window_s, kind, x.n_micro, sms, n_sms, vpp,
+                                  alone)
     return _ops.select(x.a2a_overlap, hidden, layer_exchange)

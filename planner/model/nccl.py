@@ -210,6 +210,14 @@ def send_recv_latencies(x, inside) -> tuple:
             x.sr_base + _ops.select(inside, x.sr_step_nvl, x.sr_step_net))
 
 
+def measured_a2a_busbw(x, sent_bytes, n_ranks, ring_bw):
+    """One NCCL all-to-all's bus bandwidth inside the NVLink domain over n ranks sending B bytes
+    a rank (K.alltoall_sent_busbw), W∞ the profile's all-to-all share of the link's ring
+    figure — the ring's figure at every size where the profile has no all-to-all curve; the
+    plan's named numbers, any backend."""
+    return K.alltoall_sent_busbw(sent_bytes, n_ranks, ring_bw * x.a2a_share, x.a2a_ramp_s)
+
+
 def all_to_all_latency(x, n_ranks, inside):
     """One NCCL all-to-all's latency over n ranks (K.all_to_all_latency_s) from the plan's named
     numbers, any backend."""
